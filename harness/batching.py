@@ -1,0 +1,102 @@
+"""Chat prompts and processor inputs for Qwen2.5-VL (training and generation share one path).
+
+A prompt is `[instruction (+ predicted diseases), image(s)]` in the model's chat template (REVA-PO Sec. 3.2:
+q = [I, D, V]). For training, the report and `<|im_end|>` follow the generation prompt, and labels cover
+exactly those tokens (Eq. 1 is over report tokens only). Padding is on the left, so the report is the tail
+of every row and generation continues right after the prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+IGNORE = -100
+END = "<|im_end|>"
+# Special tokens that a report must never contain; generation suppresses them (vision/control tokens).
+NEVER_GENERATE = (
+    "<|endoftext|>", "<|im_start|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>", "<|video_pad|>",
+)
+
+
+def instruction_text(instruction: str, diseases: Sequence[str] | None = None,
+                     disease_template: str = "The classifier suggests: {diseases}.") -> str:
+    if diseases is None:
+        return instruction
+    names = ", ".join(d.lower() for d in diseases) if diseases else "no finding"
+    return f"{instruction} {disease_template.format(diseases=names)}"
+
+
+def prompt_text(processor, instruction: str, n_images: int) -> str:
+    content = [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": instruction}]
+    messages = [{"role": "user", "content": content}]
+    return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def suppressed_token_ids(tokenizer) -> list[int]:
+    ids = []
+    for t in NEVER_GENERATE:
+        i = tokenizer.convert_tokens_to_ids(t)
+        if i is not None and i != tokenizer.unk_token_id:
+            ids.append(int(i))
+    return ids
+
+
+def truncate_report(tokenizer, report: str, max_tokens: int) -> list[int]:
+    ids = tokenizer(report, add_special_tokens=False)["input_ids"]
+    return ids[:max_tokens]
+
+
+def encode_prompts(processor, images: Sequence[Sequence], instructions: Sequence[str]) -> dict:
+    """Processor inputs for generation: one prompt per sample, its views in order."""
+    texts = [prompt_text(processor, ins, len(views)) for ins, views in zip(instructions, images, strict=True)]
+    flat = [im for views in images for im in views]
+    processor.tokenizer.padding_side = "left"
+    return dict(processor(text=texts, images=flat, return_tensors="pt", padding=True))
+
+
+def encode_sft(processor, images: Sequence[Sequence], instructions: Sequence[str], reports: Sequence[str],
+               max_report_tokens: int) -> dict:
+    """Processor inputs plus `labels` (IGNORE everywhere but the report tokens and the closing <|im_end|>)."""
+    tok = processor.tokenizer
+    end_id = tok.convert_tokens_to_ids(END)
+    targets = [truncate_report(tok, r, max_report_tokens) + [end_id] for r in reports]
+    texts = [
+        prompt_text(processor, ins, len(views)) + tok.decode(t[:-1]) + END
+        for ins, views, t in zip(instructions, images, targets, strict=True)
+    ]
+    flat = [im for views in images for im in views]
+    tok.padding_side = "left"
+    batch = dict(processor(text=texts, images=flat, return_tensors="pt", padding=True))
+    ids = batch["input_ids"]
+    labels = torch.full_like(ids, IGNORE)
+    for i, t in enumerate(targets):
+        n = len(t)
+        tail = ids[i, -n:].tolist()
+        if tail != t:
+            # Byte-level BPE can merge across the prompt/report boundary only if the template changes;
+            # fail loudly instead of training on misaligned labels.
+            raise ValueError(f"report tokens of sample {i} do not line up with the encoded sequence")
+        labels[i, -n:] = ids[i, -n:]
+    batch["labels"] = labels
+    return batch
+
+
+def model_inputs(batch: dict) -> dict:
+    """The keys Qwen2_5_VLForConditionalGeneration.forward takes (drops labels and processor extras)."""
+    keep = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw")
+    return {k: batch[k] for k in keep if k in batch}
+
+
+def lm_loss(model, batch: dict) -> tuple[torch.Tensor, int]:
+    """Eq. 1: mean negative log-likelihood over report tokens (token-mean over the batch)."""
+    out = model(**model_inputs(batch))
+    logits = out.logits[:, :-1].float()
+    labels = batch["labels"][:, 1:]
+    mask = labels != IGNORE
+    n = int(mask.sum())
+    loss = torch.nn.functional.cross_entropy(logits[mask], labels[mask], reduction="mean")
+    return loss, n

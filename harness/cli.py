@@ -1,0 +1,153 @@
+"""The `regbench` command line.
+
+  regbench data synth --n N --seed S --out DIR
+  regbench classifier train [CONFIG.yaml] [key.sub=value ...]
+  regbench train {pretrain,warmup,sft} [CONFIG.yaml] [key.sub=value ...]
+  regbench eval [CONFIG.yaml] --model DIR [--split test] [key.sub=value ...]
+  regbench demo [--out DIR]
+
+CONFIG is a YAML file over the defaults of harness/config.py (see experiments/); `key.sub=value` overrides
+any field (value parsed as YAML), e.g. `train.epochs=2 out_dir=runs/x`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness.config import ConfigError, load_config
+
+
+def _split_config_args(items: list[str]) -> tuple[str | None, list[str]]:
+    config, overrides = None, []
+    for item in items:
+        if "=" in item:
+            overrides.append(item)
+        elif config is None:
+            config = item
+        else:
+            raise ConfigError(f"unexpected argument '{item}': give one CONFIG file, then key=value overrides")
+    return config, overrides
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("args", nargs="*", metavar="CONFIG | key=value",
+                   help="optional YAML config file, then dotted overrides such as train.epochs=2")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _cfg(ns):
+    config, overrides = _split_config_args(ns.args)
+    return load_config(config, overrides)
+
+
+def cmd_data_synth(ns) -> int:
+    from harness.data.phantom import PhantomConfig, synthesize
+
+    path = synthesize(Path(ns.out), PhantomConfig(n=ns.n, seed=ns.seed, image_size=ns.image_size))
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_classifier_train(ns) -> int:
+    from harness.stages.classifier import run_classifier_training
+
+    out = run_classifier_training(_cfg(ns), progress=not ns.no_progress)
+    print(f"classifier: {out}")
+    return 0
+
+
+def cmd_train(ns) -> int:
+    cfg = _cfg(ns)
+    progress = not ns.no_progress
+    if ns.stage == "pretrain":
+        from harness.stages.pretrain import pretrain_tiny_base
+
+        out = pretrain_tiny_base(cfg, progress=progress)
+    elif ns.stage == "warmup":
+        from harness.stages.warmup import run_warmup
+
+        out = run_warmup(cfg, progress=progress)
+    elif ns.stage == "sft":
+        from harness.stages.sft import run_sft
+
+        out = run_sft(cfg, progress=progress)
+    else:  # pragma: no cover - argparse restricts choices
+        raise ConfigError(f"unknown stage {ns.stage}")
+    print(f"{ns.stage}: {out}")
+    return 0
+
+
+def cmd_eval(ns) -> int:
+    from harness.records import RunDir
+    from harness.stages.evaluate import evaluate_model
+
+    cfg = _cfg(ns)
+    run = RunDir(ns.out) if ns.out else None
+    scores = evaluate_model(cfg, ns.model, ns.split, run=run, progress=not ns.no_progress)
+    print(json.dumps(scores, indent=2))
+    return 0
+
+
+def cmd_demo(ns) -> int:
+    from harness.demo import run_demo
+
+    run_demo(Path(ns.out), progress=not ns.no_progress)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="regbench",
+        description="KL-regularizer benchmark for GRPO fine-tuning of VLMs on chest X-ray report generation.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    data = sub.add_parser("data", help="data sets").add_subparsers(dest="data_command", required=True)
+    synth = data.add_parser("synth", help="write the synthetic chest X-ray set (R2Gen annotation.json + PNGs)")
+    synth.add_argument("--n", type=int, default=1500, help="number of studies (default 1500)")
+    synth.add_argument("--seed", type=int, default=0, help="random seed; same seed -> identical files")
+    synth.add_argument("--out", required=True, help="output folder")
+    synth.add_argument("--image-size", type=int, default=128, help="image side in pixels (default 128)")
+    synth.set_defaults(func=cmd_data_synth)
+
+    clf = sub.add_parser("classifier", help="the disease classifier").add_subparsers(dest="clf_command",
+                                                                                     required=True)
+    clf_train = clf.add_parser("train", help="train the 14-observation classifier and choose thresholds")
+    _add_config_args(clf_train)
+    clf_train.set_defaults(func=cmd_classifier_train)
+
+    train = sub.add_parser("train", help="run a training stage")
+    train.add_argument("stage", choices=["pretrain", "warmup", "sft"],
+                       help="pretrain: stage 0 (tiny only); warmup: stage 1; sft: stage 2")
+    _add_config_args(train)
+    train.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("eval", help="decode a split greedily and score it")
+    ev.add_argument("--model", required=True, help="a stage's model folder (…/model) or a base-model folder")
+    ev.add_argument("--split", default="test", help="train, val or test (default test)")
+    ev.add_argument("--out", default=None, help="run folder to append evals.jsonl and predictions to")
+    _add_config_args(ev)
+    ev.set_defaults(func=cmd_eval)
+
+    demo = sub.add_parser("demo", help="the whole tiny pipeline on synthetic data, with a results table")
+    demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
+    demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        return ns.func(ns)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"regbench: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

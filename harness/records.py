@@ -1,0 +1,188 @@
+"""Run records (DESIGN.md "Run records"): one directory per run.
+
+manifest.json  resolved config, seed, package versions, git commit
+steps.jsonl    one line per optimizer step
+evals.jsonl    one line per validation/test
+samples.jsonl  sampled candidates (RL)
+metrics.json   final metrics
+checkpoint/    the latest resumable checkpoint
+
+Every whole-file write is atomic (temp file in the same folder + os.replace), so a crash never leaves a
+half-written JSON file; JSONL lines are appended with one write and flushed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "timm", "numpy", "pycocoevalcap",
+            "nltk", "optuna", "scikit-learn")
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        try:
+            return _jsonable(obj.item())
+        except (ValueError, RuntimeError):
+            pass
+    if hasattr(obj, "tolist"):
+        return _jsonable(obj.tolist())
+    return obj
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    """JSON with non-finite floats written as null (JSON has no NaN)."""
+    return json.dumps(_jsonable(obj), indent=indent, sort_keys=indent is not None, allow_nan=False)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, dumps(obj, indent=2) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"missing file: {path}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            # A torn last line (crash mid-write) is dropped; a torn line in the middle is an error.
+            if i == len(path.read_text().splitlines()):
+                break
+            raise ValueError(f"{path}:{i}: not valid JSON ({e})") from e
+    return rows
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if out.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
+                               timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+class RunDir:
+    """A run directory; appends JSONL records and writes JSON files atomically."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    # -- whole files --------------------------------------------------------------------------------
+    def write_manifest(self, config: dict, seed: int, stage: str, extra: dict | None = None) -> None:
+        manifest = {
+            "stage": stage,
+            "seed": seed,
+            "config": config,
+            "versions": package_versions(),
+            "git_commit": git_commit(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "argv": sys.argv,
+        }
+        manifest.update(extra or {})
+        atomic_write_json(self.path / "manifest.json", manifest)
+
+    def write_metrics(self, metrics: dict) -> None:
+        atomic_write_json(self.path / "metrics.json", metrics)
+
+    @property
+    def complete(self) -> bool:
+        return (self.path / "metrics.json").is_file()
+
+    # -- line logs ------------------------------------------------------------------------------------
+    def _append(self, name: str, row: dict) -> None:
+        line = dumps(row) + "\n"
+        with open(self.path / name, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+
+    def log_step(self, row: dict) -> None:
+        self._append("steps.jsonl", row)
+
+    def log_eval(self, row: dict) -> None:
+        self._append("evals.jsonl", row)
+
+    def log_samples(self, row: dict) -> None:
+        self._append("samples.jsonl", row)
+
+    def steps(self) -> list[dict]:
+        return read_jsonl(self.path / "steps.jsonl")
+
+    def evals(self) -> list[dict]:
+        return read_jsonl(self.path / "evals.jsonl")
+
+    def truncate_logs_after(self, step: int) -> None:
+        """On resume, drop log lines written after the checkpoint we resume from."""
+        for name in ("steps.jsonl", "evals.jsonl", "samples.jsonl"):
+            p = self.path / name
+            if not p.is_file():
+                continue
+            rows = [r for r in read_jsonl(p) if int(r.get("step", 0)) <= step]
+            atomic_write_text(p, "".join(dumps(r) + "\n" for r in rows))

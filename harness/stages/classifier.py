@@ -1,0 +1,105 @@
+"""The disease classifier (REVA-PO Sec. 3.2, Supp. D.2): a timm ViT trained with multi-label BCE over the 14
+observations; per-class thresholds maximising F1 on validation. Frozen afterwards; stage 2 puts its
+positive predictions into the prompt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.config import RunConfig
+from harness.constants import OBSERVATIONS
+from harness.models.classifier import (
+    ClassifierConfig,
+    build_classifier,
+    choose_thresholds,
+    classifier_targets,
+    load_classifier,
+    positive_names,
+    predict_labels,
+    predict_proba,
+    preprocess,
+    save_classifier,
+    train_classifier,
+)
+from harness.stages.common import load_images, load_splits, seed_everything, start_run
+
+
+def reference_labels(samples) -> np.ndarray:
+    """[N, 14] CheXpert-style labels of the references: stored labels, else categories, else the labeler."""
+    out = np.full((len(samples), len(OBSERVATIONS)), np.nan)
+    need = []
+    for i, s in enumerate(samples):
+        if s.labels is not None:
+            out[i] = s.labels
+        elif s.categories is not None:
+            out[i] = [1.0 if o in s.categories else np.nan for o in OBSERVATIONS]
+        else:
+            need.append(i)
+    if need:
+        from rewards.chexpert import label_reports
+
+        out[need] = label_reports([samples[i].report for i in need])
+    return out
+
+
+def classifier_config(cfg: RunConfig) -> ClassifierConfig:
+    c = cfg.classifier
+    return ClassifierConfig(arch=c.arch, img_size=c.img_size, epochs=c.epochs, batch_size=c.batch_size, lr=c.lr,
+                            weight_decay=c.weight_decay, adam_beta2=c.adam_beta2, pretrained_path=c.pretrained_path,
+                            seed=cfg.seed)
+
+
+def _inputs(samples, img_size: int) -> torch.Tensor:
+    # The classifier sees the first view of each study.
+    views = load_images(samples, img_size)
+    return preprocess([v[0] for v in views], img_size)
+
+
+def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
+    seed_everything(cfg.seed)
+    run = start_run(cfg, "classifier")
+    out = run.path / "classifier"
+    if run.complete:
+        return out
+    ccfg = classifier_config(cfg)
+    splits = load_splits(cfg, progress)
+    x_tr, x_va = _inputs(splits["train"], ccfg.img_size), _inputs(splits["val"], ccfg.img_size)
+    y_tr = torch.tensor(classifier_targets(reference_labels(splits["train"])), dtype=torch.float32)
+    y_va = torch.tensor(classifier_targets(reference_labels(splits["val"])), dtype=torch.float32)
+    model = build_classifier(ccfg)
+
+    def on_epoch(epoch: int, train_loss: float, val_loss: float | None) -> None:
+        run.log_step({"step": epoch, "epoch": epoch, "loss": train_loss, "val_loss": val_loss})
+
+    history = train_classifier(model, x_tr, y_tr, x_va, y_va, ccfg, on_epoch=on_epoch, progress=progress)
+    probs = predict_proba(model, x_va)
+    thresholds = choose_thresholds(probs, y_va.numpy())
+    save_classifier(model, ccfg, thresholds, out)
+    metrics = {"thresholds": dict(zip(OBSERVATIONS, thresholds.tolist(), strict=True))}
+    for split in ("val", "test"):
+        x = x_va if split == "val" else _inputs(splits["test"], ccfg.img_size)
+        y = y_va.numpy() if split == "val" else classifier_targets(reference_labels(splits["test"]))
+        pred = predict_labels(predict_proba(model, x), thresholds)
+        metrics[f"{split}_micro_f1"] = _micro_f1(pred, y)
+        run.log_eval({"step": ccfg.epochs, "split": split, "micro_f1": metrics[f"{split}_micro_f1"]})
+    metrics["history"] = {k: v for k, v in history.items() if k != "state"} if isinstance(history, dict) else {}
+    run.write_metrics(metrics)
+    return out
+
+
+def _micro_f1(pred: np.ndarray, target: np.ndarray) -> float:
+    tp = float(((pred == 1) & (target == 1)).sum())
+    fp = float(((pred == 1) & (target != 1)).sum())
+    fn = float(((pred != 1) & (target == 1)).sum())
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
+
+
+def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
+    """Names of the observations the frozen classifier predicts positive, per sample."""
+    model, ccfg, thresholds = load_classifier(classifier_dir)
+    probs = predict_proba(model, _inputs(samples, ccfg.img_size))
+    return [positive_names(row) for row in predict_labels(probs, thresholds)]

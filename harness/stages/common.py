@@ -1,0 +1,81 @@
+"""What every stage does the same way: seeding, data, images, prompts, model loading, run directories."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.batching import instruction_text
+from harness.config import RunConfig, to_dict
+from harness.records import RunDir
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def default_cache_dir(cfg: RunConfig) -> Path:
+    if cfg.cache_dir:
+        return Path(cfg.cache_dir)
+    env = os.environ.get("REGBENCH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "regbench"
+
+
+def phantom_dir(cfg: RunConfig) -> Path:
+    d = cfg.data
+    return Path(d.synth_dir) / f"n{d.synth_n}-seed{d.synth_seed}-px{d.synth_image_size}"
+
+
+def ensure_phantom(out_dir: Path, n: int, seed: int, image_size: int, progress: bool = True) -> Path:
+    """Synthesize the phantom set into `out_dir` unless it is already there; returns annotation.json."""
+    from harness.data.phantom import PhantomConfig, synthesize
+
+    ann = out_dir / "annotation.json"
+    if ann.is_file():
+        return ann
+    return Path(synthesize(out_dir, PhantomConfig(n=n, seed=seed, image_size=image_size)))
+
+
+def load_splits(cfg: RunConfig, progress: bool = True) -> dict:
+    """{split: [Sample]} for the configured data set (synthesizing the phantom set on first use)."""
+    from harness.data.datasets import load_annotation
+
+    d = cfg.data
+    if d.dataset == "phantom" and d.annotation is None:
+        ann = ensure_phantom(phantom_dir(cfg), d.synth_n, d.synth_seed, d.synth_image_size, progress)
+    else:
+        ann = Path(d.annotation)
+    splits = load_annotation(ann, d.dataset, image_dir=d.image_dir)
+    caps = {"train": d.max_train, "val": d.max_val, "test": d.max_test}
+    return {k: (v[: caps[k]] if caps.get(k) else v) for k, v in splits.items()}
+
+
+def load_images(samples, size: int) -> list[list]:
+    from harness.data.datasets import load_views
+
+    return [load_views(s, size) for s in samples]
+
+
+def start_run(cfg: RunConfig, stage: str, extra: dict | None = None) -> RunDir:
+    run = RunDir(cfg.out_dir)
+    run.write_manifest(to_dict(cfg), cfg.seed, stage, extra)
+    return run
+
+
+def plain_instructions(cfg: RunConfig, n: int) -> list[str]:
+    return [cfg.prompt.instruction] * n
+
+
+def disease_instructions(cfg: RunConfig, names: list[list[str]]) -> list[str]:
+    return [instruction_text(cfg.prompt.instruction, ns, cfg.prompt.disease_template) for ns in names]
+
+
+def replace(cfg, **kw):
+    return dataclasses.replace(cfg, **kw)

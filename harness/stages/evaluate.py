@@ -1,0 +1,82 @@
+"""`regbench eval`: decode a split greedily and score it (NLG metrics and findings against the ground truth).
+
+Prompts are rebuilt the way the model was trained: with the classifier's predicted diseases when the stage
+checkpoint records a classifier, plain otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from harness.batching import instruction_text
+from harness.config import RunConfig
+from harness.decoding import generate_reports
+from harness.evaluation import nlg_scores
+from harness.models.checkpoint import load_base, load_stage_model
+from harness.models.presets import get_preset
+from harness.records import RunDir, atomic_write_text, dumps
+from harness.stages.classifier import predicted_diseases, reference_labels
+from harness.stages.common import load_images, load_splits, seed_everything
+
+
+def findings_scores(hyp_reports: list[str], ref_labels: np.ndarray) -> dict:
+    """Findings of generated reports (rule labeler) against the references' labels, positive = 1.
+
+    findings_acc: share of (sample, observation) pairs where presence agrees; findings_exact: share of
+    samples whose 14 presence flags all agree; plus the CE micro/macro F1.
+    """
+    from harness.evaluation import ce_scores
+    from rewards.chexpert import label_reports
+
+    hyp = label_reports(hyp_reports)
+    hp, rp = hyp == 1, ref_labels == 1
+    out = {"findings_acc": float((hp == rp).mean()), "findings_exact": float((hp == rp).all(axis=1).mean())}
+    ce = ce_scores(hyp, ref_labels)
+    out.update({k: v for k, v in ce.items() if k != "per_label"})
+    return out
+
+
+def load_any_model(model_dir: str | Path, cfg: RunConfig):
+    """A stage checkpoint (spec.json) or a plain base-model folder."""
+    preset = get_preset(cfg.model.preset)
+    p = Path(model_dir)
+    if (p / "spec.json").is_file():
+        return load_stage_model(p, cfg.model.dtype, cfg.model.image_size, preset.attn_implementation)
+    model, processor = load_base(p, cfg.model.dtype, cfg.model.image_size, preset.attn_implementation)
+    return model, processor, {"base": str(p), "stage": "base"}
+
+
+def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", run: RunDir | None = None,
+                   label: str | None = None, progress: bool = True) -> dict:
+    seed_everything(cfg.seed)
+    model, processor, spec = load_any_model(model_dir, cfg)
+    splits = load_splits(cfg, progress)
+    if split not in splits:
+        raise ValueError(f"split '{split}' not in the data set (have: {', '.join(splits)})")
+    samples = splits[split]
+    if spec.get("classifier_dir"):
+        names = predicted_diseases(spec["classifier_dir"], samples)
+        instructions = [instruction_text(spec.get("instruction", cfg.prompt.instruction), ns,
+                                         spec.get("disease_template", cfg.prompt.disease_template)) for ns in names]
+    else:
+        instructions = [cfg.prompt.instruction] * len(samples)
+    g = cfg.generation
+    hyps = generate_reports(model, processor, load_images(samples, cfg.model.image_size), instructions,
+                            max_new_tokens=g.max_new_tokens, min_new_tokens=g.min_new_tokens,
+                            repetition_penalty=g.repetition_penalty, batch_size=g.batch_size, progress=progress,
+                            desc=f"decode {split}")
+    refs = {s.id: s.report for s in samples}
+    scores = nlg_scores(refs, {s.id: h for s, h in zip(samples, hyps, strict=True)})
+    scores.update(findings_scores(hyps, reference_labels(samples)))
+    scores = {"split": split, "stage": spec.get("stage"), "n": len(samples), **scores}
+    if label:
+        scores["label"] = label
+    if run is not None:
+        run.log_eval(scores)
+        rows = [{"id": s.id, "reference": s.report, "generated": h, "instruction": ins}
+                for s, h, ins in zip(samples, hyps, instructions, strict=True)]
+        atomic_write_text(run.path / f"predictions_{label or spec.get('stage')}_{split}.jsonl",
+                          "".join(dumps(r) + "\n" for r in rows))
+    return scores

@@ -1,0 +1,168 @@
+"""The supervised loop shared by stage 0 (pretrain), stage 1 (warm-up) and stage 2 (classifier-guided SFT).
+
+Loss: Eq. 1 (token mean of report NLL). AdamW over the parameters that `set_trainable` left trainable;
+learning-rate schedule per config; gradient clipping; one line per optimizer step in steps.jsonl; validation
+loss after every epoch in evals.jsonl. A checkpoint (trainable tensors, optimizer, scheduler, step) is written
+every `checkpoint_every` steps and at the end; a rerun of the same command resumes from it. Batch order is a
+pure function of (seed, epoch), so a resumed run sees exactly the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from harness.batching import encode_sft, lm_loss
+from harness.config import TrainConfig
+from harness.models.trainable import unwrap
+from harness.records import RunDir
+
+
+@dataclass
+class LMData:
+    images: list  # per sample: list of PIL views
+    instructions: list[str]
+    reports: list[str]
+
+    def __len__(self) -> int:
+        return len(self.reports)
+
+    def take(self, idx: Sequence[int]) -> LMData:
+        return LMData([self.images[i] for i in idx], [self.instructions[i] for i in idx],
+                      [self.reports[i] for i in idx])
+
+
+def make_scheduler(optimizer, cfg: TrainConfig, total_steps: int):
+    warm = max(0, cfg.warmup_steps)
+
+    def factor(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        if cfg.scheduler == "cosine":
+            span = max(1, total_steps - warm)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warm) / span)))
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return torch.randperm(n, generator=g).tolist()
+
+
+def _ckpt_path(run: RunDir) -> Path:
+    return run.path / "checkpoint" / "state.pt"
+
+
+def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int) -> None:
+    path = _ckpt_path(run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    params = {n: p.detach().cpu() for n, p in unwrap(model).named_parameters() if p.requires_grad}
+    state = {"params": params, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "step": step}
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def load_checkpoint(run: RunDir, model, optimizer, scheduler) -> int:
+    path = _ckpt_path(run)
+    if not path.is_file():
+        return 0
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    params = dict(unwrap(model).named_parameters())
+    with torch.no_grad():
+        for n, v in state["params"].items():
+            if n not in params:
+                raise ValueError(f"{path}: parameter '{n}' not in the model; was the config changed?")
+            params[n].copy_(v)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return int(state["step"])
+
+
+@torch.no_grad()
+def eval_loss(model, processor, data: LMData, batch_size: int, max_report_tokens: int) -> float:
+    was = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for s in range(0, len(data), batch_size):
+        part = data.take(range(s, min(len(data), s + batch_size)))
+        batch = encode_sft(processor, part.images, part.instructions, part.reports, max_report_tokens)
+        loss, n = lm_loss(model, batch)
+        total += float(loss) * n
+        count += n
+    model.train(was)
+    return total / max(1, count)
+
+
+def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConfig, run: RunDir, *,
+             seed: int, max_report_tokens: int, desc: str = "train",
+             on_epoch_end: Callable[[int, int], dict] | None = None, progress: bool = True) -> dict:
+    """Train the currently trainable parameters; returns final metrics (losses, steps, wall time)."""
+    if len(train) == 0:
+        raise ValueError("training set is empty")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("no trainable parameters: call set_trainable first")
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total = math.ceil(cfg.epochs * steps_per_epoch)
+    if cfg.max_steps is not None:
+        total = min(total, cfg.max_steps)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = make_scheduler(optimizer, cfg, total)
+    step = load_checkpoint(run, model, optimizer, scheduler)
+    if step:
+        run.truncate_logs_after(step)
+    device = next(model.parameters()).device
+    model.train()
+    t_start = time.time()
+    last_loss = float("nan")
+    bar = tqdm(total=total, initial=step, desc=desc, disable=not progress, leave=False)
+    while step < total:
+        epoch, pos = divmod(step, steps_per_epoch)
+        order = epoch_order(len(train), seed, epoch)
+        idx = order[pos * cfg.batch_size:(pos + 1) * cfg.batch_size]
+        part = train.take(idx)
+        t0 = time.time()
+        batch = encode_sft(processor, part.images, part.instructions, part.reports, max_report_tokens)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        loss, ntok = lm_loss(model, batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"{desc}: loss is {float(loss)} at step {step}; lower train.lr?")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip) if cfg.grad_clip > 0 else torch.tensor(0.)
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        last_loss = float(loss)
+        run.log_step({"step": step, "epoch": epoch, "loss": last_loss, "lr": lr, "grad_norm": float(gnorm),
+                      "tokens": ntok, "step_time": time.time() - t0})
+        bar.update(1)
+        bar.set_postfix(loss=f"{last_loss:.3f}")
+        epoch_done = step % steps_per_epoch == 0 or step == total
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            save_checkpoint(run, model, optimizer, scheduler, step)
+        if epoch_done:
+            row = {"step": step, "epoch": epoch + 1, "split": "val"}
+            if val is not None and len(val):
+                row["loss"] = eval_loss(model, processor, val, cfg.batch_size, max_report_tokens)
+            if on_epoch_end is not None:
+                row.update(on_epoch_end(epoch + 1, step))
+            run.log_eval(row)
+    bar.close()
+    save_checkpoint(run, model, optimizer, scheduler, step)
+    final = {"steps": step, "train_loss": last_loss, "wall_time_s": time.time() - t_start}
+    evals = [e for e in run.evals() if "loss" in e]
+    if evals:
+        final["val_loss"] = evals[-1]["loss"]
+    return final

@@ -1,0 +1,91 @@
+"""Stage 0 (tiny preset only): build and pretrain the tiny base model, cached on disk by config hash.
+
+A randomly initialised LM with LoRA does not learn, so the tiny preset needs a base that already writes
+reports, as Qwen2.5-VL does for real runs. Stage 0 trains every parameter of a fresh tiny Qwen2.5-VL on its
+own synthetic image-report set (seed `pretrain.data_seed`, not the task data), with plain prompts (no disease
+hints). The folder it writes has the same layout as a real Qwen2.5-VL checkpoint and loads through the same
+code. It runs once per machine: a second call with the same settings returns the cached folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from harness.config import RunConfig, TrainConfig
+from harness.constants import OBSERVATIONS
+from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
+from harness.models.trainable import set_trainable
+from harness.records import RunDir, atomic_write_json
+from harness.stages.common import default_cache_dir, ensure_phantom, load_images, seed_everything
+from harness.stages.lm_train import LMData, train_lm
+
+# Bump when the generator or this recipe changes in a way the config does not show.
+RECIPE_VERSION = 1
+
+
+def pretrain_key(cfg: RunConfig) -> str:
+    m = cfg.model
+    payload = {
+        "recipe": RECIPE_VERSION,
+        "pretrain": dataclasses.asdict(cfg.pretrain),
+        "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
+                  m.tiny_vocab_size, m.image_size],
+        "image_px": cfg.data.synth_image_size,
+        "instruction": cfg.prompt.instruction,
+        "max_report_tokens": cfg.prompt.max_report_tokens,
+        "seed": cfg.seed,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def base_dir(cfg: RunConfig) -> Path:
+    return default_cache_dir(cfg) / "tiny-base" / pretrain_key(cfg)
+
+
+def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = False) -> Path:
+    """Return the cached tiny base folder, building it first if needed."""
+    if cfg.model.preset != "tiny":
+        raise ValueError(f"stage 0 (pretrain) is for the tiny preset only, not '{cfg.model.preset}'")
+    out = base_dir(cfg)
+    if (out / "DONE").is_file() and not force:
+        return out
+    from harness.data.datasets import load_annotation
+
+    p = cfg.pretrain
+    seed_everything(cfg.seed)
+    work = out.parent / f"{out.name}.work"
+    data_ann = ensure_phantom(work / "data", p.n, p.data_seed, cfg.data.synth_image_size, progress)
+    splits = load_annotation(data_ann, "phantom")
+    train, val = splits["train"], splits["val"]
+    corpus = [s.report for s in train] + [cfg.prompt.instruction] + [o.lower() for o in OBSERVATIONS]
+    tokenizer = train_tokenizer(corpus, cfg.model.tiny_vocab_size)
+    processor = build_processor(tokenizer, cfg.model.image_size)
+    model = build_tiny_model(tokenizer, seed=cfg.seed, text_hidden=cfg.model.tiny_text_hidden,
+                             text_layers=cfg.model.tiny_text_layers, vision_hidden=cfg.model.tiny_vision_hidden,
+                             vision_depth=cfg.model.tiny_vision_depth, image_size=cfg.model.image_size)
+    set_trainable(model, "pretrain")
+    size = cfg.model.image_size
+    train_data = LMData(load_images(train, size), [cfg.prompt.instruction] * len(train), [s.report for s in train])
+    val_data = LMData(load_images(val, size), [cfg.prompt.instruction] * len(val), [s.report for s in val])
+    tcfg = TrainConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay,
+                       scheduler="cosine", warmup_steps=p.warmup_steps, checkpoint_every=50, log_every=10)
+    run = RunDir(work / "run")
+    metrics = train_lm(model, processor, train_data, val_data, tcfg, run, seed=cfg.seed,
+                       max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 0 pretrain",
+                       progress=progress)
+    staging = out.parent / f"{out.name}.staging"
+    if staging.exists():
+        shutil.rmtree(staging)
+    save_base(model, processor, staging)
+    atomic_write_json(staging / "pretrain_metrics.json", metrics)
+    (staging / "DONE").write_text(pretrain_key(cfg) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    staging.replace(out)
+    shutil.copytree(run.path, out / "run", dirs_exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return out

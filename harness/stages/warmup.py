@@ -1,0 +1,37 @@
+"""Stage 1, warm-up (REVA-PO Sec. 3.1): only the merger trains, with the LM loss of Eq. 1.
+
+The image encoder and the LLM stay frozen; the merger maps visual features into the LLM's embedding space
+and is adapted to radiographs. Plain prompts (no disease hints).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.config import RunConfig
+from harness.models.checkpoint import save_stage_model
+from harness.models.trainable import count_parameters, set_trainable
+from harness.stages.common import load_images, load_splits, plain_instructions, seed_everything, start_run
+from harness.stages.lm_train import LMData, train_lm
+from harness.stages.loading import load_for_stage
+
+
+def run_warmup(cfg: RunConfig, progress: bool = True) -> Path:
+    seed_everything(cfg.seed)
+    run = start_run(cfg, "warmup")
+    if run.complete:
+        return run.path / "model"
+    model, processor, base_path = load_for_stage(cfg, progress)
+    set_trainable(model, "warmup")
+    n_train, n_all = count_parameters(model)
+    splits = load_splits(cfg, progress)
+    size = cfg.model.image_size
+    train = LMData(load_images(splits["train"], size), plain_instructions(cfg, len(splits["train"])),
+                   [s.report for s in splits["train"]])
+    val = LMData(load_images(splits["val"], size), plain_instructions(cfg, len(splits["val"])),
+                 [s.report for s in splits["val"]])
+    metrics = train_lm(model, processor, train, val, cfg.train, run, seed=cfg.seed,
+                       max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 1 warm-up", progress=progress)
+    out = save_stage_model(model, run.path / "model", base_path, "warmup")
+    run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all})
+    return out

@@ -1,0 +1,192 @@
+"""Interfaces and registries for KL regularizers (beta per response) and reference-policy strategies.
+
+A regularizer answers "how hard does each response get pulled toward the reference?" (``beta[B, G]``); a
+reference strategy answers "which policy is the reference?" (a snapshot in the ``SnapshotStore``). The two are
+orthogonal: any regularizer runs with any strategy. Both are dataclasses whose fields are their config, built
+by name from the registry:
+
+    @register_regularizer("rer")
+    @dataclass
+    class RER(Regularizer): ...
+
+    reg = build_regularizer("rer", beta_min=0.05, beta_base=0.1, beta_max=0.12)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import torch
+
+if TYPE_CHECKING:
+    from harness.snapshots import SnapshotStore
+
+__all__ = [
+    "REFERENCES",
+    "REGULARIZERS",
+    "ReferenceStrategy",
+    "Regularizer",
+    "available_references",
+    "available_regularizers",
+    "build_reference",
+    "build_regularizer",
+    "register_reference",
+    "register_regularizer",
+]
+
+
+class Regularizer:
+    """Base class: one KL weight per response.
+
+    The RL loop calls, per optimizer step: ``betas(A, h_ref)`` for each batch of groups, then
+    ``after_step(kl_mean, n)`` once with the global mean KL of the step and its number of samples. Checkpoints
+    hold ``state_dict()``; ``log_stats()`` goes into ``steps.jsonl``.
+    """
+
+    name: ClassVar[str] = ""
+    # False: the loop skips the reference forward pass entirely (no KL term, no reference entropy).
+    needs_reference: ClassVar[bool] = True
+    # True: the loop computes h_ref[B, G] (reference full-vocabulary entropy, mean over response tokens).
+    needs_reference_entropy: ClassVar[bool] = False
+
+    def betas(self, advantages: torch.Tensor, h_ref: torch.Tensor | None = None) -> torch.Tensor:
+        """``beta[B, G]`` for advantages ``[B, G]`` (and reference entropies ``[B, G]`` when needed)."""
+        raise NotImplementedError
+
+    def after_step(self, kl_mean: float, n: int) -> None:
+        """Called once per optimizer step with the global mean KL and the number of samples in the step."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"regularizer {self.name!r} has no state, got keys {sorted(state)}")
+
+    def log_stats(self) -> dict[str, float]:
+        return {}
+
+
+class ReferenceStrategy:
+    """Base class: which snapshot is the reference policy, and when it changes.
+
+    Hooks called by the RL loop:
+    - ``on_start(store)`` at the start of RL (not on resume: then the loop loads the store's and the
+      strategy's state instead);
+    - ``after_step(store, step)`` after each optimizer step (``step`` = optimizer steps done so far, from 1);
+    - ``after_validation(store, optimizer, score, epoch, step, end_of_epoch=True)`` after each validation
+      (``epoch`` = epochs done so far, from 1); returns an event dict that the loop logs.
+    The snapshot names used by every strategy: ``"ref"`` (reference), ``"old"`` (sampling policy).
+    """
+
+    name: ClassVar[str] = ""
+    # Steps between mid-epoch validations that the loop runs for this strategy (None: only at epoch ends).
+    val_every_steps: int | None = None
+
+    def on_start(self, store: SnapshotStore) -> None:
+        store.capture("ref")
+        if "old" not in store:
+            store.capture("old")
+
+    def after_step(self, store: SnapshotStore, step: int) -> dict[str, Any]:
+        return {}
+
+    def after_validation(
+        self,
+        store: SnapshotStore,
+        optimizer: torch.optim.Optimizer | None,
+        score: float,
+        epoch: int,
+        step: int,
+        end_of_epoch: bool = True,
+    ) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"reference strategy {self.name!r} has no state, got keys {sorted(state)}")
+
+    def log_stats(self) -> dict[str, float]:
+        return {}
+
+
+REGULARIZERS: dict[str, type[Regularizer]] = {}
+REFERENCES: dict[str, type[ReferenceStrategy]] = {}
+
+R = TypeVar("R", bound=type[Regularizer])
+S = TypeVar("S", bound=type[ReferenceStrategy])
+
+
+def register_regularizer(name: str) -> Callable[[R], R]:
+    """Class decorator: make a :class:`Regularizer` buildable as ``build_regularizer(name, **cfg)``."""
+
+    def deco(cls: R) -> R:
+        _register(REGULARIZERS, name, cls, Regularizer, "regularizer")
+        return cls
+
+    return deco
+
+
+def register_reference(name: str) -> Callable[[S], S]:
+    """Class decorator: make a :class:`ReferenceStrategy` buildable as ``build_reference(name, **cfg)``."""
+
+    def deco(cls: S) -> S:
+        _register(REFERENCES, name, cls, ReferenceStrategy, "reference strategy")
+        return cls
+
+    return deco
+
+
+def _register(table: dict, name: str, cls: type, base: type, kind: str) -> None:
+    if not issubclass(cls, base):
+        raise TypeError(f"{cls.__name__} must subclass {base.__name__} to be a {kind}")
+    if name in table and table[name] is not cls:
+        raise ValueError(f"{kind} {name!r} is already registered by {table[name].__name__}")
+    cls.name = name
+    table[name] = cls
+
+
+def _ensure_builtins() -> None:
+    # The built-in classes register themselves on import; importing the package imports them all.
+    import regularizers  # noqa: F401
+    import regularizers.reference  # noqa: F401
+
+
+def _build(table: dict, name: str, cfg: dict[str, Any], kind: str):
+    _ensure_builtins()
+    if name not in table:
+        raise ValueError(f"unknown {kind} {name!r}; available: {sorted(table)}")
+    cls = table[name]
+    if dataclasses.is_dataclass(cls):
+        fields = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(cfg) - fields)
+        if unknown:
+            raise ValueError(
+                f"{kind} {name!r} got unknown option(s) {unknown}; its options: {sorted(fields)}"
+            )
+    return cls(**cfg)
+
+
+def build_regularizer(name: str, **cfg: Any) -> Regularizer:
+    """Instantiate the regularizer registered as ``name`` with config fields ``cfg``."""
+    return _build(REGULARIZERS, name, cfg, "regularizer")
+
+
+def build_reference(name: str, **cfg: Any) -> ReferenceStrategy:
+    """Instantiate the reference strategy registered as ``name`` with config fields ``cfg``."""
+    return _build(REFERENCES, name, cfg, "reference strategy")
+
+
+def available_regularizers() -> list[str]:
+    _ensure_builtins()
+    return sorted(REGULARIZERS)
+
+
+def available_references() -> list[str]:
+    _ensure_builtins()
+    return sorted(REFERENCES)

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import pytest
+
+from harness.config import ConfigError, RunConfig, load_config
+
+
+def test_defaults_yaml_and_overrides(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("seed: 3\ntrain:\n  lr: 0.01\n  epochs: 2\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("base: base.yaml\ntrain:\n  epochs: 5\n")
+    cfg = load_config(child, ["train.batch_size=4", "model.lora_dropout=0.2", "init_from=null"])
+    assert isinstance(cfg, RunConfig)
+    assert (cfg.seed, cfg.train.lr, cfg.train.epochs, cfg.train.batch_size) == (3, 0.01, 5.0, 4)
+    assert cfg.model.lora_dropout == 0.2 and cfg.init_from is None
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.lrr=1", "unknown key 'train.lrr'"),
+        ("train.batch_size=abc", "'train.batch_size' must be an integer"),
+        ("train.lr=-1", "'train.lr' = -1.0 must be > 0"),
+        ("model.preset=gpt", "'model.preset' = 'gpt'"),
+        ("model.image_size=100", "multiple of 28"),
+        ("data.dataset=mimic_cxr", "'data.annotation'"),
+        ("nosection", "must look like key.sub=value"),
+        ("train=3", "'train' must be a mapping"),
+    ],
+)
+def test_bad_values_name_the_key(override, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config(None, [override])
+
+
+def test_missing_and_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1, 2\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config(bad)

@@ -1,0 +1,93 @@
+"""The regularizer registry, none/constant/adaptive, and state round-trips."""
+
+import pytest
+import torch
+
+from regularizers import (
+    Regularizer,
+    available_references,
+    available_regularizers,
+    build_regularizer,
+    register_regularizer,
+)
+from regularizers.adaptive import adaptive_beta_update
+
+
+def test_registry_names():
+    assert available_regularizers() == ["adaptive", "constant", "none", "rer"]
+    assert available_references() == ["ema", "static", "vapr"]
+
+
+def test_unknown_name_and_option_errors():
+    with pytest.raises(ValueError, match="unknown regularizer 'nope'.*available"):
+        build_regularizer("nope")
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['beta_max'\].*beta_base"):
+        build_regularizer("constant", beta_max=0.2)
+
+
+def test_register_requires_subclass_and_unique_name():
+    with pytest.raises(TypeError):
+        register_regularizer("bad")(object)
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register_regularizer("constant")
+        class Other(Regularizer):
+            pass
+
+
+def test_none_and_constant():
+    A = torch.randn(2, 4)
+    none = build_regularizer("none")
+    assert none.needs_reference is False and none.needs_reference_entropy is False
+    assert torch.equal(none.betas(A), torch.zeros(2, 4))
+    const = build_regularizer("constant", beta_base=0.04)
+    assert const.needs_reference is True and const.needs_reference_entropy is False
+    assert torch.equal(const.betas(A, None), torch.full((2, 4), 0.04))
+    with pytest.raises(ValueError):
+        build_regularizer("constant", beta_base=-1.0)
+
+
+def test_adaptive_three_steps_hand_computed():
+    reg = build_regularizer("adaptive", init_beta=0.1, target=0.05, horizon=100)
+    assert reg.needs_reference and not reg.needs_reference_entropy
+    # step 1: KL 0.06 -> e = 0.06/0.05 - 1 = 0.2, n = 10 -> beta = 0.1 * (1 + 0.2*10/100) = 0.102
+    reg.after_step(0.06, 10)
+    assert reg.beta == pytest.approx(0.102)
+    # step 2: KL 0.5 -> e = 9 clipped to 0.2, n = 20 -> 0.102 * 1.04 = 0.10608
+    reg.after_step(0.5, 20)
+    assert reg.beta == pytest.approx(0.10608)
+    # step 3: KL 0.0 -> e = -1 clipped to -0.2, n = 50 -> 0.10608 * 0.9 = 0.095472
+    reg.after_step(0.0, 50)
+    assert reg.beta == pytest.approx(0.095472)
+    assert torch.allclose(reg.betas(torch.zeros(1, 3)), torch.full((1, 3), 0.095472))
+    assert reg.log_stats() == pytest.approx({"kl_coef": 0.095472, "kl_ctl_error": -0.2})
+    # inside the clip: e = 0.045/0.05 - 1 = -0.1 -> 1.0 * (1 - 0.1*10/100)
+    assert adaptive_beta_update(1.0, 0.045, 0.05, 10, 100)[0] == pytest.approx(0.99)
+
+
+def test_adaptive_state_round_trip():
+    reg = build_regularizer("adaptive", init_beta=0.2, target=0.01, horizon=1000)
+    for kl in (0.02, 0.005, 0.03):
+        reg.after_step(kl, 32)
+    state = reg.state_dict()
+    fresh = build_regularizer("adaptive", init_beta=0.2, target=0.01, horizon=1000)
+    assert fresh.beta == 0.2
+    fresh.load_state_dict(state)
+    assert fresh.state_dict() == state and fresh.beta == reg.beta
+    reg.after_step(0.02, 32)
+    fresh.after_step(0.02, 32)
+    assert fresh.beta == reg.beta
+
+
+def test_adaptive_validation():
+    with pytest.raises(ValueError, match="target"):
+        build_regularizer("adaptive", target=0.0)
+    with pytest.raises(ValueError, match="horizon"):
+        build_regularizer("adaptive", horizon=0)
+
+
+def test_stateless_regularizers_round_trip():
+    for name in ("none", "constant", "rer"):
+        reg = build_regularizer(name)
+        reg.load_state_dict(reg.state_dict())
+        assert reg.log_stats() == {}
