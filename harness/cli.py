@@ -2,7 +2,7 @@
 
   regbench data synth --n N --seed S --out DIR
   regbench classifier train [CONFIG.yaml] [key.sub=value ...]
-  regbench train {pretrain,warmup,sft} [CONFIG.yaml] [key.sub=value ...]
+  regbench train {pretrain,warmup,sft,rl} [CONFIG.yaml] [key.sub=value ...]
   regbench eval [CONFIG.yaml] --model DIR [--split test] [key.sub=value ...]
   regbench demo [--out DIR]
 
@@ -74,6 +74,10 @@ def cmd_train(ns) -> int:
         from harness.stages.sft import run_sft
 
         out = run_sft(cfg, progress=progress)
+    elif ns.stage == "rl":
+        from harness.stages.rl import run_rl
+
+        out = run_rl(cfg, progress=progress)
     else:  # pragma: no cover - argparse restricts choices
         raise ConfigError(f"unknown stage {ns.stage}")
     print(f"{ns.stage}: {out}")
@@ -120,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     clf_train.set_defaults(func=cmd_classifier_train)
 
     train = sub.add_parser("train", help="run a training stage")
-    train.add_argument("stage", choices=["pretrain", "warmup", "sft"],
-                       help="pretrain: stage 0 (tiny only); warmup: stage 1; sft: stage 2")
+    train.add_argument("stage", choices=["pretrain", "warmup", "sft", "rl"],
+                       help="pretrain: stage 0 (tiny only); warmup: stage 1; sft: stage 2; rl: stage 3")
     _add_config_args(train)
     train.set_defaults(func=cmd_train)
 

@@ -119,6 +119,70 @@ class PretrainConfig:
 
 
 @dataclass
+class RLConfig:
+    """Stage 3 (REVA-PO Sec. 3.3, Algorithm 1). Defaults: the paper's MIMIC-CXR settings (Supp. D.2) and the
+    official code where the paper is silent (DESIGN.md "RL objective")."""
+
+    # Regularizer (regularizers/): none | constant | adaptive | rer.
+    regularizer: str = "rer"
+    # RER bounds, Eq. 7-9 (MIMIC-CXR 0.05/0.10/0.12; IU-Xray 0.05/0.10/0.15). `constant` uses beta_base.
+    beta_min: float = 0.05
+    beta_base: float = 0.10
+    beta_max: float = 0.12
+    # Adaptive PPO controller (Ziegler et al. 2019): initial beta = beta_base, target KL, horizon.
+    kl_target: float = 0.05
+    kl_horizon: int = 10000
+    # Reference strategy (regularizers/reference/): static | ema | vapr.
+    reference: str = "vapr"
+    ema_rate: float = 0.01
+    ema_period: int = 1
+    # VAPR: reset reference, current and old policies to the best every M epochs (M = 3, Supp. D.2).
+    reset_every_epochs: int = 3
+    # Optional validation every K optimizer steps in addition to each epoch end (None = epoch ends only).
+    val_every_steps: int | None = None
+    # Old policy synced to the current one every N optimizer steps (N = 16, Supp. D.2).
+    old_sync_every: int = 16
+    # Rollouts: G candidates per prompt from the old policy (G 4, T 0.7, top-p 0.9, top-k off).
+    group_size: int = 4
+    prompts_per_step: int = 8
+    temperature: float = 0.7
+    top_p: float = 0.9
+    top_k: int = 0
+    max_new_tokens: int = 160
+    min_new_tokens: int = 80
+    repetition_penalty: float = 1.03
+    # Surrogate (Eq. 3-5): asymmetric clip (DAPO) and the official code's dual clip c = 10.
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    dual_clip: float | None = 10.0
+    # KL estimator per token (k3 = Eq. 6) and loss aggregation (token_mean = Eq. 3).
+    kl_estimator: str = "k3"
+    aggregation: str = "token_mean"
+    # Entropy bonus (0 for MIMIC-CXR, 0.001 for IU-Xray).
+    entropy_coef: float = 0.0
+    # Temperature of the logits used for log-probs/KL/entropy; None = the sampling temperature (official
+    # code); 1.0 = the paper's literal equations.
+    logprob_temperature: float | None = None
+    # Groups whose rewards are all equal: keep (their tokens still count in the denominators and the KL
+    # term, official code) or drop (removed from the loss).
+    zero_std_groups: str = "keep"
+    # Reward (rewards/registry.py).
+    reward: str = "bleu4"
+    # Validation score: paper Eq. 10 (sum(M) + lambda RG) / (|M| + 1), or official mean(M) + lambda RG,
+    # M = BLEU-1..4, METEOR, ROUGE-L. RG from `val_rg_metric` (none requires lambda = 0). The paper uses
+    # lambda = 0.1 with RadGraph F1 (radgraph-xl, partial); the default here is 0 until a clinical metric
+    # backend is configured (experiments/ set it for the paper presets).
+    val_score: str = "paper"
+    val_lambda: float = 0.0
+    val_rg_metric: str = "none"
+    val_max_samples: int | None = None
+    # Write sampled candidates with rewards/advantages/betas to samples.jsonl every k steps (0 = never).
+    samples_every: int = 10
+    # Rows of logits upcast to fp32 at once in token_logprobs / token_entropy.
+    logprob_chunk_rows: int = 4
+
+
+@dataclass
 class GenerationConfig:
     # Evaluation decodes greedily (official code); sampling options are for RL rollouts.
     max_new_tokens: int = 100
@@ -142,6 +206,7 @@ class RunConfig:
     prompt: PromptConfig = field(default_factory=PromptConfig)
     classifier: ClassifierConfigSection = field(default_factory=ClassifierConfigSection)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
 
 
@@ -301,6 +366,30 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
              cfg.train.scheduler, "must be cosine, constant or warmup_constant")
         need(cfg.train.max_steps is None or cfg.train.max_steps > 0, "train.max_steps", cfg.train.max_steps,
              "must be > 0 or null")
+        rl = cfg.rl
+        need(rl.regularizer in ("none", "constant", "adaptive", "rer"), "rl.regularizer", rl.regularizer,
+             "must be none, constant, adaptive or rer")
+        need(rl.reference in ("static", "ema", "vapr"), "rl.reference", rl.reference, "must be static, ema or vapr")
+        need(0 <= rl.beta_min <= rl.beta_base <= rl.beta_max, "rl.beta_min/beta_base/beta_max",
+             (rl.beta_min, rl.beta_base, rl.beta_max), "must satisfy 0 <= beta_min <= beta_base <= beta_max")
+        need(rl.group_size >= 2, "rl.group_size", rl.group_size, "must be >= 2 (advantages are group-relative)")
+        need(rl.prompts_per_step >= 1, "rl.prompts_per_step", rl.prompts_per_step, "must be >= 1")
+        need(rl.old_sync_every >= 1, "rl.old_sync_every", rl.old_sync_every, "must be >= 1")
+        need(rl.reset_every_epochs >= 1, "rl.reset_every_epochs", rl.reset_every_epochs, "must be >= 1")
+        need(0 <= rl.ema_rate <= 1, "rl.ema_rate", rl.ema_rate, "must be in [0, 1]")
+        need(rl.temperature > 0, "rl.temperature", rl.temperature, "must be > 0")
+        need(0 < rl.top_p <= 1, "rl.top_p", rl.top_p, "must be in (0, 1]")
+        need(rl.min_new_tokens <= rl.max_new_tokens, "rl.min_new_tokens", rl.min_new_tokens,
+             "must be <= rl.max_new_tokens")
+        need(rl.kl_estimator in ("k1", "k2", "k3"), "rl.kl_estimator", rl.kl_estimator, "must be k1, k2 or k3")
+        need(rl.aggregation in ("token_mean", "seq_mean_token_mean", "dr_grpo"), "rl.aggregation",
+             rl.aggregation, "must be token_mean, seq_mean_token_mean or dr_grpo")
+        need(rl.zero_std_groups in ("keep", "drop"), "rl.zero_std_groups", rl.zero_std_groups,
+             "must be keep or drop")
+        need(rl.val_score in ("paper", "official"), "rl.val_score", rl.val_score, "must be paper or official")
+        need(rl.val_rg_metric != "none" or rl.val_lambda == 0, "rl.val_lambda", rl.val_lambda,
+             "needs rl.val_rg_metric (entity_f1 or radgraph); with val_rg_metric none set val_lambda=0")
+        need(rl.dual_clip is None or rl.dual_clip > 1, "rl.dual_clip", rl.dual_clip, "must be > 1 or null")
         need(cfg.generation.max_new_tokens > 0, "generation.max_new_tokens", cfg.generation.max_new_tokens,
              "must be > 0")
         need(cfg.generation.min_new_tokens <= cfg.generation.max_new_tokens, "generation.min_new_tokens",

@@ -101,7 +101,7 @@ def _clipped_matches(ids: np.ndarray, text_idx: np.ndarray, n_pairs: int, vocab_
         # An n-gram is real only if its first and last tokens belong to the same text.
         valid = text_idx[:span] == text_idx[order - 1 : order - 1 + span]
         # key = code * 2N + (2 * pair + side): sorting groups equal n-grams of one pair, candidate first.
-        keys = np.sort(codes[valid] * n_texts + text_idx[:span][valid])
+        keys = np.sort((codes * n_texts + text_idx[:span])[valid])
         matches[order - 1] = _count_matches(keys, n_pairs)
     return matches
 
@@ -127,14 +127,14 @@ def _count_matches(sorted_keys: np.ndarray, n_pairs: int) -> np.ndarray:
     is_start = np.empty(len(sorted_keys), dtype=bool)
     is_start[0] = True
     np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=is_start[1:])
-    starts = np.flatnonzero(is_start)
-    uniq = sorted_keys[starts]
-    counts = np.diff(np.append(starts, len(sorted_keys)))
-    # A candidate key (even) matched by the reference key right after it (key + 1) in sorted order.
-    hit = ((uniq[:-1] & 1) == 0) & (uniq[1:] == uniq[:-1] + 1)
-    clipped = np.minimum(counts[:-1], counts[1:])[hit]
-    pair = (uniq[:-1][hit] >> 1) % n_pairs
-    return np.bincount(pair, weights=clipped, minlength=n_pairs).astype(np.int64)
+    bounds = np.append(np.flatnonzero(is_start), len(sorted_keys))  # run j is bounds[j]:bounds[j + 1]
+    uniq = sorted_keys[bounds[:-1]]
+    # A candidate key (even) followed in sorted order by its reference twin (key + 1) is a match.
+    hit = np.flatnonzero(((uniq[:-1] & 1) == 0) & (uniq[1:] == uniq[:-1] + 1))
+    cand_count = bounds[hit + 1] - bounds[hit]
+    ref_count = bounds[hit + 2] - bounds[hit + 1]
+    pair = (uniq[hit] >> 1) % n_pairs
+    return np.bincount(pair, weights=np.minimum(cand_count, ref_count), minlength=n_pairs).astype(np.int64)
 
 
 def _combine(matches: np.ndarray, cand_len: np.ndarray, ref_len: np.ndarray) -> np.ndarray:

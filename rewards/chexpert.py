@@ -56,8 +56,8 @@ Documented decisions on look-alikes and borderline phrasing:
   Pleural Effusion 1; "pleural spaces are clear" is 0 for Pleural Effusion and Pneumothorax.
 - "hydropneumothorax" is both Pleural Effusion and Pneumothorax.
 - "pulmonary vascularity is normal" is Edema 0; "vascular congestion", "congestive heart failure" are Edema.
-- "old healed rib fracture" is Fracture 1 (healed does not negate). "no acute osseous abnormality" labels
-  no observation (supports No Finding only).
+- "old healed rib fracture" is Fracture 1 (healed does not negate). "no acute osseous abnormality" and
+  "the osseous structures are intact / unremarkable" are Fracture 0.
 - Support Devices: tubes, catheters, qualified lines ("picc line", "central venous line", ...; not
   "pleural line", "kerley b lines", "midline"), pacemakers / pacers / icds / defibrillators, leads,
   wires (so "sternotomy wires" is 1), clips, stents, drains, ports, hardware, devices, prosthetic valves,
@@ -141,7 +141,9 @@ _NORMAL_WORDS = (
     r"|normal size|normal sized|not widened|stable and normal|unchanged and normal)"
 )
 
-_HEART = r"(?:heart(?: size)?|cardiac (?:size|silhouette|shadow|contours?)|size of the heart|heart silhouette)"
+_HEART = (
+    r"(?:heart(?: size)?|cardiac (?:size|silhouette|shadow|contours?)|size of the heart|heart silhouette)"
+)
 _MEDIAST = (
     r"(?:mediastinum|mediastinal (?:contours?|silhouettes?|width)|(?:hilar and|hila and) mediastinal contours"
     r"|mediastinal and hilar (?:contours?|silhouettes?|structures))"
@@ -155,12 +157,15 @@ _CARDIOMED = (
 # Phrases that say the study is normal. Used as No Finding evidence and as pseudo cues (their "no" must
 # not negate the rest of the clause).
 _NORMAL_STUDY = (
-    r"no (?:radiographic )?(?:evidence of )?(?:any )?(?:acute|active) (?:cardiopulmonary|intrathoracic|cardiothoracic"
-    r"|pulmonary|chest|thoracic|cardiac or pulmonary|osseous|bony|skeletal|osseus)?\s?(?:process(?:es)?|abnormalit(?:y|ies)"
-    r"|disease|findings?|pathology|changes?|injury|issues?)"
+    r"no (?:radiographic )?(?:evidence of )?(?:any )?(?:acute|active)"
+    r" (?:cardiopulmonary|intrathoracic|cardiothoracic|pulmonary|chest|thoracic|cardiac or pulmonary"
+    r"|osseous|bony|skeletal|osseus)?\s?"
+    r"(?:process(?:es)?|abnormalit(?:y|ies)|disease|findings?|pathology|changes?|injury|issues?)"
     r"|no (?:radiographic )?(?:evidence of )?(?:acute )?cardiopulmonary (?:process|abnormality|disease)"
-    r"|normal (?:chest(?: radiograph| x ray| film| study| examination| exam)?|study|examination|exam|radiograph)"
-    r"|(?:chest|study|exam|examination|radiograph|chest x ray) (?:is |appears )?(?:normal|unremarkable|negative)"
+    r"|normal (?:chest(?: radiograph| x ray| film| study| examination| exam)?|study|examination|exam"
+    r"|radiograph)"
+    r"|(?:chest|study|exam|examination|radiograph|chest x ray) (?:is |appears )?"
+    r"(?:normal|unremarkable|negative)"
     r"|(?:osseous|bony|skeletal) structures (?:are |appear )?(?:\w+ )?(?:intact|unremarkable|normal)"
     r"|no (?:significant )?abnormalit(?:y|ies)"
 )
@@ -176,11 +181,14 @@ _TOPICS: list[tuple[tuple[str, ...], list[tuple[str, tuple[Target, ...]]]]] = [
              r"|cardiac and mediastinal (?:contours?|silhouettes?))", _fixed(NEGATIVE, EC, CM)),
             (_MEDIAST + _COP + _ADV + r" (?:\w+ )?" + _NORMAL_WORDS, _fixed(NEGATIVE, EC)),
             (r"normal (?:mediastinum|mediastinal (?:contours?|silhouettes?|width))", _fixed(NEGATIVE, EC)),
-            (r"(?:cardiomediastinal (?:silhouettes?|contours?)|mediastinum|mediastinal (?:contours?|silhouettes?))"
+            (r"(?:cardiomediastinal (?:silhouettes?|contours?)|mediastinum|mediastinal (?:contours?"
+             r"|silhouettes?))"
              + _COP + r"(?: \w+){0,2}? (?:enlarged|widened|wide|prominent|increased)", _pos(EC)),
-            (r"(?:enlarged|widened|wide|prominent) (?:\w+ )?(?:cardiomediastinal (?:silhouettes?|contours?)|mediastinum"
+            (r"(?:enlarged|widened|wide|prominent) (?:\w+ )?(?:cardiomediastinal (?:silhouettes?|contours?)"
+             r"|mediastinum"
              r"|mediastinal (?:contours?|silhouettes?))", _pos(EC)),
-            (r"(?:widening|enlargement) of the (?:\w+ )?(?:cardiomediastinal (?:silhouettes?|contours?)|mediastinum"
+            (r"(?:widening|enlargement) of the (?:\w+ )?(?:cardiomediastinal (?:silhouettes?|contours?)"
+             r"|mediastinum"
              r"|mediastinal (?:contours?|silhouettes?))", _pos(EC)),
             (r"(?:mediastinal|cardiomediastinal) (?:widening|enlargement)", _pos(EC)),
         ],
@@ -190,13 +198,16 @@ _TOPICS: list[tuple[tuple[str, ...], list[tuple[str, tuple[Target, ...]]]]] = [
         [
             (_HEART + _COP + _ADV + r" (?:borderline|borderline enlarged|borderline in size|mildly prominent"
              r"|prominent|upper normal to mildly enlarged)", _fixed(UNCERTAIN, CM)),
-            (r"borderline (?:heart size|cardiac size|cardiac silhouette|enlarged heart|enlargement of the heart)",
+            (r"borderline (?:heart size|cardiac size|cardiac silhouette|enlarged heart"
+             r"|enlargement of the heart)",
              _fixed(UNCERTAIN, CM)),
             (_HEART + _COP + _ADV + r" " + _NORMAL_WORDS, _fixed(NEGATIVE, CM)),
-            (r"normal (?:sized? )?(?:heart(?: size)?|cardiac (?:size|silhouette|contours?))", _fixed(NEGATIVE, CM)),
+            (r"normal (?:sized? )?(?:heart(?: size)?|cardiac (?:size|silhouette"
+             r"|contours?))", _fixed(NEGATIVE, CM)),
             (r"heart is (?:of )?normal size", _fixed(NEGATIVE, CM)),
             (r"cardiomegaly", _pos(CM)),
-            (r"(?:enlarged|large|enlarging) (?:\w+ )?(?:heart|cardiac silhouette|cardiac shadow|cardiac contours?)",
+            (r"(?:enlarged|large|enlarging) (?:\w+ )?(?:heart|cardiac silhouette|cardiac shadow"
+             r"|cardiac contours?)",
              _pos(CM)),
             (r"(?:enlargement|increase in size) of the (?:\w+ )?(?:heart|cardiac silhouette|cardiac shadow)",
              _pos(CM)),
@@ -213,13 +224,16 @@ _TOPICS: list[tuple[tuple[str, ...], list[tuple[str, tuple[Target, ...]]]]] = [
             (r"(?:pleural )?effusions?", _pos(PE)),
             (r"(?:pleural|layering|loculated) fluid", _pos(PE)),
             (r"fluid (?:collection )?(?:is )?(?:seen )?(?:in|within|along|tracking into) the (?:\w+ ){0,3}?"
-             r"(?:pleural spaces?|costophrenic (?:angles?|sulc[iu]s|recess(?:es)?)|fissures?|pleura)", _pos(PE)),
+             r"(?:pleural spaces?|costophrenic (?:angles?|sulc[iu]s|recess(?:es)?)|fissures?"
+             r"|pleura)", _pos(PE)),
             (r"(?:hydro|hemo|haemo)thora(?:x|ces)", _pos(PE)),
-            (r"(?:costophrenic|cp) angles?" + _COP + _ADV + r" (?:\w+ )?(?:sharp|clear|preserved|normal|well defined)",
+            (r"(?:costophrenic"
+             r"|cp) angles?" + _COP + _ADV + r" (?:\w+ )?(?:sharp|clear|preserved|normal|well defined)",
              _fixed(NEGATIVE, PE)),
             (r"(?:sharp|clear|preserved|normal) (?:costophrenic|cp) angles?", _fixed(NEGATIVE, PE)),
             (r"pleural spaces?" + _COP + _ADV + r" (?:clear|normal|unremarkable)", _fixed(NEGATIVE, PE, PT)),
-            (r"blunting of the (?:\w+ ){0,3}?(?:costophrenic|cp) (?:angles?|sulc[iu]s|recess(?:es)?)", _pos(PE)),
+            (r"blunting of the (?:\w+ ){0,3}?(?:costophrenic|cp) (?:angles?|sulc[iu]s"
+             r"|recess(?:es)?)", _pos(PE)),
             (r"(?:costophrenic|cp) (?:angle |sulcus )?blunting", _pos(PE)),
             (r"blunted (?:\w+ ){0,2}?(?:costophrenic|cp) angles?", _pos(PE)),
             (r"(?:costophrenic|cp) angles?" + _COP + _ADV + r" (?:\w+ )?blunted", _pos(PE)),
@@ -244,7 +258,8 @@ _TOPICS: list[tuple[tuple[str, ...], list[tuple[str, tuple[Target, ...]]]]] = [
     (
         ("clear",),
         [
-            (r"(?:the )?lungs?(?: fields?)? (?:are|is|appear|appears|remain|remains|were)(?: (?!not\b)\w+){0,3}?"
+            (r"(?:the )?lungs?(?: fields?)? (?:are|is|appear|appears|remain|remains"
+             r"|were)(?: (?!not\b)\w+){0,3}?"
              r" clear", _fixed(NEGATIVE, OP, CO, PN, ED, AT)),
             (r"clear lungs?", _fixed(NEGATIVE, OP, CO, PN, ED, AT)),
         ],
@@ -274,7 +289,8 @@ _TOPICS: list[tuple[tuple[str, ...], list[tuple[str, tuple[Target, ...]]]]] = [
          "heart failure", "redistribution"),
         [
             (r"(?:soft tissue|subcutaneous|chest wall|scalp) (?:o?edema)", _NOTHING),
-            (r"(?:pulmonary )?vascul(?:arity|ature)" + _COP + _ADV + r" (?:\w+ )?(?:normal|within normal limits)",
+            (r"(?:pulmonary )?vascul(?:arity"
+             r"|ature)" + _COP + _ADV + r" (?:\w+ )?(?:normal|within normal limits)",
              _fixed(NEGATIVE, ED)),
             (r"normal (?:pulmonary )?vascul(?:arity|ature)", _fixed(NEGATIVE, ED)),
             (r"o?edema(?:tous)?", _pos(ED)),
@@ -305,9 +321,15 @@ _TOPICS: list[tuple[tuple[str, ...], list[tuple[str, tuple[Target, ...]]]]] = [
         ],
     ),
     (
-        ("fractur", "fx"),
+        ("fractur", "fx", "osseous", "bony", "skeletal"),
         [
             (r"fractur(?:e|es|ed)|fx", _pos(FR)),
+            (r"no (?:acute |displaced |focal )*(?:osseous|bony|skeletal) (?:abnormalit(?:y|ies)|injury"
+             r"|injuries"
+             r"|findings?|process|lesions?)|(?:visualized |visible |the )?(?:osseous|bony"
+             r"|skeletal) structures"
+             r"(?: are| appear)?(?: \w+)? (?:intact|unremarkable|normal"
+             r"|within normal limits)", _fixed(NEGATIVE, FR)),
         ],
     ),
     # ---- devices --------------------------------------------------------------------------------------
@@ -320,12 +342,15 @@ _TOPICS: list[tuple[tuple[str, ...], list[tuple[str, tuple[Target, ...]]]]] = [
              r"|junction) lines?|midline", _NOTHING),
             (r"tubes?|catheters?|picc|port ?a ?cath|portacath|mediport|(?:chest |power |venous )?port"
              r"|ett|ngt|dobhoff|tracheostomy|ecmo|pigtail|(?:intra ?aortic )?balloon pump|iabp", _pos(SD)),
-            (r"(?:picc|central|central venous|venous|arterial|swan ganz|ij|jugular|subclavian|femoral|dialysis"
+            (r"(?:picc|central|central venous|venous|arterial|swan ganz|ij|jugular|subclavian|femoral"
+             r"|dialysis"
              r"|hemodialysis|port|pulmonary artery|pa|midline catheter|infusion|iv|support|monitoring) lines?"
              r"|lines? and tubes?|lines? or tubes?", _pos(SD)),
-            (r"pacemakers?|pacers?|icds?|defibrillators?|(?:pacing|pacer|pacemaker|icd|cardiac|transvenous|epicardial"
+            (r"pacemakers?|pacers?|icds?|defibrillators?|(?:pacing|pacer|pacemaker|icd|cardiac|transvenous"
+             r"|epicardial"
              r"|ecg|ekg|monitoring|defibrillator) (?:\w+ )?leads?", _pos(SD)),
-            (r"wires?|clips?|stents?|drains?|hardware|devices?|coils?|shunts?|(?:prosthetic|mechanical) valves?"
+            (r"wires?|clips?|stents?|drains?|hardware|devices?|coils?|shunts?|(?:prosthetic"
+             r"|mechanical) valves?"
              r"|valve (?:replacement|prosthesis)|prosthes[ie]s|arthroplast(?:y|ies)|fixation", _pos(SD)),
         ],
     ),
@@ -365,7 +390,7 @@ _UNC_WORDS = (
 )
 # Cue kinds: (polarity, acts on a later mention, acts on an earlier mention: 0 no, 1 yes, 2 only when no
 # mention follows the cue in its clause, so "opacity likely atelectasis" leaves the opacity certain).
-_NEG, _UNC = 0, 1
+_NEG, _UNC, _EV = 0, 1, 2
 _KINDS = {
     "unc_post": (_UNC, False, 1),
     "neg_post": (_NEG, False, 1),
@@ -373,26 +398,32 @@ _KINDS = {
     "unc_both": (_UNC, True, 2),
     "neg_both": (_NEG, True, 2),
     "unc_pre": (_UNC, True, 0),
+    "unc_ev": (_EV, True, 0),
     "neg_pre": (_NEG, True, 0),
 }
 _CUE_GROUPS: list[tuple[str, str]] = [
     # Phrases with a negation word that negate nothing.
-    ("pseudo", _NORMAL_STUDY + r"|no (?:significant |substantial |appreciable |definite |interval |other )*"
+    ("pseudo", _NORMAL_STUDY + r"|no (?:\w+ ){0,2}?"
      r"(?:change|increase|decrease|progression|worsening|improvement)s?|not (?:significantly )?changed"
      r"|without (?:significant |appreciable |interval )*(?:change|increase|progression)s?"
      r"|partial(?:ly)? resol(?:ved|ution)|not only|no doubt|gram negative"),
     ("unc_post", r"(?:" + _AUX + r")?(?:not|cannot|can not|could not|can t) (?:be )?"
      r"(?:entirely |completely |totally |definitely )?(?:excluded|ruled out)"
      r"|(?:may|might|could) (?:also )?(?:be )?(?:present|seen|there)"),
-    ("neg_post", r"(?:" + _AUX + r")?(?:not|no longer) (?:well |clearly |definitely |convincingly |currently )?"
+    ("neg_post", r"(?:" + _AUX + r")?(?:not|no longer) (?:well |clearly |definitely |convincingly "
+     r"|currently )?"
      + _SEEN + r"|" + _AUX + r"(?:absent|resolved|cleared|removed|withdrawn|gone)"),
     ("unc_sym", r"versus|vs"),
     ("unc_both", r"(?:" + _AUX + r")?" + _UNC_WORDS),
     ("neg_both", r"absent|resolved|removed"),
-    ("unc_pre", r"(?:cannot|can not|could not|can t|difficult to|unable to) (?:entirely |completely |totally )?"
-     r"(?:exclude|rule out)|may|might|could|presumably|suspect|suspicious|suspicion|concerning|concern for"
-     r"|worrisome|suggestive|suggests?|suggesting|question of|borderline|differential(?: diagnosis)?"
-     r"(?: includes?)?|consider|raises the possibility|possibility|rule out|r o|would be"),
+    # Evidential uncertainty cues: uncertain, unless a negation cue governs them ("no findings to
+    # suggest pneumonia", "no opacity concerning for pneumonia" are negative).
+    ("unc_ev", r"suspicious (?:for|of)|suspicion (?:for|of)|concerning for|concern for|worrisome for"
+     r"|suggestive of|suggests?|suggesting|(?:to )?suggest|indicative of|to indicate"),
+    ("unc_pre", r"(?:cannot|can not|could not|can t|difficult to|unable to)"
+     r" (?:entirely |completely |totally )?(?:exclude|rule out)|may|might|could|presumably|suspect"
+     r"|question of|borderline|differential(?: diagnosis)?(?: includes?)?|consider|raises the possibility"
+     r"|possibility|rule out|r o|would be"),
     ("neg_pre", r"no evidence of|no radiographic evidence of|no signs? of|negative for|free of|clear of"
      r"|absence of|removal of|resolution of|interval removal of|no longer|without|no|not|nor|neither|never"
      r"|none|rather than|instead of"),
@@ -458,13 +489,19 @@ class _Cues:
         negated = False
         # Pre-cues ending before the mention ends (cues inside the mention count), nearest first.
         i = bisect_right(self.pre_end, end) - 1
+        evidential = False
         while i >= 0 and self.pre_start[i] >= s_start:
-            if self.pre_pol[i] == _UNC:
+            pol = self.pre_pol[i]
+            if pol == _UNC:
                 return float(UNCERTAIN)
-            if self.pre_start[i] >= w_start:
+            if pol == _EV:
+                evidential = True
+            elif self.pre_start[i] >= w_start:
                 negated = True
                 break
             i -= 1
+        if evidential and not negated:
+            return float(UNCERTAIN)
         # Post-cue: the nearest cue starting after the mention, within the clause.
         j = bisect_left(self.post_start, end)
         if j < len(self.post_start) and self.post_start[j] < s_end:

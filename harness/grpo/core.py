@@ -192,7 +192,7 @@ def token_entropy(
     chunk_size: int | None = DEFAULT_CHUNK_ROWS,
     requires_grad: bool = False,
 ) -> torch.Tensor:
-    """Full-vocabulary entropy ``H_t = -sum_v pi(v) log pi(v)`` per position (REVA-PO Eq. 4's inner sum).
+    """Full-vocabulary entropy ``H_t = -sum_v pi(v) log pi(v)`` per position (inner sum of REVA-PO Eq. 7).
 
     Chunked like :func:`token_logprobs`. Carries no gradient unless ``requires_grad`` (entropy bonus on).
     """
@@ -276,7 +276,7 @@ def _per_token(x: torch.Tensor | float, shape: torch.Size, like: torch.Tensor, w
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The loss (Eq. 3 with Eq. 5-6; entropy bonus of Fig. 1)
+# The loss (Eq. 3 with its surrogate l_{i,t}, k3 KL of Eq. 6, entropy bonus of Fig. 1)
 # ----------------------------------------------------------------------------------------------------------
 def policy_loss(
     logp: torch.Tensor,
@@ -331,7 +331,7 @@ def policy_loss(
     beta_tok = _per_token(beta_rows, shape, logp, "beta")
     mask_f = mask.to(logp.dtype)
 
-    # Clipped surrogate (Eq. 5). The old policy's log-probs carry no gradient.
+    # Clipped surrogate l_{i,t} of Eq. 3. The old policy's log-probs carry no gradient.
     log_ratio = torch.clamp(logp - logp_old.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     loss_unclipped = -adv * ratio

@@ -1,0 +1,169 @@
+"""Loaders for R2Gen-format annotation files (IU-Xray, MIMIC-CXR, the phantom set) and their images.
+
+``annotation.json`` is ``{"train" | "val" | "test": [{"id", "report", "image_path": [...]}, ...]}``.
+REVA-PO's ``annotation_with_categories.json`` adds ``categories`` (positive CheXpert observations); the
+phantom set adds ``labels`` (14 CheXpert values). Image paths are relative to ``image_dir``, which defaults
+to ``<annotation folder>/images`` for the real data sets (R2Gen's layout) and to the annotation folder for
+the phantom set (whose paths start with ``images/``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
+from harness.data.cleaning import clean_report
+
+DATASETS: tuple[str, ...] = ("iu_xray", "mimic_cxr", "phantom")
+_CLEANING_STYLE = {"iu_xray": "iu_xray", "mimic_cxr": "mimic_cxr", "phantom": "iu_xray"}
+_VIEWS = {"iu_xray": 2, "mimic_cxr": 1, "phantom": 1}  # views used per study
+_OBSERVATION_BY_NAME = {name.lower(): name for name in OBSERVATIONS}
+
+
+@dataclass
+class Sample:
+    id: str
+    report: str  # cleaned
+    image_paths: list[Path]
+    labels: np.ndarray | None = None  # float [14]: 1, 0, -1, nan for not mentioned
+    categories: list[str] | None = None  # positive observation names, in OBSERVATIONS order
+
+
+def load_annotation(
+    path: str | Path,
+    dataset: str,
+    image_dir: str | Path | None = None,
+    splits: Sequence[str] = ("train", "val", "test"),
+    check_images: bool = True,
+) -> dict[str, list[Sample]]:
+    """Read an annotation file into cleaned samples per split.
+
+    IU-Xray studies need two views (the first two are used); MIMIC-CXR and the phantom set use the first.
+    Raises FileNotFoundError or ValueError naming the file (and the item id) on any bad input.
+    """
+    path = Path(path)
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r} for {path}; expected one of {DATASETS}")
+    if not path.is_file():
+        raise FileNotFoundError(f"annotation file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected an object of splits, got {type(data).__name__}")
+    if image_dir is None:
+        image_dir = path.parent if dataset == "phantom" else path.parent / "images"
+    image_dir = Path(image_dir)
+    out: dict[str, list[Sample]] = {}
+    for split in splits:
+        if split not in data:
+            raise ValueError(f"{path}: split {split!r} requested but the file has {sorted(data)}")
+        items = data[split]
+        if not isinstance(items, list):
+            raise ValueError(f"{path}: split {split!r} must be a list of items")
+        out[split] = [_parse_item(item, path, dataset, image_dir, check_images) for item in items]
+    return out
+
+
+def _parse_item(item: object, path: Path, dataset: str, image_dir: Path, check_images: bool) -> Sample:
+    if not isinstance(item, dict):
+        raise ValueError(f"{path}: every item must be an object, got {type(item).__name__}")
+    item_id = item.get("id")
+    if item_id is None:
+        raise ValueError(f"{path}: an item has no 'id' field (report starts {str(item.get('report'))[:40]!r})")
+    where = f"{path}: item {item_id!r}"
+    for key in ("report", "image_path"):
+        if key not in item:
+            raise ValueError(f"{where}: missing field {key!r}")
+    if not isinstance(item["report"], str):
+        raise ValueError(f"{where}: field 'report' must be a string")
+    report = clean_report(item["report"], _CLEANING_STYLE[dataset])
+    if not report:
+        raise ValueError(f"{where}: report is empty after cleaning")
+    views = item["image_path"]
+    if isinstance(views, str):
+        views = [views]
+    if not isinstance(views, list) or not all(isinstance(v, str) for v in views):
+        raise ValueError(f"{where}: field 'image_path' must be a list of paths")
+    needed = _VIEWS[dataset]
+    if len(views) < needed:
+        raise ValueError(f"{where}: {dataset} needs {needed} image path(s), got {len(views)}")
+    image_paths = [image_dir / v for v in views[:needed]]
+    if check_images:
+        for image_path in image_paths:
+            if not image_path.is_file():
+                raise FileNotFoundError(f"{where}: image file not found: {image_path}")
+    labels = _parse_labels(item["labels"], where) if item.get("labels") is not None else None
+    categories = _parse_categories(item["categories"], where) if item.get("categories") is not None else None
+    return Sample(str(item_id), report, image_paths, labels, categories)
+
+
+def _parse_labels(values: object, where: str) -> np.ndarray:
+    if not isinstance(values, list) or len(values) != NUM_OBSERVATIONS:
+        raise ValueError(f"{where}: 'labels' must be a list of {NUM_OBSERVATIONS} values")
+    out = np.full(NUM_OBSERVATIONS, np.nan)
+    for index, value in enumerate(values):
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        if value not in (1, 0, -1) or isinstance(value, bool):
+            raise ValueError(f"{where}: 'labels' value {value!r} for {OBSERVATIONS[index]!r} is not 1, 0, -1 or null")
+        out[index] = float(value)
+    return out
+
+
+def _parse_categories(values: object, where: str) -> list[str]:
+    """A list of observation names (any case) or a 14-vector of 0/1 -> names in OBSERVATIONS order."""
+    if not isinstance(values, list):
+        raise ValueError(f"{where}: 'categories' must be a list")
+    if len(values) == NUM_OBSERVATIONS and all(isinstance(v, int | float) and not isinstance(v, str) for v in values):
+        if any(v not in (0, 1) for v in values):
+            raise ValueError(f"{where}: 'categories' as a vector must hold only 0 and 1")
+        return [name for name, flag in zip(OBSERVATIONS, values, strict=True) if flag]
+    names = set()
+    for value in values:
+        name = _OBSERVATION_BY_NAME.get(str(value).strip().lower()) if isinstance(value, str) else None
+        if name is None:
+            raise ValueError(f"{where}: unknown category {value!r}; expected one of {OBSERVATIONS}")
+        names.add(name)
+    return [name for name in OBSERVATIONS if name in names]
+
+
+def load_image(path: str | Path, size: int) -> Image.Image:
+    """Open an image as RGB, pad it to a square with black (centred), resize it to size x size (bicubic)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image file not found: {path}")
+    with Image.open(path) as raw:
+        image = _to_rgb(raw)
+    width, height = image.size
+    side = max(width, height)
+    if width != height:
+        square = Image.new("RGB", (side, side), (0, 0, 0))
+        square.paste(image, ((side - width) // 2, (side - height) // 2))
+        image = square
+    if side != size:
+        image = image.resize((size, size), Image.Resampling.BICUBIC)
+    return image
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    # 16-bit grayscale (some DICOM exports) would clip under a plain convert: rescale to 8 bits first.
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+        values = np.asarray(image, dtype=np.float64)
+        low, high = float(values.min()), float(values.max())
+        scaled = (values - low) / (high - low) * 255.0 if high > low else np.zeros_like(values)
+        image = Image.fromarray(np.round(scaled).astype(np.uint8), mode="L")
+    return image.convert("RGB")
+
+
+def load_views(sample: Sample, size: int) -> list[Image.Image]:
+    """All views of a sample, each padded and resized to size x size."""
+    return [load_image(p, size) for p in sample.image_paths]

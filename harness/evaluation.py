@@ -1,0 +1,270 @@
+"""Evaluation metrics: NLG scores (pycocoevalcap) and clinical-efficacy (CE) scores over CheXpert labels.
+
+NLG (`nlg_scores`): BLEU-1..4 (corpus BLEU, "closest" reference length), METEOR 1.5, ROUGE-L and CIDEr,
+computed by pycocoevalcap's own scorers on normalised text, so the numbers equal pycocoevalcap's on
+the normalised inputs. Normalisation (`normalize_report`):
+- every `|||` becomes a space: it is METEOR's field separator and would desynchronise its stdin/stdout pipe;
+- all whitespace runs (newlines, tabs, Unicode spaces) collapse to one space, ends stripped: METEOR reads one
+  line per segment, and ROUGE-L splits on single spaces;
+- an empty (or all-whitespace) text stays empty. Every scorer accepts it: an empty hypothesis scores 0 on
+  every metric; an empty hypothesis against an empty reference gets ROUGE-L 1 (pycocoevalcap's own rule).
+  One exception to pycocoevalcap: when *every* reference is empty, pycocoevalcap's CIDEr raises on its empty
+  document-frequency table; we report CIDEr 0.0 there.
+
+METEOR runs one Java process per Python process (created lazily, reused, closed at exit). Calls are
+serialised by a lock; if the process dies or a reply cannot be parsed, it is replaced and the call retried
+once. A forked child never touches its parent's JVM: it starts its own.
+
+CE (`ce_scores`): positive = label value 1; 0 (negative), -1 (uncertain) and NaN (not mentioned) count as
+not positive, as in the R2Gen / PromptMRG CE protocol. Every ratio with a zero denominator is 0, which is
+that protocol's convention too (it divides by `x + 1e-6`; we divide exactly, so our values differ from it by
+under 1e-6 relative). In particular a sample with no positive label in either the reference or the
+hypothesis has example-based precision = recall = F1 = 0, and a label with no positives anywhere has
+macro precision = recall = F1 = 0.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
+
+NLG_METRICS: tuple[str, ...] = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
+NLG_KEYS: tuple[str, ...] = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "CIDEr")
+_METEOR_SEPARATOR = "|||"
+
+
+# --------------------------------------------------------------------------------------------------- NLG
+
+
+def normalize_report(text: str) -> str:
+    """Text as the NLG scorers see it: no `|||`, whitespace collapsed to single spaces, stripped."""
+    if not isinstance(text, str):
+        raise TypeError(f"reports must be strings, got {type(text).__name__}")
+    return " ".join(text.replace(_METEOR_SEPARATOR, " ").split())
+
+
+def nlg_scores(
+    refs: Mapping[str, str], hyps: Mapping[str, str], metrics: Iterable[str] | None = None
+) -> dict[str, float]:
+    """Corpus NLG scores of `hyps` against `refs` (one reference per id).
+
+    `metrics` is a subset of {"BLEU", "METEOR", "ROUGE_L", "CIDEr"} (None = all). Returns the keys of the
+    chosen metrics among BLEU_1..BLEU_4, METEOR, ROUGE_L, CIDEr, as floats.
+    """
+    chosen = _check_metrics(metrics)
+    gts, res = _prepare(refs, hyps)
+    scores: dict[str, float] = {}
+    if "BLEU" in chosen:
+        scores.update(_bleu(gts, res))
+    if "METEOR" in chosen:
+        scores["METEOR"] = _METEOR.score(gts, res)
+    if "ROUGE_L" in chosen:
+        scores["ROUGE_L"] = _rouge(gts, res)
+    if "CIDEr" in chosen:
+        scores["CIDEr"] = _cider(gts, res)
+    return scores
+
+
+def _check_metrics(metrics: Iterable[str] | None) -> tuple[str, ...]:
+    if metrics is None:
+        return NLG_METRICS
+    chosen = tuple(metrics) if not isinstance(metrics, str) else (metrics,)
+    unknown = sorted(set(chosen) - set(NLG_METRICS))
+    if unknown:
+        raise ValueError(f"unknown NLG metric(s) {unknown}; choose from {list(NLG_METRICS)}")
+    if not chosen:
+        raise ValueError("metrics is empty; pass None for all metrics")
+    return chosen
+
+
+def _prepare(refs: Mapping[str, str], hyps: Mapping[str, str]) -> tuple[dict, dict]:
+    """pycocoevalcap's input format ({id: [text]}), normalised, in the order of `refs`."""
+    if set(refs) != set(hyps):
+        only_refs = sorted(map(str, set(refs) - set(hyps)))[:5]
+        only_hyps = sorted(map(str, set(hyps) - set(refs)))[:5]
+        raise ValueError(
+            "refs and hyps must have the same ids; "
+            f"only in refs (first 5): {only_refs}, only in hyps (first 5): {only_hyps}"
+        )
+    if not refs:
+        raise ValueError("nlg_scores needs at least one (reference, hypothesis) pair")
+    gts = {key: [normalize_report(refs[key])] for key in refs}
+    res = {key: [normalize_report(hyps[key])] for key in refs}
+    return gts, res
+
+
+def _bleu(gts: dict, res: dict) -> dict[str, float]:
+    from pycocoevalcap.bleu.bleu import Bleu
+
+    # Bleu(4).compute_score uses the "closest" reference length; verbose=0 only silences its prints.
+    score, _ = Bleu(4).compute_score(gts, res, verbose=0)
+    return {f"BLEU_{n}": float(value) for n, value in enumerate(score, start=1)}
+
+
+def _rouge(gts: dict, res: dict) -> float:
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    score, _ = Rouge().compute_score(gts, res)
+    return float(score)
+
+
+def _cider(gts: dict, res: dict) -> float:
+    from pycocoevalcap.cider.cider import Cider
+
+    if not any(text.split() for texts in gts.values() for text in texts):
+        return 0.0  # pycocoevalcap raises here (empty document frequencies); see the module docstring
+    score, _ = Cider().compute_score(gts, res)
+    return float(score)
+
+
+class _MeteorService:
+    """The process's single pycocoevalcap `Meteor` (one JVM), made safe to call many times.
+
+    pycocoevalcap's Meteor takes its own lock around each call and never releases it if the call raises
+    (a dead JVM, an unparsable reply), after which every call, and its `__del__`, would block forever. We
+    serialise calls with our own lock, and on any failure release its lock, kill the JVM and retry once
+    with a fresh one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scorer = None
+        self._owner_pid: int | None = None
+        self._atexit_registered = False
+
+    def scorer(self):
+        """The live Meteor scorer of this process, started on first use."""
+        with self._lock:
+            return self._get()
+
+    def score(self, gts: dict, res: dict) -> float:
+        with self._lock:
+            for attempt in range(2):
+                scorer = self._get()
+                try:
+                    score, _ = scorer.compute_score(gts, res)
+                    return float(score)
+                except (OSError, ValueError) as error:  # broken pipe, dead JVM, unparsable reply
+                    self._discard()
+                    if attempt == 1:
+                        raise RuntimeError(f"METEOR failed twice: {error!r}") from error
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            self._discard()
+
+    def _get(self):
+        if self._scorer is not None and self._owner_pid != os.getpid():
+            # Forked child: the JVM and its pipes belong to the parent. Keep the inherited object alive
+            # so that its __del__ (which kills the JVM) never runs here, and start our own.
+            _INHERITED_SCORERS.append(self._scorer)
+            self._scorer, self._owner_pid = None, None
+        if self._scorer is None:
+            from pycocoevalcap.meteor.meteor import Meteor
+
+            self._scorer, self._owner_pid = Meteor(), os.getpid()
+            if not self._atexit_registered:
+                atexit.register(self.close)
+                self._atexit_registered = True
+        return self._scorer
+
+    def _discard(self) -> None:
+        scorer, self._scorer = self._scorer, None
+        if scorer is None:
+            return
+        if self._owner_pid != os.getpid():
+            _INHERITED_SCORERS.append(scorer)  # the parent's JVM: not ours to stop
+            return
+        if scorer.lock.locked():
+            scorer.lock.release()  # left held by a failed call; its __del__ would deadlock otherwise
+        process = scorer.meteor_p
+        for action in (process.stdin.close, process.kill, process.wait):
+            try:
+                action()
+            except OSError:
+                pass
+
+
+_INHERITED_SCORERS: list = []
+_METEOR = _MeteorService()
+
+
+def meteor_scorer():
+    """The pycocoevalcap Meteor instance this process reuses (for tests and diagnostics)."""
+    return _METEOR.scorer()
+
+
+# ---------------------------------------------------------------------------------------------------- CE
+
+
+def ce_scores(hyp_labels: np.ndarray, ref_labels: np.ndarray) -> dict:
+    """Clinical-efficacy precision/recall/F1 of predicted labels against reference labels, both [N, 14].
+
+    Returns `ce_{micro,macro,example}_{precision,recall,f1}`, `ce_num_examples` and
+    `per_label: {observation: {precision, recall, f1, support}}` (support = reference positives).
+    """
+    hyp = _binarize(hyp_labels, "hyp_labels")
+    ref = _binarize(ref_labels, "ref_labels")
+    if hyp.shape != ref.shape:
+        raise ValueError(f"hyp_labels {hyp.shape} and ref_labels {ref.shape} must have the same shape")
+    tp = (hyp & ref).astype(np.int64)
+    fp = (hyp & ~ref).astype(np.int64)
+    fn = (~hyp & ref).astype(np.int64)
+
+    scores: dict = {}
+    scores.update(_prf("micro", *(np.array([x.sum()]) for x in (tp, fp, fn))))
+    per_label = _prf_arrays(tp.sum(0), fp.sum(0), fn.sum(0))
+    scores.update({f"ce_macro_{name}": float(values.mean()) for name, values in per_label.items()})
+    scores.update(_prf("example", tp.sum(1), fp.sum(1), fn.sum(1)))
+    scores["ce_num_examples"] = int(hyp.shape[0])
+    support = ref.sum(0)
+    scores["per_label"] = {
+        name: {
+            "precision": float(per_label["precision"][i]),
+            "recall": float(per_label["recall"][i]),
+            "f1": float(per_label["f1"][i]),
+            "support": int(support[i]),
+        }
+        for i, name in enumerate(OBSERVATIONS)
+    }
+    return scores
+
+
+def _binarize(labels: np.ndarray, name: str) -> np.ndarray:
+    """Boolean positives; NaN, 0 and -1 are all 'not positive'."""
+    array = np.asarray(labels, dtype=np.float64)
+    if array.ndim != 2 or array.shape[1] != NUM_OBSERVATIONS:
+        raise ValueError(f"{name} must have shape [N, {NUM_OBSERVATIONS}], got {tuple(array.shape)}")
+    if array.shape[0] == 0:
+        raise ValueError(f"{name} has no samples")
+    return array == 1.0  # NaN == 1 is False
+
+
+def _prf(prefix: str, tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> dict[str, float]:
+    """Mean over rows of precision/recall/F1 (one row for micro, one per sample for example-based)."""
+    values = _prf_arrays(tp, fp, fn)
+    return {f"ce_{prefix}_{name}": float(v.mean()) for name, v in values.items()}
+
+
+def _prf_arrays(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> dict[str, np.ndarray]:
+    return {
+        "precision": _safe_ratio(tp, tp + fp),
+        "recall": _safe_ratio(tp, tp + fn),
+        "f1": _safe_ratio(2 * tp, 2 * tp + fp + fn),
+    }
+
+
+def _safe_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """Elementwise numerator / denominator with 0 / 0 = 0."""
+    numerator = np.asarray(numerator, dtype=np.float64)
+    denominator = np.asarray(denominator, dtype=np.float64)
+    out = np.zeros_like(numerator)
+    np.divide(numerator, denominator, out=out, where=denominator > 0)
+    return out

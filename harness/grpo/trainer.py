@@ -1,0 +1,259 @@
+"""The GRPO / REVA-PO loop (Algorithm 1). It only orchestrates: the math is in harness.grpo.core and
+regularizers/, the policies are snapshots in harness.snapshots.
+
+Per optimizer step:
+  1. take B prompts; sample G candidates each from the OLD policy (swapped in);
+  2. score them with the reward; A = group-normalised rewards (Eq. 2);
+  3. log-probs of the candidates under OLD and, if the regularizer needs it, REFERENCE (+ its entropy for RER),
+     both without grad, through the same logits path as the current policy;
+  4. beta[B, G] from the regularizer; loss from policy_loss (Eq. 3-6); one AdamW step on the current policy;
+  5. regularizer.after_step (adaptive controller), reference.after_step (EMA), old <- current every N steps.
+After every epoch (and every K steps if asked) the current policy decodes the validation prompts greedily;
+the score (Eq. 10) goes to the reference strategy, which may reset (VAPR). Dropout is off in every forward
+pass of the loop, so the ratio is exactly 1 when current = old.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from harness.config import RLConfig, TrainConfig
+from harness.grpo.core import group_advantages, policy_loss, response_mean, token_entropy, token_logprobs
+from harness.grpo.rollout import Rollout, response_logits, sample_rollout
+from harness.grpo.validation import validation_score
+from harness.records import RunDir
+from harness.snapshots import SnapshotStore
+from harness.stages.lm_train import epoch_order, make_scheduler
+from regularizers import build_reference, build_regularizer
+from rewards.registry import compute_reward
+
+
+@dataclass
+class PromptSet:
+    ids: list[str]
+    images: list  # per sample: list of PIL views
+    instructions: list[str]
+    references: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def build_regularizer_from(rl: RLConfig):
+    name = rl.regularizer
+    if name == "none":
+        return build_regularizer("none")
+    if name == "constant":
+        return build_regularizer("constant", beta_base=rl.beta_base)
+    if name == "adaptive":
+        return build_regularizer("adaptive", init_beta=rl.beta_base, target=rl.kl_target, horizon=rl.kl_horizon)
+    return build_regularizer("rer", beta_min=rl.beta_min, beta_base=rl.beta_base, beta_max=rl.beta_max)
+
+
+def build_reference_from(rl: RLConfig):
+    if rl.reference == "ema":
+        return build_reference("ema", rate=rl.ema_rate, period=rl.ema_period)
+    if rl.reference == "vapr":
+        return build_reference("vapr", reset_every_epochs=rl.reset_every_epochs, val_every_steps=rl.val_every_steps)
+    return build_reference("static")
+
+
+class GRPOTrainer:
+    def __init__(self, model, processor, rl: RLConfig, train_cfg: TrainConfig, run: RunDir, train: PromptSet,
+                 val: PromptSet | None, *, seed: int, validate: Callable[[object], dict] | None = None,
+                 progress: bool = True):
+        self.model, self.processor, self.rl, self.tcfg, self.run = model, processor, rl, train_cfg, run
+        self.train_set, self.val_set, self.seed, self.progress = train, val, seed, progress
+        self.validate_fn = validate
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("no trainable parameters: call set_trainable(model, 'rl') first")
+        self.store = SnapshotStore(model)
+        self.regularizer = build_regularizer_from(rl)
+        self.reference = build_reference_from(rl)
+        if rl.regularizer == "none" and rl.reference != "static":
+            print(f"[rl] note: regularizer 'none' with reference '{rl.reference}': the reference is unused")
+        self.steps_per_epoch = math.ceil(len(train) / rl.prompts_per_step)
+        total = math.ceil(train_cfg.epochs * self.steps_per_epoch)
+        self.total_steps = min(total, train_cfg.max_steps) if train_cfg.max_steps else total
+        self.optimizer = torch.optim.AdamW(self.params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+        self.scheduler = make_scheduler(self.optimizer, train_cfg, self.total_steps)
+        self.step = 0
+        self.lp_temp = rl.logprob_temperature if rl.logprob_temperature is not None else rl.temperature
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    @property
+    def ckpt_path(self) -> Path:
+        return self.run.path / "checkpoint" / "rl_state.pt"
+
+    def save_checkpoint(self) -> None:
+        path = self.ckpt_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {"step": self.step, "live": {n: p.detach().cpu() for n, p in
+                                             zip(self.store.param_names(), self.store.parameters(), strict=True)},
+                 "store": self.store.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "regularizer": self.regularizer.state_dict(),
+                 "reference": self.reference.state_dict()}
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        tmp.replace(path)
+
+    def try_resume(self) -> bool:
+        if not self.ckpt_path.is_file():
+            return False
+        state = torch.load(self.ckpt_path, map_location="cpu", weights_only=False)
+        with torch.no_grad():
+            for n, p in zip(self.store.param_names(), self.store.parameters(), strict=True):
+                p.copy_(state["live"][n])
+        self.store.load_state_dict(state["store"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.regularizer.load_state_dict(state["regularizer"])
+        self.reference.load_state_dict(state["reference"])
+        self.step = int(state["step"])
+        self.run.truncate_logs_after(self.step)
+        return True
+
+    # -- pieces of one step -----------------------------------------------------------------------------
+    def _batch_indices(self, step: int) -> list[int]:
+        epoch, pos = divmod(step, self.steps_per_epoch)
+        order = epoch_order(len(self.train_set), self.seed, epoch)
+        B = self.rl.prompts_per_step
+        return order[pos * B:(pos + 1) * B]
+
+    def _rollout(self, idx: list[int]) -> Rollout:
+        rl = self.rl
+        # One seed per step: a resumed run samples exactly what an uninterrupted one would.
+        torch.manual_seed(self.seed * 1_000_003 + self.step)
+        with self.store.use("old"):
+            return sample_rollout(self.model, self.processor, [self.train_set.images[i] for i in idx],
+                                  [self.train_set.instructions[i] for i in idx], group_size=rl.group_size,
+                                  temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k,
+                                  max_new_tokens=rl.max_new_tokens, min_new_tokens=rl.min_new_tokens,
+                                  repetition_penalty=rl.repetition_penalty)
+
+    @torch.no_grad()
+    def _frozen_logprobs(self, name: str, ro: Rollout, want_entropy: bool):
+        with self.store.use(name):
+            logits = response_logits(self.model, ro)
+            tokens = ro.responses
+            logp = token_logprobs(logits, tokens, self.lp_temp, self.rl.logprob_chunk_rows)
+            ent = token_entropy(logits, self.lp_temp, self.rl.logprob_chunk_rows) if want_entropy else None
+        return logp, ent
+
+    def train_step(self) -> dict:
+        rl, B, G = self.rl, None, self.rl.group_size
+        t0 = time.time()
+        idx = self._batch_indices(self.step)
+        B = len(idx)
+        self.model.eval()  # dropout off everywhere in the loop (see module docstring)
+        ro = self._rollout(idx)
+        refs = [self.train_set.references[i] for i in idx for _ in range(G)]
+        rewards = torch.tensor(compute_reward(rl.reward, ro.texts, refs), dtype=torch.float32).view(B, G)
+        adv = group_advantages(rewards)
+        zero_std = (rewards.max(dim=1).values == rewards.min(dim=1).values)
+        mask = ro.response_mask.float()
+        if rl.zero_std_groups == "drop":
+            mask = mask * (~zero_std).repeat_interleave(G).float().unsqueeze(1)
+        logp_old, _ = self._frozen_logprobs("old", ro, False)
+        logp_ref, h_ref_tok = None, None
+        if self.regularizer.needs_reference:
+            logp_ref, h_ref_tok = self._frozen_logprobs("ref", ro, self.regularizer.needs_reference_entropy)
+        h_ref = response_mean(h_ref_tok, ro.response_mask.float()).view(B, G) if h_ref_tok is not None else None
+        beta = self.regularizer.betas(adv, h_ref).reshape(-1)
+        want_ent = rl.entropy_coef != 0
+        logits = response_logits(self.model, ro)
+        logp = token_logprobs(logits, ro.responses, self.lp_temp, rl.logprob_chunk_rows)
+        ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_rows, requires_grad=want_ent)
+        loss, stats = policy_loss(logp, logp_old, logp_ref, adv.reshape(-1), beta, mask, eps_low=rl.eps_low,
+                                  eps_high=rl.eps_high, dual_clip=rl.dual_clip, kl_estimator=rl.kl_estimator,
+                                  aggregation=rl.aggregation, entropy=ent, entropy_coef=rl.entropy_coef)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"RL loss is {float(loss)} at step {self.step}")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.tcfg.grad_clip) if self.tcfg.grad_clip > 0 else None
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        self.regularizer.after_step(stats["kl_mean"], B * G)
+        events = dict(self.reference.after_step(self.store, self.step) or {})
+        if self.step % rl.old_sync_every == 0:
+            self.store.capture("old")
+            events["old_synced"] = True
+        row = {
+            "step": self.step, "epoch": self.step / self.steps_per_epoch,
+            "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
+            "reward_min": float(rewards.min()), "reward_max": float(rewards.max()),
+            "frac_reward_zero_std": float(zero_std.float().mean()),
+            "ref_entropy_mean": float(response_mean(h_ref_tok, ro.response_mask.float()).mean())
+            if h_ref_tok is not None else None,
+            "response_length": float(ro.lengths.float().mean()), "lr": lr,
+            "grad_norm": float(gnorm) if gnorm is not None else None, "step_time": time.time() - t0,
+            **stats, **self.regularizer.log_stats(), **self.reference.log_stats(), **events,
+        }
+        self.run.log_step(row)
+        if rl.samples_every and self.step % rl.samples_every == 0:
+            self.run.log_samples({
+                "step": self.step, "ids": [self.train_set.ids[i] for i in idx],
+                "candidates": ro.texts, "rewards": rewards.tolist(), "advantages": adv.tolist(),
+                "betas": beta.view(B, G).tolist(),
+            })
+        return row
+
+    # -- validation -------------------------------------------------------------------------------------
+    def validate(self, epoch: int, end_of_epoch: bool) -> dict:
+        if self.validate_fn is None:
+            return {}
+        scores = self.validate_fn(self.model)
+        score = validation_score(scores, self.rl.val_score, self.rl.val_lambda, scores.get("rg"))
+        event = self.reference.after_validation(self.store, self.optimizer, score, epoch, self.step,
+                                                end_of_epoch=end_of_epoch)
+        row = {"step": self.step, "epoch": epoch, "split": "val", "val_score": score, "end_of_epoch": end_of_epoch,
+               **scores, **(event or {})}
+        self.run.log_eval(row)
+        return row
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def train(self) -> dict:
+        resumed = self.try_resume()
+        if not resumed:
+            self.reference.on_start(self.store)
+            if "old" not in self.store:
+                self.store.capture("old")
+            self.validate(epoch=0, end_of_epoch=True)  # the starting policy is the first "best"
+        val_every = self.rl.val_every_steps
+        bar = tqdm(total=self.total_steps, initial=self.step, desc="stage 3 RL", disable=not self.progress,
+                   leave=False)
+        t_start = time.time()
+        last = {}
+        while self.step < self.total_steps:
+            last = self.train_step()
+            bar.update(1)
+            bar.set_postfix(reward=f"{last['reward_mean']:.3f}", kl=f"{last['kl_mean']:.4f}")
+            end_of_epoch = self.step % self.steps_per_epoch == 0
+            if end_of_epoch:
+                self.validate(self.step // self.steps_per_epoch, True)
+            elif val_every and self.step % val_every == 0:
+                self.validate(self.step // self.steps_per_epoch, False)
+            if self.tcfg.checkpoint_every and self.step % self.tcfg.checkpoint_every == 0:
+                self.save_checkpoint()
+        bar.close()
+        if self.step % self.steps_per_epoch != 0 and self.validate_fn is not None:
+            # a run cut by max_steps still ends with a validation line
+            self.validate(math.ceil(self.step / self.steps_per_epoch), False)
+        self.save_checkpoint()
+        steps = self.run.steps()
+        rewards = [s["reward_mean"] for s in steps]
+        return {"steps": self.step, "wall_time_s": time.time() - t_start,
+                "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
+                "reward_mean_last_10": float(np.mean(rewards[-10:])) if rewards else None}

@@ -1,0 +1,29 @@
+"""Validation score that picks the best policy for VAPR (REVA-PO Eq. 10 and the official code's variant)."""
+
+from __future__ import annotations
+
+import math
+
+NLG_KEYS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")
+
+
+def validation_score(scores: dict, mode: str = "paper", lam: float = 0.1, rg: float | None = None) -> float:
+    """paper (Eq. 10): (sum_m m + lambda RG) / (|M| + 1); official: mean(M) + lambda RG.
+
+    M = BLEU-1..4, METEOR, ROUGE-L. `rg` is the clinical term (RadGraph F1 or the offline entity F1); it must
+    be given when lambda != 0.
+    """
+    missing = [k for k in NLG_KEYS if k not in scores]
+    if missing:
+        raise ValueError(f"validation scores lack {', '.join(missing)}")
+    if lam != 0 and rg is None:
+        raise ValueError("lambda != 0 needs the clinical term RG")
+    m = [float(scores[k]) for k in NLG_KEYS]
+    term = lam * (rg or 0.0)
+    if mode == "paper":
+        value = (sum(m) + term) / (len(m) + 1)
+    elif mode == "official":
+        value = sum(m) / len(m) + term
+    else:
+        raise ValueError(f"val_score must be 'paper' or 'official', got {mode!r}")
+    return value if math.isfinite(value) else float("nan")
