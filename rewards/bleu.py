@@ -74,9 +74,7 @@ def _tokenize_pairs(
     total = int(lengths.sum())
     # A defaultdict backed by a counter assigns dense ids in C, without a Python-level loop.
     vocab: defaultdict[str, int] = defaultdict(itertools.count().__next__)
-    ids = np.fromiter(
-        map(vocab.__getitem__, itertools.chain.from_iterable(token_lists)), dtype=np.int64, count=total
-    )
+    ids = np.fromiter(map(vocab.__getitem__, itertools.chain.from_iterable(token_lists)), dtype=np.int64, count=total)
     text_idx = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
     return ids, text_idx, lengths, max(len(vocab), 1)
 

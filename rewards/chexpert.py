@@ -15,19 +15,26 @@ The phrase lists and rules below are this project's own. How a report is labeled
    the first alternative, so look-alikes listed first swallow their text ("pericardial effusion" is not a
    pleural effusion). A topic's regex only runs when one of its trigger substrings is in the report.
 3. Cues. One regex finds, in one pass: sentence ends, *terminators* ("but", "however", "although",
-   "though", "except", "aside from", "apart from", "other than", "whereas", "while", "yet", "and there",
-   "and the", ...), *weak terminators* ("with", "which", "there is/are" after a negation, ...), negation
-   cues ("no", "not", "without", "negative for", "free of", "no evidence of", "absence of", "removal of",
-   "resolution of", "resolved", "is not seen", "has been removed", "no longer", ...), uncertainty cues
-   ("may", "might", "could", "possible", "possibly", "probable", "likely", "unlikely", "questionable",
-   "suspicious for", "concerning for", "suggestive of", "versus", "borderline", "cannot be excluded",
-   "not ruled out", ...), and *pseudo* cues, phrases that contain a negation word but negate nothing
-   ("no change", "no interval change", "not changed", "no acute cardiopulmonary process", ...).
-   A pre-cue (before or inside the mention) acts within its clause: negation cues stop at terminators and
-   weak terminators, uncertainty cues only at (strong) terminators; the nearest pre-cue still in scope
-   decides. A post-cue ("... is not seen", "... cannot be excluded", "... has resolved") acts on mentions
-   before it in the same clause (up to a terminator). A mention is uncertain if a pre- or post-cue in scope
-   says so, else negative if one negates it, else positive.
+   "though", "except", "aside from", "apart from", "other than", "whereas", "while", "yet", "otherwise",
+   "and" before "there / the / a / it / this ..."), *weak terminators* ("with", "which", "that",
+   "there is / are", "is seen", "in place"), negation cues ("no", "not", "without", "negative for",
+   "free of", "no evidence of", "no signs of", "absence of", "removal of", "resolution of", "resolved",
+   "is not seen", "has been removed", "no longer", ...), uncertainty cues ("may", "might", "could",
+   "possible", "possibly", "probable", "likely", "unlikely", "questionable", "suspected", "versus",
+   "borderline", "cannot exclude", "cannot be excluded", "is not excluded", "not ruled out", ...),
+   *evidential* uncertainty cues ("suggestive of", "suggesting", "to suggest", "concerning for",
+   "suspicious for", "worrisome for"), and *pseudo* cues, phrases that contain a negation word but
+   negate nothing ("no change", "no relevant change in", "not changed", "no acute cardiopulmonary
+   process", ...).
+   Scopes: a cue before the mention (or inside it) acts on it within the clause; negation cues stop at
+   terminators and weak terminators, uncertainty cues only at terminators. The nearest such cue decides;
+   an evidential cue gives uncertain unless a negation cue governs it ("no findings to suggest pneumonia"
+   and "no opacity concerning for pneumonia" are Pneumonia 0). A cue after the mention ("... is not
+   seen", "... cannot be excluded", "... has resolved", "... is likely") acts on the earlier mentions of
+   its clause; bare "likely / possible / resolved / absent" act backwards only when no mention follows
+   them in the clause ("opacity likely atelectasis": Lung Opacity 1, Atelectasis -1); "versus" acts both
+   ways ("atelectasis versus pneumonia": both -1). A mention is uncertain if a cue in scope says so, else
+   negative if one negates it, else positive.
 4. Aggregation per observation over all its mentions: positive > uncertain > negative > not mentioned.
 5. No Finding (rule of this labeler, close to CheXpert's "no pathology is positive or uncertain"):
    - 0 if any pathology (all observations except No Finding and Support Devices) is 1 or -1;
@@ -63,6 +70,7 @@ Documented decisions on look-alikes and borderline phrasing:
   wires (so "sternotomy wires" is 1), clips, stents, drains, ports, hardware, devices, prosthetic valves,
   coils, shunts. "status post sternotomy" without wires is not a device mention. "interval removal of the
   chest tube" / "tube has been removed" is 0.
+- "calcified granuloma" and "emphysema" label nothing (not among the 14 observations).
 - "no definite X" and "no large X" are X 0; "unlikely" is uncertain; "consistent with" / "compatible
   with" do not add uncertainty; "likely" does.
 - "no change in the effusion" keeps the effusion positive; "partially resolved" and "resolving" are not

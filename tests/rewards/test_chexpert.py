@@ -42,6 +42,11 @@ CASES: list[tuple[str, dict[str, float]]] = [
     ("the previously seen right effusion is no longer visualized .", {"PE": 0}),
     ("right pleural effusion is partially resolved .", {"PE": 1}),
     ("no pneumothorax with the right chest tube in place .", {"PT": 0, "SD": 1}),
+    ("There is no evidence of pneumothorax, and the left chest tube remains in place.", {"PT": 0, "SD": 1}),
+    ("there is no relevant change in the small left pleural effusion .", {"PE": 1}),
+    ("no definite consolidation to suggest pneumonia .", {"CO": 0, "PN": 0}),
+    ("no focal opacity concerning for pneumonia .", {"OP": 0, "PN": 0}),
+    ("no large pleural effusion is seen although small bilateral effusions may be present .", {"PE": -1}),
     # uncertainty
     ("pneumothorax cannot be excluded .", {"PT": -1}),
     ("cannot exclude early pneumonia .", {"PN": -1}),
@@ -53,6 +58,9 @@ CASES: list[tuple[str, dict[str, float]]] = [
     ("right basilar opacity suggestive of aspiration .", {"OP": 1, "PN": -1}),
     ("atelectasis versus consolidation at the left base .", {"AT": -1, "CO": -1}),
     ("a small effusion is possible .", {"PE": -1}),
+    ("left basilar opacity may be due to atelectasis though pneumonia is not excluded .",
+     {"OP": 1, "AT": -1, "PN": -1}),
+    ("the mediastinum may be widened .", {"EC": -1}),
     ("questionable right apical pneumothorax .", {"PT": -1}),
     # look-alikes and fixed statements
     ("small pericardial effusion .", {}),

@@ -1,0 +1,150 @@
+"""The RL loop on a tiny Qwen2.5-VL: every regularizer x reference combination, and the loop's invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from harness.config import RLConfig, TrainConfig
+from harness.grpo.rollout import response_logits, response_mask_from
+from harness.grpo.trainer import GRPOTrainer, PromptSet
+from harness.models.trainable import add_lora, set_trainable
+from harness.records import RunDir
+from rewards.registry import register_reward
+
+
+@register_reward("test_length")
+def _length_reward(candidates, references, **_):
+    # Varies within a group for a random policy, so advantages are non-zero.
+    return np.array([len(c.split()) / 10.0 for c in candidates])
+
+
+def _nlg(_model):
+    return {k: 0.1 for k in ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")}
+
+
+@pytest.fixture
+def prompt_set(xray_images):
+    refs = ["the heart size is normal .", "mild cardiomegaly . small left pleural effusion ."]
+    return PromptSet([f"s{i}" for i in range(4)], [[xray_images[i]] for i in range(4)], ["write"] * 4,
+                     [refs[i % 2] for i in range(4)])
+
+
+def _trainer(model, processor, tmp_path, prompts, scores=None, **rl_kw):
+    model = add_lora(model, r=4, alpha=8, dropout=0.1)
+    set_trainable(model, "rl")
+    rl = RLConfig(**{"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 6, "min_new_tokens": 2,
+                     "old_sync_every": 2, "reward": "test_length", "samples_every": 1, **rl_kw})
+    tc = TrainConfig(epochs=1, lr=5e-3, scheduler="constant", weight_decay=0.0)
+    validate = _nlg
+    if scores is not None:
+        it = iter(scores)
+
+        def validate(_m):
+            v = next(it)
+            return {k: v for k in ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")}
+
+    return GRPOTrainer(model, processor, rl, tc, RunDir(tmp_path), prompts, prompts, seed=0, validate=validate,
+                       progress=False)
+
+
+@pytest.mark.parametrize("regularizer", ["none", "constant", "adaptive", "rer"])
+@pytest.mark.parametrize("reference", ["static", "ema", "vapr"])
+def test_every_combination_runs(regularizer, reference, tiny_model, tiny_processor, tmp_path, prompt_set):
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer=regularizer, reference=reference,
+                  reset_every_epochs=1)
+    metrics = tr.train()
+    assert metrics["steps"] == 2
+    steps = tr.run.steps()
+    assert [s["step"] for s in steps] == [1, 2]
+    for key in ("reward_mean", "reward_std", "frac_reward_zero_std", "kl_mean", "kl_loss", "beta_mean",
+                "beta_min", "beta_max", "clip_frac", "response_length", "lr", "step_time", "entropy_mean"):
+        assert key in steps[0], key
+    assert all(np.isfinite(s["loss"]) for s in steps)
+    if regularizer == "none":
+        assert steps[0]["beta_max"] == 0 and steps[0]["ref_entropy_mean"] is None
+    if regularizer == "rer":
+        assert steps[0]["ref_entropy_mean"] > 0
+        assert 0.05 - 1e-7 <= steps[0]["beta_min"] <= steps[0]["beta_max"] <= 0.12 + 1e-7
+    evals = tr.run.evals()
+    assert [e["step"] for e in evals] == [0, 2]
+    assert (tmp_path / "samples.jsonl").is_file()
+    assert (tmp_path / "checkpoint" / "rl_state.pt").is_file()
+
+
+def test_ratio_is_one_when_current_equals_old(tiny_model, tiny_processor, tmp_path, prompt_set):
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="constant")
+    tr.reference.on_start(tr.store)
+    row = tr.train_step()  # first step: old == current, and dropout is off in the loop
+    assert row["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert row["clip_frac"] == 0.0
+    assert row["kl_mean"] == pytest.approx(0.0, abs=1e-7)  # current == reference too
+
+
+def test_constant_beta_zero_gives_the_loss_of_none(tiny_model, tiny_processor, tmp_path, prompt_set):
+    rows = []
+    for reg, beta in (("none", 0.1), ("constant", 0.0)):
+        torch.manual_seed(0)
+        model = type(tiny_model)(tiny_model.config)
+        model.load_state_dict(tiny_model.state_dict())
+        tr = _trainer(model, tiny_processor, tmp_path / reg, prompt_set, regularizer=reg, beta_base=beta,
+                      beta_min=0.0)
+        tr.reference.on_start(tr.store)
+        tr.train_step()
+        rows.append(tr.train_step())  # second step: current != reference
+    assert rows[0]["loss"] == pytest.approx(rows[1]["loss"], abs=1e-7)
+    assert rows[1]["kl_mean"] > 0
+
+
+def test_vapr_reset_makes_kl_zero_and_live_equal_best(tiny_model, tiny_processor, tmp_path, prompt_set):
+    # Scores: start 0.5 (best), epoch 1 lower -> at the reset (M = 1) everything returns to the start policy.
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="constant", reference="vapr",
+                  reset_every_epochs=1, scores=[0.5, 0.1])
+    tr.reference.on_start(tr.store)
+    tr.validate(epoch=0, end_of_epoch=True)
+    best = {n: p.detach().clone() for n, p in zip(tr.store.param_names(), tr.store.parameters(), strict=True)}
+    tr.train_step()
+    tr.train_step()
+    assert not tr.store.equal_to_live("best")
+    event = tr.validate(epoch=1, end_of_epoch=True)
+    assert event["reset"] is True
+    assert tr.store.equal_to_live("best") and tr.store.equal_to_live("ref") and tr.store.equal_to_live("old")
+    assert len(tr.optimizer.state) == 0
+    row = tr.train_step()
+    assert row["kl_mean"] == pytest.approx(0.0, abs=1e-7) and row["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    # One fresh Adam step from the reset: every element moved by at most lr (|m/sqrt(v)| = 1 on step 1).
+    lr = tr.optimizer.param_groups[0]["lr"]
+    moved = [(p.detach() - best[n]).abs().max().item()
+             for n, p in zip(tr.store.param_names(), tr.store.parameters(), strict=True)]
+    assert max(moved) <= lr * (1 + 1e-4)
+    assert max(moved) > 0
+
+
+def test_ema_rate_zero_keeps_the_reference_static(tiny_model, tiny_processor, tmp_path, prompt_set):
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="constant", reference="ema",
+                  ema_rate=0.0)
+    tr.reference.on_start(tr.store)
+    start = tr.store.state_dict()["snapshots"]["ref"]
+    tr.train_step()
+    tr.train_step()
+    now = tr.store.state_dict()["snapshots"]["ref"]
+    assert all(torch.equal(start[k], now[k]) for k in start)
+    assert not tr.store.equal_to_live("ref")
+
+
+def test_resume_continues_from_the_checkpoint(tiny_model, tiny_processor, tmp_path, prompt_set):
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="rer", reference="vapr")
+    tr.tcfg.max_steps = 1
+    tr.total_steps = 1
+    tr.train()
+    assert tr.step == 1
+    tr2 = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="rer", reference="vapr")
+    assert tr2.try_resume() and tr2.step == 1
+    assert torch.equal(tr2.store.parameters()[0], tr.store.parameters()[0])
+
+
+def test_response_mask_stops_after_first_end_token():
+    tokens = torch.tensor([[5, 6, 9, 0, 0], [5, 9, 9, 1, 1], [5, 6, 7, 8, 4]])
+    assert response_mask_from(tokens, 9).tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]]
+    assert response_logits is not None

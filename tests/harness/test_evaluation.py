@@ -1,0 +1,272 @@
+"""harness.evaluation: NLG scores equal pycocoevalcap's; CE scores against hand-computed values."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from pycocoevalcap.bleu.bleu import Bleu
+from pycocoevalcap.cider.cider import Cider
+from pycocoevalcap.meteor.meteor import Meteor
+from pycocoevalcap.rouge.rouge import Rouge
+
+from harness import evaluation
+from harness.constants import OBSERVATIONS
+from harness.evaluation import NLG_KEYS, ce_scores, meteor_scorer, nlg_scores, normalize_report
+
+TOL = 1e-9
+
+CORPORA = [
+    (
+        {"a": "the heart size is normal . no pleural effusion .", "b": "mild cardiomegaly . lungs are clear ."},
+        {"a": "heart size is normal . no effusion .", "b": "the lungs are clear . mild cardiomegaly ."},
+    ),
+    (
+        {
+            "1": "small left pleural effusion with adjacent atelectasis .",
+            "2": "no acute cardiopulmonary process .",
+            "3": "endotracheal tube terminates 4 cm above the carina .",
+        },
+        {
+            "1": "small left pleural effusion .",
+            "2": "no acute cardiopulmonary abnormality .",
+            "3": "the endotracheal tube is 4 cm above the carina . no pneumothorax .",
+        },
+    ),
+    (
+        {f"s{i}": f"finding {i} is stable . the lungs are clear ." for i in range(5)},
+        {f"s{i}": f"finding {(i * 3) % 5} is stable . lungs clear ." for i in range(5)},
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def reference_meteor():
+    """An independent pycocoevalcap Meteor (its own JVM) to compute the expected numbers."""
+    scorer = Meteor()
+    yield scorer
+    scorer.meteor_p.stdin.close()
+    scorer.meteor_p.kill()
+    scorer.meteor_p.wait()
+
+
+def pycoco_scores(refs: dict[str, str], hyps: dict[str, str], meteor: Meteor) -> dict[str, float]:
+    gts = {k: [normalize_report(refs[k])] for k in refs}
+    res = {k: [normalize_report(hyps[k])] for k in refs}
+    bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
+    out = {f"BLEU_{i + 1}": bleu[i] for i in range(4)}
+    out["METEOR"] = meteor.compute_score(gts, res)[0]
+    out["ROUGE_L"] = Rouge().compute_score(gts, res)[0]
+    out["CIDEr"] = Cider().compute_score(gts, res)[0]
+    return out
+
+
+def assert_scores_equal(actual: dict, expected: dict) -> None:
+    assert set(actual) == set(expected)
+    for key in expected:
+        assert actual[key] == pytest.approx(expected[key], abs=TOL), key
+
+
+# --------------------------------------------------------------------------------------------- NLG
+
+
+@pytest.mark.parametrize("corpus", range(len(CORPORA)))
+def test_nlg_scores_equal_pycocoevalcap(corpus, reference_meteor):
+    refs, hyps = CORPORA[corpus]
+    scores = nlg_scores(refs, hyps)
+    assert tuple(scores) == NLG_KEYS
+    assert all(isinstance(v, float) for v in scores.values())
+    assert_scores_equal(scores, pycoco_scores(refs, hyps, reference_meteor))
+
+
+def test_metric_subset():
+    refs, hyps = CORPORA[0]
+    assert set(nlg_scores(refs, hyps, metrics=["ROUGE_L", "CIDEr"])) == {"ROUGE_L", "CIDEr"}
+    bleu = nlg_scores(refs, hyps, metrics={"BLEU"})
+    assert set(bleu) == {"BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4"}
+    with pytest.raises(ValueError, match="unknown NLG metric"):
+        nlg_scores(refs, hyps, metrics=["SPICE"])
+
+
+def test_normalize_report():
+    assert normalize_report("  the heart\n\nis  normal .\t") == "the heart is normal ."
+    assert normalize_report("a ||| b|||c") == "a b c"
+    assert normalize_report("a ||||| b") == "a || b"  # no `|||` can survive
+    assert normalize_report("\n \u2028 ") == ""
+
+
+def test_messy_inputs_score_as_their_normalised_forms(reference_meteor):
+    refs = {"a": "the heart\nsize is normal .", "b": "no ||| effusion .\r\n", "c": "lungs are clear ."}
+    hyps = {"a": "the heart size\n\n is normal", "b": "|||no effusion ||| .", "c": "  lungs\tclear ."}
+    clean_refs = {k: normalize_report(v) for k, v in refs.items()}
+    clean_hyps = {k: normalize_report(v) for k, v in hyps.items()}
+    scores = nlg_scores(refs, hyps)
+    assert scores == nlg_scores(clean_refs, clean_hyps)
+    assert_scores_equal(scores, pycoco_scores(clean_refs, clean_hyps, reference_meteor))
+    assert meteor_scorer().meteor_p.poll() is None  # the pipe survived the separators
+
+
+def test_empty_hypotheses_score_zero_and_do_not_crash():
+    refs = {"a": "the heart size is normal .", "b": "no pleural effusion ."}
+    scores = nlg_scores(refs, {"a": "", "b": "  \n "})
+    for key in NLG_KEYS:
+        assert scores[key] == pytest.approx(0.0, abs=1e-12), key
+
+
+def test_empty_references_and_pairs(reference_meteor):
+    refs = {"a": "the heart size is normal .", "b": "", "c": ""}
+    hyps = {"a": "the heart is normal .", "b": "no effusion .", "c": ""}
+    assert_scores_equal(nlg_scores(refs, hyps), pycoco_scores(refs, hyps, reference_meteor))
+    # Every reference empty: pycocoevalcap's CIDEr would raise; ours reports 0 (documented).
+    all_empty = nlg_scores({"a": "", "b": "\n"}, {"a": "x", "b": ""})
+    assert all_empty["CIDEr"] == 0.0
+    assert all_empty["ROUGE_L"] == pytest.approx(0.5)  # ("", "") is a perfect ROUGE-L match
+
+
+def test_mismatched_or_empty_ids_raise():
+    with pytest.raises(ValueError, match="same ids"):
+        nlg_scores({"a": "x", "b": "y"}, {"a": "x", "c": "y"})
+    with pytest.raises(ValueError, match="at least one"):
+        nlg_scores({}, {})
+
+
+def test_meteor_jvm_is_reused_across_calls():
+    refs, hyps = CORPORA[1]
+    first = nlg_scores(refs, hyps, metrics=["METEOR"])
+    scorer = meteor_scorer()
+    pid = scorer.meteor_p.pid
+    for _ in range(5):
+        assert nlg_scores(refs, hyps, metrics=["METEOR"]) == first
+    assert meteor_scorer() is scorer
+    assert scorer.meteor_p.pid == pid and scorer.meteor_p.poll() is None
+
+
+def test_meteor_is_safe_from_threads():
+    refs, hyps = CORPORA[2]
+    expected = nlg_scores(refs, hyps, metrics=["METEOR"])
+    results: list[dict] = []
+
+    def work() -> None:
+        results.append(nlg_scores(refs, hyps, metrics=["METEOR"]))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == [expected] * 4
+
+
+def test_meteor_recovers_from_a_dead_jvm():
+    refs, hyps = CORPORA[0]
+    expected = nlg_scores(refs, hyps, metrics=["METEOR"])
+    dead = meteor_scorer()
+    dead.meteor_p.kill()
+    dead.meteor_p.wait()
+    assert nlg_scores(refs, hyps, metrics=["METEOR"]) == expected
+    assert meteor_scorer() is not dead
+    assert not dead.lock.locked()  # released, so its __del__ cannot deadlock
+
+
+def test_meteor_service_close_stops_the_jvm():
+    service = evaluation._MeteorService()
+    scorer = service.scorer()
+    service.close()
+    assert scorer.meteor_p.poll() is not None
+
+
+# ---------------------------------------------------------------------------------------------- CE
+
+NAN = float("nan")
+
+
+def three_samples() -> tuple[np.ndarray, np.ndarray]:
+    """Hand-built labels. Index: 0 No Finding, 2 Cardiomegaly, 3 Lung Opacity, 5 Edema, 8 Atelectasis,
+    10 Pleural Effusion.
+
+    sample 1: ref {2, 10}, hyp {2, 5}   -> tp 1, fp 1, fn 1: P 1/2, R 1/2, F1 1/2
+    sample 2: ref {8},     hyp {8, 10}  -> tp 1, fp 1, fn 0: P 1/2, R 1,   F1 2/3
+    sample 3: ref {0},     hyp {}       -> tp 0, fp 0, fn 1: P 0 (0/0), R 0, F1 0
+    micro: tp 2, fp 2, fn 2 -> P = R = F1 = 1/2
+    example: P = (1/2 + 1/2 + 0)/3 = 1/3, R = (1/2 + 1 + 0)/3 = 1/2, F1 = (1/2 + 2/3 + 0)/3 = 7/18
+    per label: Cardiomegaly and Atelectasis 1/1/1; No Finding, Pleural Effusion, Edema 0; others 0 (0/0)
+    macro: P = R = F1 = 2/14
+    Uncertain (-1) and blank (NaN) entries are sprinkled in and must count as negatives.
+    """
+    hyp = np.zeros((3, 14))
+    ref = np.zeros((3, 14))
+    hyp[0, [2, 5]] = 1
+    ref[0, [2, 10]] = 1
+    hyp[1, [8, 10]] = 1
+    ref[1, 8] = 1
+    ref[2, 0] = 1
+    hyp[2, 0] = -1
+    hyp[2, 3] = NAN
+    hyp[0, 9] = -1
+    ref[0, 5] = -1
+    ref[1, 3] = NAN
+    return hyp, ref
+
+
+def test_ce_scores_hand_computed():
+    hyp, ref = three_samples()
+    scores = ce_scores(hyp, ref)
+    expected = {
+        "ce_micro_precision": 0.5,
+        "ce_micro_recall": 0.5,
+        "ce_micro_f1": 0.5,
+        "ce_macro_precision": 2 / 14,
+        "ce_macro_recall": 2 / 14,
+        "ce_macro_f1": 2 / 14,
+        "ce_example_precision": 1 / 3,
+        "ce_example_recall": 0.5,
+        "ce_example_f1": 7 / 18,
+    }
+    for key, value in expected.items():
+        assert scores[key] == pytest.approx(value, abs=1e-12), key
+    assert scores["ce_num_examples"] == 3
+    per_label = scores["per_label"]
+    assert list(per_label) == list(OBSERVATIONS)
+    assert per_label["Cardiomegaly"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1}
+    assert per_label["Atelectasis"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1}
+    assert per_label["Pleural Effusion"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+    assert per_label["No Finding"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+    assert per_label["Edema"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    assert per_label["Fracture"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+
+
+def test_uncertain_and_blank_equal_negative():
+    hyp, ref = three_samples()
+    clean = lambda a: np.where(a == 1, 1.0, 0.0)  # noqa: E731
+    messy, tidy = ce_scores(hyp, ref), ce_scores(clean(hyp), clean(ref))
+    assert messy == tidy
+
+
+def test_ce_scores_agree_with_sklearn_zero_division_0():
+    from sklearn.metrics import precision_recall_fscore_support
+
+    rng = np.random.default_rng(0)
+    hyp = rng.choice([1.0, 0.0, -1.0, NAN], size=(40, 14), p=[0.3, 0.4, 0.2, 0.1])
+    ref = rng.choice([1.0, 0.0, -1.0, NAN], size=(40, 14), p=[0.3, 0.4, 0.2, 0.1])
+    scores = ce_scores(hyp, ref)
+    y_true, y_pred = (ref == 1).astype(int), (hyp == 1).astype(int)
+    for average, prefix in (("micro", "micro"), ("macro", "macro"), ("samples", "example")):
+        p, r, f, _ = precision_recall_fscore_support(y_true, y_pred, average=average, zero_division=0)
+        assert scores[f"ce_{prefix}_precision"] == pytest.approx(p, abs=1e-12)
+        assert scores[f"ce_{prefix}_recall"] == pytest.approx(r, abs=1e-12)
+        assert scores[f"ce_{prefix}_f1"] == pytest.approx(f, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("hyp_shape", "ref_shape", "match"),
+    [
+        ((3, 13), (3, 13), r"shape \[N, 14\]"),
+        ((14,), (14,), r"shape \[N, 14\]"),
+        ((3, 14), (4, 14), "same shape"),
+        ((0, 14), (0, 14), "no samples"),
+    ],
+)
+def test_ce_scores_shape_errors(hyp_shape, ref_shape, match):
+    with pytest.raises(ValueError, match=match):
+        ce_scores(np.zeros(hyp_shape), np.zeros(ref_shape))
