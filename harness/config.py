@@ -255,6 +255,12 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):
+            # YAML 1.1 reads "1e-3" (no dot) as a string; accept any float literal.
+            try:
+                return float(value)
+            except ValueError:
+                pass
         raise ConfigError(f"{source}: '{key}' must be a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):

@@ -1,4 +1,4 @@
-"""Reward registry: a reward is one file and one `@register_reward("name")`.
+"""Reward registry: a reward is one file in rewards/ and one `@register_reward("name")` in it.
 
 A reward maps candidate reports and their references to one float per candidate:
     fn(candidates: list[str], references: list[str], **context) -> np.ndarray[N]
@@ -10,14 +10,14 @@ error naming the reward.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 
 import numpy as np
 
 RewardFn = Callable[..., np.ndarray]
 REWARDS: dict[str, RewardFn] = {}
-# Modules that register the built-in rewards when imported.
-_BUILTIN_MODULES = ("rewards.builtin",)
+_loaded = False
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
@@ -31,8 +31,19 @@ def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
 
 
 def _ensure_builtins() -> None:
-    for mod in _BUILTIN_MODULES:
-        importlib.import_module(mod)
+    """Import every module of the `rewards` package once, so that their `@register_reward`s run.
+
+    Reward modules must import heavy dependencies (models, radgraph, ...) lazily, inside functions.
+    """
+    global _loaded
+    if _loaded:
+        return
+    import rewards
+
+    for info in pkgutil.iter_modules(rewards.__path__):
+        if info.name != "registry":
+            importlib.import_module(f"rewards.{info.name}")
+    _loaded = True
 
 
 def available_rewards() -> list[str]:
