@@ -1,16 +1,26 @@
 """Time `rewards.bleu.bleu4` against NLTK's per-pair `sentence_bleu` on report-length text.
 
-    python benchmarks/bench_bleu.py --n 2000
+    python benchmarks/bench_bleu.py --n 2000 --groups 500 --group-size 4
 
-Both compute the same scores (checked here); the NLTK loop includes `.split()`, as the official reward does.
-The pairs are synthetic radiology-style reports (~50 words): each candidate is its reference with some
-sentences swapped for others, the way a partly-right generated report differs from the ground truth.
+Two batch shapes, each timed ours vs NLTK in the same run, interleaved (NLTK, ours, NLTK, ours, ...), with
+the median of the repeats reported (the machine is shared; the median of interleaved runs is the fairest
+ratio). Every repeat scores fresh copies of the strings, so no cached `str` hash flatters either side.
+
+- plain: `--n` distinct candidate/reference pairs;
+- RL-shaped: `--groups` references with `--group-size` (G) candidates each, group-major (rows b*G..b*G+G-1
+  share reference b), as the GRPO loop scores a batch of rollouts.
+
+Both compute the same scores (checked here: max |ours - nltk| must be <= 1e-9, else exit status 1); the NLTK
+loop includes `.split()`, as the official reward does. The pairs are synthetic radiology-style reports (~50
+words): each candidate is its reference with some sentences swapped for others, the way a partly-right
+generated report differs from the ground truth.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -43,17 +53,45 @@ SENTENCES = (
 )
 
 
+def _report(rng: random.Random) -> list[str]:
+    return rng.sample(SENTENCES, k=rng.randint(5, 8))
+
+
+def _candidate(rng: random.Random, ref: list[str]) -> str:
+    cand = [s if rng.random() < 0.6 else rng.choice(SENTENCES) for s in ref]
+    if rng.random() < 0.3:
+        cand = cand[: rng.randint(2, len(cand))]
+    return " ".join(cand)
+
+
 def make_pairs(n: int, seed: int) -> tuple[list[str], list[str]]:
+    """n distinct pairs: a random reference and a partly-right candidate for it."""
     rng = random.Random(seed)
     candidates, references = [], []
     for _ in range(n):
-        ref = rng.sample(SENTENCES, k=rng.randint(5, 8))
-        cand = [s if rng.random() < 0.6 else rng.choice(SENTENCES) for s in ref]
-        if rng.random() < 0.3:
-            cand = cand[: rng.randint(2, len(cand))]
+        ref = _report(rng)
         references.append(" ".join(ref))
-        candidates.append(" ".join(cand))
+        candidates.append(_candidate(rng, ref))
     return candidates, references
+
+
+def make_groups(groups: int, group_size: int, seed: int) -> tuple[list[str], list[str]]:
+    """RL-shaped batch: `groups` references, each repeated for its `group_size` candidates (group-major)."""
+    rng = random.Random(seed)
+    candidates, references = [], []
+    for _ in range(groups):
+        ref = _report(rng)
+        text = " ".join(ref)
+        for _ in range(group_size):
+            references.append(text)  # the same object G times, as a batch built from one dataset row
+            candidates.append(_candidate(rng, ref))
+    return candidates, references
+
+
+def fresh(texts: list[str]) -> list[str]:
+    """New string objects with the same contents (keeps shared references shared), so no hash is cached."""
+    copies: dict[int, str] = {}
+    return [copies.setdefault(id(t), (t + " ")[:-1]) for t in texts]
 
 
 def nltk_scores(candidates: list[str], references: list[str]) -> np.ndarray:
@@ -68,35 +106,49 @@ def nltk_scores(candidates: list[str], references: list[str]) -> np.ndarray:
     )
 
 
-def best_time(fn, repeats: int) -> tuple[float, object]:
-    """Fastest of `repeats` runs: the least disturbed by other work on a shared machine."""
-    best, result = float("inf"), None
+def compare(candidates: list[str], references: list[str], repeats: int) -> dict[str, float]:
+    """Interleaved timings of NLTK and ours on the same batch; medians, ratio and the largest difference."""
+    bleu4(fresh(candidates[:8]), fresh(references[:8]))  # warm-up: numpy's first calls pay one-off costs
+    times: dict[str, list[float]] = {"nltk": [], "ours": []}
+    max_diff = 0.0
     for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+        results = {}
+        for name, fn in (("nltk", nltk_scores), ("ours", bleu4)):
+            cands, refs = fresh(candidates), fresh(references)
+            start = time.perf_counter()
+            results[name] = np.asarray(fn(cands, refs))
+            times[name].append(time.perf_counter() - start)
+        max_diff = max(max_diff, float(np.max(np.abs(results["ours"] - results["nltk"]))))
+    nltk_t, ours_t = statistics.median(times["nltk"]), statistics.median(times["ours"])
+    return {"nltk": nltk_t, "ours": ours_t, "ours_min": min(times["ours"]), "nltk_min": min(times["nltk"]),
+            "ratio": nltk_t / ours_t, "max_diff": max_diff}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=2000, help="number of candidate/reference pairs")
-    parser.add_argument("--repeats", type=int, default=5, help="runs per implementation; the fastest counts")
+    parser.add_argument("--n", type=int, default=2000, help="plain case: distinct candidate/reference pairs")
+    parser.add_argument("--groups", type=int, default=500, help="RL case: distinct references")
+    parser.add_argument("--group-size", type=int, default=4, help="RL case: candidates per reference (G)")
+    parser.add_argument("--repeats", type=int, default=11, help="interleaved runs per implementation")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    candidates, references = make_pairs(args.n, args.seed)
-    words = np.mean([len(r.split()) for r in references])
-    bleu4(candidates[:8], references[:8])  # warm-up: numpy's first calls pay one-off costs
-    t_nltk, expected = best_time(lambda: nltk_scores(candidates, references), args.repeats)
-    t_ours, ours = best_time(lambda: bleu4(candidates, references), args.repeats)
-    max_diff = float(np.max(np.abs(np.asarray(ours) - np.asarray(expected))))
-
-    print(f"pairs: {args.n}, mean reference length: {words:.1f} words, best of {args.repeats} runs")
-    print(f"nltk sentence_bleu: {t_nltk * 1e3:9.2f} ms ({t_nltk / args.n * 1e6:7.2f} us/pair)")
-    print(f"rewards.bleu.bleu4: {t_ours * 1e3:9.2f} ms ({t_ours / args.n * 1e6:7.2f} us/pair)")
-    print(f"speed-up: {t_nltk / t_ours:.1f}x   max |ours - nltk|: {max_diff:.2e}")
-    return 0 if max_diff <= 1e-9 else 1
+    cases = {
+        f"plain ({args.n} distinct pairs)": make_pairs(args.n, args.seed),
+        f"RL ({args.groups} refs x G={args.group_size})": make_groups(args.groups, args.group_size, args.seed),
+    }
+    print(f"median of {args.repeats} interleaved runs each (min in brackets); fresh string copies every run")
+    print(f"{'case':28s} {'pairs':>6s} {'words/ref':>9s} {'nltk ms':>17s} {'ours ms':>15s} {'us/pair ours':>12s}"
+          f" {'speed-up':>8s} {'max diff':>9s}")
+    worst = 0.0
+    for name, (cands, refs) in cases.items():
+        r = compare(cands, refs, args.repeats)
+        words = np.mean([len(t.split()) for t in refs])
+        print(f"{name:28s} {len(cands):6d} {words:9.1f} {r['nltk'] * 1e3:8.2f} ({r['nltk_min'] * 1e3:6.2f})"
+              f" {r['ours'] * 1e3:6.2f} ({r['ours_min'] * 1e3:6.2f}) {r['ours'] / len(cands) * 1e6:12.2f}"
+              f" {r['ratio']:7.1f}x {r['max_diff']:9.1e}")
+        worst = max(worst, r["max_diff"])
+    return 0 if worst <= 1e-9 else 1
 
 
 if __name__ == "__main__":

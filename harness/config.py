@@ -72,6 +72,8 @@ class TrainConfig:
     scheduler: str = "cosine"
     warmup_steps: int = 0
     grad_clip: float = 1.0
+    # Learning-rate multiplier for the vision tower and merger (1 = the paper's single lr).
+    vision_lr_mult: float = 1.0
     # Stop after this many optimizer steps (None = run all epochs).
     max_steps: int | None = None
     log_every: int = 10
@@ -116,6 +118,10 @@ class PretrainConfig:
     lr: float = 3e-3
     weight_decay: float = 0.01
     warmup_steps: int = 20
+    vision_lr_mult: float = 1.0
+    # Share of extra "list the findings" examples mixed into stage 0 (a stand-in for the visual question
+    # answering a real LVLM is pretrained on; it makes the base look at the image). 0 = reports only.
+    findings_task_fraction: float = 0.0
 
 
 @dataclass

@@ -131,9 +131,33 @@ def git_commit() -> str | None:
 class RunDir:
     """A run directory; appends JSONL records and writes JSON files atomically."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, tensorboard: bool = False):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self._tb = None
+        self._tb_enabled = tensorboard
+
+    def _tensorboard(self):
+        """Lazily opened SummaryWriter under run_dir/tb (numbers of steps/evals lines are mirrored)."""
+        if self._tb is None and self._tb_enabled:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.path / "tb"))
+        return self._tb
+
+    def _mirror(self, prefix: str, row: dict) -> None:
+        tb = self._tensorboard()
+        if tb is None or "step" not in row:
+            return
+        for k, v in row.items():
+            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                tb.add_scalar(f"{prefix}/{k}", v, int(row["step"]))
+        tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
 
     # -- whole files --------------------------------------------------------------------------------
     def write_manifest(self, config: dict, seed: int, stage: str, extra: dict | None = None) -> None:
@@ -165,9 +189,11 @@ class RunDir:
 
     def log_step(self, row: dict) -> None:
         self._append("steps.jsonl", row)
+        self._mirror("train", row)
 
     def log_eval(self, row: dict) -> None:
         self._append("evals.jsonl", row)
+        self._mirror(str(row.get("split", "eval")), row)
 
     def log_samples(self, row: dict) -> None:
         self._append("samples.jsonl", row)

@@ -17,15 +17,26 @@
   exp(1 - r / c);
 - score = BP * exp(sum_n 0.25 * log p_n).
 
-Speed: tokens are split with `str.split()` (the reward's own tokenisation), mapped to dense integer ids,
-and the n-grams of every pair are counted with one sort per order over the whole batch: n-gram codes are
-exact integers (no hashing), so matches are exact.
+How it is fast (all exact: words and n-grams are compared by exact integer codes, never by hashes):
+
+1. Tokens. Every distinct text is tokenised once: in RL each reference is shared by the G candidates of
+   its group, so references are de-duplicated first. ASCII text (the usual case) is split in numpy on the
+   UTF-8 bytes, with exactly `str.split()`'s whitespace set, and each word gets an exact id from its bytes
+   (packed eight at a time into 64-bit integers, then ranked); other text goes through `str.split()` and
+   a dict. Python never builds one string per token on the fast path.
+2. N-grams. Each pair is laid out as "candidate, 3 zeros, reference, 3 zeros", so that the 4 words
+   starting at any position are that text's next words, padded with id 0. One integer key per token,
+   `pair | w0 w1 w2 w3 | side` (bit fields), is sorted once: equal n-grams of one pair are then contiguous
+   for every order n at once, because an n-gram is a prefix of the 4-word window. Per order, runs of equal
+   `pair | w0..w(n-1)` give candidate and reference counts, and the clipped match is their minimum. When the
+   keys would not fit in 63 bits (huge vocabularies), words are re-numbered per block of pairs and blocks
+   are halved until they fit.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,9 +45,20 @@ from rewards.registry import register_reward
 
 MAX_ORDER = 4
 SMOOTHING_EPSILON = 0.1  # NLTK SmoothingFunction().method1 default
-_INT64_LIMIT = 2**63
-# Pairs per internal chunk: bounds memory and keeps the integer sort keys far from int64 overflow.
+_GAP = MAX_ORDER - 1  # zero ids after every text, so that a 4-word window never crosses into the next text
+_KEY_BITS = 63  # bits of a non-negative int64 sort key
+# Pairs are scored in blocks of about _BLOCK_CHARS characters (at most _CHUNK_PAIRS pairs): every temporary
+# array then stays small (~100 kB), cache-resident and recycled by the allocator, instead of being fresh
+# pages from the OS on every call (thousands of page faults per batch otherwise, which cost more than the
+# per-block numpy call overhead).
+_BLOCK_CHARS = 64_000
 _CHUNK_PAIRS = 4096
+
+# The characters `str.split()` splits on, within ASCII (what `str.isspace()` accepts there).
+_ASCII_SPACE = np.zeros(256, dtype=bool)
+_ASCII_SPACE[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x1F, 0x20]] = True
+# _LOW_BYTES[k] keeps the k lowest bytes of a little-endian uint64 (k = 0..8).
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 
 
 def bleu4(candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
@@ -45,40 +67,48 @@ def bleu4(candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
         raise ValueError(
             f"bleu4: {len(candidates)} candidates but {len(references)} references; they are scored in pairs"
         )
-    n = len(candidates)
-    out = np.zeros(n, dtype=np.float64)
-    for start in range(0, n, _CHUNK_PAIRS):
-        stop = min(start + _CHUNK_PAIRS, n)
-        out[start:stop] = _bleu4_chunk(candidates[start:stop], references[start:stop])
+    out = np.zeros(len(candidates), dtype=np.float64)
+    for start, stop in _blocks(candidates, references):
+        out[start:stop] = _bleu4_block(candidates[start:stop], references[start:stop])
     return out
 
 
-def _bleu4_chunk(candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
-    n_pairs = len(candidates)
-    if n_pairs == 0:
-        return np.zeros(0, dtype=np.float64)
-    ids, text_idx, lengths, vocab_size = _tokenize_pairs(candidates, references)
-    cand_len, ref_len = lengths[0::2], lengths[1::2]
-    matches = _clipped_matches(ids, text_idx, n_pairs, vocab_size)
-    return _combine(matches, cand_len, ref_len)
+def _blocks(candidates: Sequence[str], references: Sequence[str]) -> list[tuple[int, int]]:
+    """Consecutive pair ranges of about _BLOCK_CHARS characters (and at most _CHUNK_PAIRS pairs) each.
 
-
-def _tokenize_pairs(
-    candidates: Sequence[str], references: Sequence[str]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Token ids of all texts laid out as c0, r0, c1, r1, ... (text index = 2 * pair + side).
-
-    Returns (ids[T], text index of each token[T], tokens per text[2N], vocabulary size).
+    Also checks that every text is a `str`. A cut never separates rows that share a reference (an RL
+    group), unless the group alone is too big.
     """
-    texts = [text for pair in zip(candidates, references, strict=True) for text in pair]
-    token_lists = [_as_str(text).split() for text in texts]
-    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
-    total = int(lengths.sum())
-    # A defaultdict backed by a counter assigns dense ids in C, without a Python-level loop.
-    vocab: defaultdict[str, int] = defaultdict(itertools.count().__next__)
-    ids = np.fromiter(map(vocab.__getitem__, itertools.chain.from_iterable(token_lists)), dtype=np.int64, count=total)
-    text_idx = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
-    return ids, text_idx, lengths, max(len(vocab), 1)
+    n = len(candidates)
+    chars = np.cumsum(np.fromiter(map(len, map(_as_str, candidates)), dtype=np.int64, count=n))
+    chars += np.cumsum(np.fromiter(map(len, map(_as_str, references)), dtype=np.int64, count=n))
+    blocks, start = [], 0
+    while start < n:
+        budget = (chars[start - 1] if start else 0) + _BLOCK_CHARS
+        stop = max(min(int(np.searchsorted(chars, budget, side="right")), start + _CHUNK_PAIRS, n), start + 1)
+        limit = min(n, stop + _CHUNK_PAIRS)
+        while stop < limit and references[stop] == references[stop - 1]:
+            stop += 1
+        blocks.append((start, stop))
+        start = stop
+    return blocks
+
+
+def _bleu4_block(candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    n_pairs = len(candidates)
+    # Distinct references, in order of appearance: RL batches repeat each one G times.
+    slot: dict[str, int] = {}
+    ref_slot = np.fromiter((slot.setdefault(r, len(slot)) for r in references), dtype=np.int64, count=n_pairs)
+    ids, lengths, vocab_size = _tokenize([*candidates, *slot])
+    starts = np.cumsum(lengths) - lengths
+    cand_len, ref_len = lengths[:n_pairs], lengths[n_pairs:][ref_slot]
+    # Segments 2p (candidate of pair p) and 2p + 1 (its reference): where their ids start, how many.
+    seg_start = np.empty(2 * n_pairs, dtype=np.int64)
+    seg_start[0::2], seg_start[1::2] = starts[:n_pairs], starts[n_pairs:][ref_slot]
+    seg_len = np.empty(2 * n_pairs, dtype=np.int64)
+    seg_len[0::2], seg_len[1::2] = cand_len, ref_len
+    matches = _clipped_matches(ids, seg_start, seg_len, vocab_size)
+    return _combine(matches, cand_len, ref_len)
 
 
 def _as_str(text: str) -> str:
@@ -87,54 +117,190 @@ def _as_str(text: str) -> str:
     return text
 
 
-def _clipped_matches(ids: np.ndarray, text_idx: np.ndarray, n_pairs: int, vocab_size: int) -> np.ndarray:
-    """Clipped n-gram match counts, shape [MAX_ORDER, n_pairs]."""
+# ---------------------------------------------------------------------------------------------- tokens
+
+
+def _tokenize(texts: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Word ids (1..vocab_size, exact) of all texts end to end, and the number of words of each text."""
+    joined = " ".join(texts)
+    if joined.isascii() and "\x00" not in joined:
+        return _tokenize_ascii(joined, texts)
+    return _tokenize_python(texts)
+
+
+def _tokenize_python(texts: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+    token_lists = [text.split() for text in texts]
+    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
+    # A defaultdict backed by a counter assigns dense ids (from 1) in C, without a Python-level loop.
+    vocab: defaultdict[str, int] = defaultdict(itertools.count(1).__next__)
+    words = itertools.chain.from_iterable(token_lists)
+    ids = np.fromiter(map(vocab.__getitem__, words), dtype=np.int64, count=int(lengths.sum()))
+    return ids, lengths, len(vocab)
+
+
+def _tokenize_ascii(joined: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+    """`str.split()` of every text, done on the bytes of " ".join(texts) (ASCII without NUL bytes)."""
+    buf = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+    in_word = np.zeros(len(buf) + 2, dtype=bool)
+    np.greater(buf, 0x20, out=in_word[1:-1])  # every byte above the space is a word byte in ASCII
+    if np.any(buf < 0x20):  # control bytes: whitespace ("\t", "\n", ...) or word bytes ("\x01", ...)
+        control = np.flatnonzero(buf < 0x20)
+        in_word[control + 1] = ~_ASCII_SPACE[buf[control]]
+    edges = np.flatnonzero(in_word[1:] != in_word[:-1])  # alternately a word's first byte and its end
+    word_start, word_len = edges[0::2], edges[1::2] - edges[0::2]
+    # Text k spans characters (= bytes) [offset_k, offset_k + len_k) of the joined string.
+    text_len = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    text_offset = np.cumsum(text_len + 1) - (text_len + 1)
+    first_word = np.searchsorted(word_start, text_offset)
+    lengths = np.diff(first_word, append=len(word_start))
+    ids, vocab_size = _word_ids(buf, word_start, word_len)
+    return ids, lengths, vocab_size
+
+
+def _word_ids(buf: np.ndarray, word_start: np.ndarray, word_len: np.ndarray) -> tuple[np.ndarray, int]:
+    """Exact ids of words given by byte ranges: equal ids if and only if equal bytes.
+
+    A word's bytes are read 8 at a time into little-endian uint64 "chunks" (bytes past the word are masked
+    to 0; words hold no NUL byte, so the zeros are unambiguous). Words of up to 8 bytes are ranked by their
+    one chunk. Longer words are refined chunk by chunk: at level k the words still longer than 8k bytes get
+    new ids, above all ids given so far, from (their id, their k-th chunk), so they can never share an id
+    with a shorter word. Ids are therefore exact but not always dense (gaps where words were refined).
+    """
+    padded = np.zeros(len(buf) + 8, dtype=np.uint8)
+    padded[: len(buf)] = buf
+    # The 8 bytes starting at every offset, as one (unaligned, overlapping) little-endian uint64 view.
+    eight = np.ndarray(shape=(len(buf),), dtype="<u8", buffer=padded, strides=(1,))
+
+    def chunk(starts: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        return np.take(eight, starts) & _LOW_BYTES[np.minimum(nbytes, 8)]
+
+    ids = _dense_rank(chunk(word_start, word_len)) + 1
+    next_id = int(ids.max(initial=0)) + 1
+    level = 1
+    longer = np.flatnonzero(word_len > 8)
+    while len(longer):
+        part = chunk(word_start[longer] + 8 * level, word_len[longer] - 8 * level)
+        part_rank = _dense_rank(part)
+        combined = ids[longer] * (int(part_rank.max()) + 1) + part_rank
+        ids[longer] = _dense_rank(combined) + next_id
+        next_id = int(ids[longer].max()) + 1
+        level += 1
+        longer = longer[word_len[longer] > 8 * level]
+    return ids, next_id - 1
+
+
+def _dense_rank(values: np.ndarray) -> np.ndarray:
+    """Rank of each value among the distinct values (0-based), as int64."""
+    ordered = np.sort(values)
+    distinct = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if len(ordered) else ordered
+    return np.searchsorted(distinct, values).astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------- n-grams
+
+
+def _clipped_matches(ids: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Clipped n-gram match counts [MAX_ORDER, n_pairs] for segments 2p (candidate) and 2p + 1 (reference)."""
+    n_pairs = len(seg_start) // 2
     matches = np.zeros((MAX_ORDER, n_pairs), dtype=np.int64)
-    n_texts = 2 * n_pairs
-    codes = ids  # codes[i] identifies the n-gram starting at token i (exact integer, no hashing)
-    for order in range(1, MAX_ORDER + 1):
-        if order > 1:
-            codes = _extend_codes(codes, ids, order, vocab_size, n_texts)
-        span = len(codes)
-        if span <= 0:
-            break
-        # An n-gram is real only if its first and last tokens belong to the same text.
-        valid = text_idx[:span] == text_idx[order - 1 : order - 1 + span]
-        # key = code * 2N + (2 * pair + side): sorting groups equal n-grams of one pair, candidate first.
-        keys = np.sort((codes * n_texts + text_idx[:span])[valid])
-        matches[order - 1] = _count_matches(keys, n_pairs)
+    _match_block(ids, seg_start, seg_len, vocab_size, 0, n_pairs, matches, renumbered=False)
     return matches
 
 
-def _extend_codes(codes: np.ndarray, ids: np.ndarray, order: int, vocab_size: int, n_texts: int) -> np.ndarray:
-    """Codes of n-grams of `order` from those of `order - 1`: code * V + id of the next token."""
-    span = len(ids) - order + 1
-    if span <= 0:
-        return codes[:0]
-    prev = codes[:span]
-    if (int(prev.max()) + 1) * vocab_size * n_texts >= _INT64_LIMIT:
-        # Large vocabularies: replace codes by their dense rank (still exact) before widening them.
-        prev = np.unique(prev, return_inverse=True)[1].astype(np.int64)
-        if (int(prev.max()) + 1) * vocab_size * n_texts >= _INT64_LIMIT:
-            raise OverflowError("bleu4: batch too large for exact 64-bit n-gram keys; pass fewer pairs")
-    return prev * vocab_size + ids[order - 1 :]
+def _match_block(
+    ids: np.ndarray,
+    seg_start: np.ndarray,
+    seg_len: np.ndarray,
+    vocab_size: int,
+    lo: int,
+    hi: int,
+    out: np.ndarray,
+    *,
+    renumbered: bool,
+) -> None:
+    """Fill out[:, lo:hi]; renumber words or halve the block when the sort keys would not fit in 63 bits."""
+    n_pairs = hi - lo
+    layout, token_pos = _layout(ids, seg_start[2 * lo : 2 * hi], seg_len[2 * lo : 2 * hi])
+    word_bits = max(vocab_size, 1).bit_length()
+    if MAX_ORDER * word_bits + 1 + max(n_pairs - 1, 1).bit_length() <= _KEY_BITS:
+        out[:, lo:hi] = _count_matches(layout, token_pos, seg_len[2 * lo : 2 * hi], word_bits)
+        return
+    if not renumbered:  # a block's own words are far fewer than the batch's: number them 1..V_block
+        layout = np.where(layout > 0, _dense_rank(layout) + (0 if (layout == 0).any() else 1), 0)
+        block_ids = layout[token_pos]
+        local_start = np.cumsum(seg_len[2 * lo : 2 * hi]) - seg_len[2 * lo : 2 * hi]
+        block_start = np.zeros_like(seg_start)
+        block_start[2 * lo : 2 * hi] = local_start
+        _match_block(block_ids, block_start, seg_len, int(layout.max(initial=0)), lo, hi, out, renumbered=True)
+        return
+    if n_pairs == 1:  # one pair with ~32k distinct words: count it in Python
+        cand = ids[seg_start[2 * lo] : seg_start[2 * lo] + seg_len[2 * lo]].tolist()
+        ref = ids[seg_start[2 * lo + 1] : seg_start[2 * lo + 1] + seg_len[2 * lo + 1]].tolist()
+        out[:, lo] = _count_matches_python(cand, ref)
+        return
+    mid = (lo + hi) // 2
+    _match_block(ids, seg_start, seg_len, vocab_size, lo, mid, out, renumbered=False)
+    _match_block(ids, seg_start, seg_len, vocab_size, mid, hi, out, renumbered=False)
 
 
-def _count_matches(sorted_keys: np.ndarray, n_pairs: int) -> np.ndarray:
-    """Sum over n-grams of min(candidate count, reference count), per pair."""
-    if len(sorted_keys) == 0:
-        return np.zeros(n_pairs, dtype=np.int64)
-    is_start = np.empty(len(sorted_keys), dtype=bool)
-    is_start[0] = True
-    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=is_start[1:])
-    bounds = np.append(np.flatnonzero(is_start), len(sorted_keys))  # run j is bounds[j]:bounds[j + 1]
-    uniq = sorted_keys[bounds[:-1]]
-    # A candidate key (even) followed in sorted order by its reference twin (key + 1) is a match.
-    hit = np.flatnonzero(((uniq[:-1] & 1) == 0) & (uniq[1:] == uniq[:-1] + 1))
-    cand_count = bounds[hit + 1] - bounds[hit]
-    ref_count = bounds[hit + 2] - bounds[hit + 1]
-    pair = (uniq[hit] >> 1) % n_pairs
-    return np.bincount(pair, weights=np.minimum(cand_count, ref_count), minlength=n_pairs).astype(np.int64)
+def _layout(ids: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Segments' ids end to end, each followed by _GAP zeros; and the position of every token in it."""
+    n_tokens = int(seg_len.sum())
+    span = seg_len + _GAP
+    out_start = np.cumsum(span) - span
+    first = np.cumsum(seg_len) - seg_len
+    within = np.arange(n_tokens, dtype=np.int64)
+    token_pos = within + np.repeat(out_start - first, seg_len)
+    layout = np.zeros(int(span.sum()), dtype=np.int64)
+    layout[token_pos] = ids[within + np.repeat(seg_start - first, seg_len)]
+    return layout, token_pos
+
+
+def _count_matches(layout: np.ndarray, token_pos: np.ndarray, seg_len: np.ndarray, bits: int) -> np.ndarray:
+    """Clipped matches per order and pair from one sort of `pair | w0 w1 w2 w3 | side` keys."""
+    n_pairs = len(seg_len) // 2
+    matches = np.zeros((MAX_ORDER, n_pairs), dtype=np.int64)
+    if len(token_pos) == 0:
+        return matches
+    window = layout[: len(layout) - _GAP]
+    for k in range(1, MAX_ORDER):
+        window = (window << bits) | layout[k : len(layout) - _GAP + k]
+    # Segment s = 2 * pair + side is exactly `pair << (4 * bits + 1) | side` in the key's top and bottom bits.
+    seg = np.arange(len(seg_len), dtype=np.int64)
+    seg_tag = ((seg >> 1) << (MAX_ORDER * bits + 1)) | (seg & 1)
+    keys = np.sort(np.repeat(seg_tag, seg_len) | (window[token_pos] << 1))
+    # refs_before[i]: reference tokens among keys[:i] (side bit 1 = reference).
+    refs_before = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(keys & 1, out=refs_before[1:])
+    change = keys[1:] ^ keys[:-1]  # its highest set bit tells which field two neighbours first differ in
+    digit_mask = (1 << bits) - 1
+    pair_edges = np.arange(n_pairs + 1, dtype=np.int64)
+    for order in range(1, MAX_ORDER + 1):
+        shift = 1 + (MAX_ORDER - order) * bits  # keys >> shift == pair | w0 .. w(order-1)
+        # Run j of equal `pair | w0..w(order-1)` is keys[bounds[j] : bounds[j + 1]].
+        bounds = np.concatenate(([0], np.flatnonzero(change >= (1 << shift)) + 1, [len(keys)]))
+        head = keys[bounds[:-1]] >> shift
+        refs = np.diff(refs_before[bounds])
+        cands = np.diff(bounds) - refs
+        # Runs whose last word is 0 are windows running past their text's end: not n-grams of this order.
+        clipped = np.minimum(cands, refs) * ((head & digit_mask) != 0)
+        # Runs are sorted by pair: per-pair sums are differences of a running total at the pairs' first runs.
+        total = np.zeros(len(clipped) + 1, dtype=np.int64)
+        np.cumsum(clipped, out=total[1:])
+        matches[order - 1] = np.diff(total[np.searchsorted(head >> (order * bits), pair_edges)])
+    return matches
+
+
+def _count_matches_python(cand: list[int], ref: list[int]) -> np.ndarray:
+    counts = []
+    for n in range(1, MAX_ORDER + 1):
+        c = Counter(zip(*(cand[k:] for k in range(n)), strict=False))
+        r = Counter(zip(*(ref[k:] for k in range(n)), strict=False))
+        counts.append(sum((c & r).values()))
+    return np.array(counts, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------------- score
 
 
 def _combine(matches: np.ndarray, cand_len: np.ndarray, ref_len: np.ndarray) -> np.ndarray:

@@ -87,7 +87,7 @@ import numpy as np
 
 from harness.constants import NEGATIVE, NUM_OBSERVATIONS, OBSERVATIONS, POSITIVE, UNCERTAIN
 
-__all__ = ["label_report", "label_reports", "normalize_report"]
+__all__ = ["diagnostic_terms", "label_report", "label_reports", "normalize_report"]
 
 _IDX = {name: i for i, name in enumerate(OBSERVATIONS)}
 NF = _IDX["No Finding"]
@@ -370,6 +370,19 @@ _TOPICS: list[tuple[tuple[str, ...], list[tuple[str, tuple[Target, ...]]]]] = [
         ],
     ),
 ]
+
+
+def diagnostic_terms() -> frozenset[str]:
+    """The labeler's one-word trigger stems of finding and device topics (e.g. ``"effusion"``, ``"atelecta"``,
+    ``"cardi"``, ``"tube"``), lowercase; the normal-study phrases are left out. They are stems: a word that starts
+    with one of them (``"atelectasis"``, ``"cardiomegaly"``) names a finding or a device."""
+    return frozenset(
+        trigger
+        for triggers, alternatives in _TOPICS
+        if alternatives[0][1] is not _NORMAL_EVIDENCE
+        for trigger in triggers
+        if " " not in trigger
+    )
 
 
 class _Topic:

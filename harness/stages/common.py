@@ -64,8 +64,10 @@ def load_images(samples, size: int) -> list[list]:
 
 
 def start_run(cfg: RunConfig, stage: str, extra: dict | None = None) -> RunDir:
-    run = RunDir(cfg.out_dir)
-    run.write_manifest(to_dict(cfg), cfg.seed, stage, extra)
+    """The run directory; a new or resumed run gets a fresh manifest, a completed one is left as it is."""
+    run = RunDir(cfg.out_dir, tensorboard=stage == "rl")
+    if not run.complete:
+        run.write_manifest(to_dict(cfg), cfg.seed, stage, extra)
     return run
 
 

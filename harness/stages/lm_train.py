@@ -38,6 +38,18 @@ class LMData:
                       [self.reports[i] for i in idx])
 
 
+def param_groups(model, cfg: TrainConfig) -> list[dict]:
+    """Trainable parameters, with the vision tower (incl. merger) at `vision_lr_mult` x the base lr."""
+    vision, rest = [], []
+    for name, p in unwrap(model).named_parameters():
+        if p.requires_grad:
+            (vision if name.startswith("model.visual.") else rest).append(p)
+    groups = [{"params": rest, "lr": cfg.lr}] if rest else []
+    if vision:
+        groups.append({"params": vision, "lr": cfg.lr * cfg.vision_lr_mult})
+    return groups
+
+
 def make_scheduler(optimizer, cfg: TrainConfig, total_steps: int):
     warm = max(0, cfg.warmup_steps)
 
@@ -116,7 +128,7 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     total = math.ceil(cfg.epochs * steps_per_epoch)
     if cfg.max_steps is not None:
         total = min(total, cfg.max_steps)
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg, total)
     step = load_checkpoint(run, model, optimizer, scheduler)
     if step:
@@ -144,7 +156,7 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         optimizer.step()
         scheduler.step()
         step += 1
-        last_loss = float(loss)
+        last_loss = float(loss.detach())
         run.log_step({"step": step, "epoch": epoch, "loss": last_loss, "lr": lr, "grad_norm": float(gnorm),
                       "tokens": ntok, "step_time": time.time() - t0})
         bar.update(1)

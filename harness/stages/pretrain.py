@@ -27,6 +27,33 @@ from harness.stages.lm_train import LMData, train_lm
 RECIPE_VERSION = 1
 
 
+FINDINGS_INSTRUCTION = "List the findings."
+
+
+def findings_answer(labels) -> str:
+    """Short answer naming what a report states: positives, then 'possible' uncertain ones."""
+    import numpy as np
+
+    pos = [OBSERVATIONS[i].lower() for i in range(1, len(OBSERVATIONS)) if labels[i] == 1]
+    unc = [f"possible {OBSERVATIONS[i].lower()}" for i in range(1, len(OBSERVATIONS)) if labels[i] == -1]
+    names = pos + unc
+    return ", ".join(names) if names else ("no finding" if not np.all(np.isnan(labels)) else "no finding")
+
+
+def with_findings_task(data: LMData, samples, fraction: float, seed: int) -> LMData:
+    """Append `fraction * len(data)` "list the findings" examples (random samples, seeded)."""
+    import random
+
+    k = int(round(fraction * len(samples)))
+    if k <= 0:
+        return data
+    picks = random.Random(seed).sample(range(len(samples)), min(k, len(samples)))
+    picks = [i for i in picks if samples[i].labels is not None]
+    return LMData(data.images + [data.images[i] for i in picks],
+                  data.instructions + [FINDINGS_INSTRUCTION] * len(picks),
+                  data.reports + [findings_answer(samples[i].labels) for i in picks])
+
+
 def pretrain_key(cfg: RunConfig) -> str:
     m = cfg.model
     payload = {
@@ -69,10 +96,13 @@ def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = Fals
                              vision_depth=cfg.model.tiny_vision_depth, image_size=cfg.model.image_size)
     set_trainable(model, "pretrain")
     size = cfg.model.image_size
-    train_data = LMData(load_images(train, size), [cfg.prompt.instruction] * len(train), [s.report for s in train])
+    train_data = with_findings_task(
+        LMData(load_images(train, size), [cfg.prompt.instruction] * len(train), [s.report for s in train]),
+        train, p.findings_task_fraction, cfg.seed)
     val_data = LMData(load_images(val, size), [cfg.prompt.instruction] * len(val), [s.report for s in val])
     tcfg = TrainConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay,
-                       scheduler="cosine", warmup_steps=p.warmup_steps, checkpoint_every=50, log_every=10)
+                       scheduler="cosine", warmup_steps=p.warmup_steps, checkpoint_every=50, log_every=10,
+                       vision_lr_mult=p.vision_lr_mult)
     run = RunDir(work / "run")
     metrics = train_lm(model, processor, train_data, val_data, tcfg, run, seed=cfg.seed,
                        max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 0 pretrain",

@@ -46,3 +46,17 @@ def test_torn_last_line_is_dropped_but_middle_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="s.jsonl:2"):
         read_jsonl(p)
     assert math.isfinite(1.0)
+
+
+def test_tensorboard_mirror_writes_event_files(tmp_path):
+    run = RunDir(tmp_path / "r", tensorboard=True)
+    run.log_step({"step": 1, "reward_mean": 0.5, "note": "x", "flag": True})
+    run.close()
+    events = list((tmp_path / "r" / "tb").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "r" / "tb"))
+    acc.Reload()
+    assert acc.Tags()["scalars"] == ["train/reward_mean"]
+    assert acc.Scalars("train/reward_mean")[0].value == 0.5

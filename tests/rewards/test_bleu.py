@@ -90,16 +90,44 @@ def test_empty_batch_and_non_strings():
         bleu4([None], ["a"])  # type: ignore[list-item]
 
 
-def test_chunking_and_large_vocabulary_paths_stay_exact(monkeypatch):
+@pytest.mark.parametrize(
+    ("block_chars", "key_bits"),
+    [
+        (60, 63),  # many small blocks
+        (400, 26),  # 63-bit keys do not fit: words renumbered per block, blocks halved down to one pair
+        (10**6, 20),  # not even one pair fits: the pair is counted in Python
+    ],
+)
+def test_blocks_and_large_vocabulary_paths_stay_exact(monkeypatch, block_chars, key_bits):
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(40)]
     cands = [" ".join(rng.choice(words, size=rng.integers(0, 25))) for _ in range(11)]
     refs = [" ".join(rng.choice(words, size=rng.integers(0, 25))) for _ in range(11)]
     expected = [nltk_bleu4(c, r) for c, r in zip(cands, refs, strict=True)]
-    # Small chunks and a tiny integer limit force the multi-chunk loop and the dense-rank compression.
-    monkeypatch.setattr(bleu_module, "_CHUNK_PAIRS", 4)
-    monkeypatch.setattr(bleu_module, "_INT64_LIMIT", 10**6)
+    monkeypatch.setattr(bleu_module, "_BLOCK_CHARS", block_chars)
+    monkeypatch.setattr(bleu_module, "_KEY_BITS", key_bits)
     np.testing.assert_allclose(bleu4(cands, refs), expected, atol=TOL, rtol=0)
+
+
+def test_shared_references_rl_groups(monkeypatch):
+    # Group-major RL batch: rows b*G .. b*G+G-1 share reference b (the same object, or an equal copy).
+    rng = np.random.default_rng(1)
+    words = ["the", "heart", "is", "normal", "no", "effusion", ".", "mild", "cardiomegaly"]
+    refs_unique = [" ".join(rng.choice(words, size=rng.integers(3, 20))) for _ in range(7)]
+    refs = [ref if g % 2 else (ref + " ")[:-1] for ref in refs_unique for g in range(4)]
+    cands = [" ".join(rng.choice(words, size=rng.integers(0, 20))) for _ in refs]
+    expected = [nltk_bleu4(c, r) for c, r in zip(cands, refs, strict=True)]
+    np.testing.assert_allclose(bleu4(cands, refs), expected, atol=TOL, rtol=0)
+    monkeypatch.setattr(bleu_module, "_BLOCK_CHARS", 150)  # cuts inside the batch
+    np.testing.assert_allclose(bleu4(cands, refs), expected, atol=TOL, rtol=0)
+
+
+def test_long_words_sharing_prefixes_are_distinct():
+    # Words are compared 8 bytes at a time: words equal in their first 8 or 16 bytes must still differ.
+    cand = "pneumoth pneumothorax pneumothoraces cardiomediastinal cardiomediastinum abcdefgh abcdefghabcdefgh"
+    ref = "pneumothorax pneumoth cardiomediastinal abcdefghabcdefgh abcdefghabcdefghx pneumothoraces"
+    for c, r in [(cand, ref), (ref, cand), (cand, cand)]:
+        assert bleu4([c], [r])[0] == pytest.approx(nltk_bleu4(c, r), abs=TOL)
 
 
 _WORDS = st.sampled_from(["the", "heart", "is", "normal", "no", "effusion", "."])
@@ -119,3 +147,40 @@ def test_matches_nltk_on_random_batches(pairs):
     refs = [r for _, r in pairs]
     expected = np.array([nltk_bleu4(c, r) for c, r in pairs])
     np.testing.assert_allclose(bleu4(cands, refs), expected, atol=TOL, rtol=0)
+
+
+# Text outside the numpy fast path's comfort zone: non-ASCII words and whitespace (str.split() splits on
+# "\u2003" and "\xa0" too), ASCII control characters that are whitespace ("\x1c") or not ("\x01", NUL),
+# and words longer than 8 and 16 bytes that share prefixes.
+_ODD_WORDS = st.sampled_from(
+    ["the", "é", "naïve", "a\x01b", "x\x00y", "pneumoth", "pneumothorax", "pneumothoraces", "abcdefghabcdefgh",
+     "abcdefghabcdefghij", "."]
+)
+_ODD_SEPARATORS = st.sampled_from([" ", "\n", "\x1c", "\x1f", "\u2003", "\xa0", "\r\n"])
+
+
+@st.composite
+def _odd_text(draw) -> str:
+    words = draw(st.lists(_ODD_WORDS, min_size=0, max_size=20))
+    return "".join(word + draw(_ODD_SEPARATORS) for word in words)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_odd_text(), _odd_text()), min_size=1, max_size=6))
+def test_matches_nltk_on_odd_characters_and_long_words(pairs):
+    cands = [c for c, _ in pairs]
+    refs = [r for _, r in pairs]
+    expected = np.array([nltk_bleu4(c, r) for c, r in pairs])
+    np.testing.assert_allclose(bleu4(cands, refs), expected, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reference"),
+    [
+        ("a\x01b the\x1cheart\x1fis normal", "the heart\x0bis\x0cnormal a\x01b"),  # ASCII: numpy path
+        ("the\u2003heart is naïve", "the heart\xa0is naïve"),  # non-ASCII: str.split() path
+        ("x\x00y the heart", "the x\x00y heart"),  # NUL byte: str.split() path
+    ],
+)
+def test_control_and_unicode_whitespace(candidate, reference):
+    assert bleu4([candidate], [reference])[0] == pytest.approx(nltk_bleu4(candidate, reference), abs=TOL)

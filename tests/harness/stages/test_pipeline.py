@@ -1,0 +1,86 @@
+"""Smoke run of the whole tiny pipeline through the CLI: data, stage 0-3, classifier, eval.
+
+Small on purpose (a few steps per stage); it checks that every stage runs, writes its run records and
+checkpoint, chains into the next one, and that a completed stage is not run twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.cli import main
+from harness.records import read_json, read_jsonl
+
+TINY = [
+    "model.tiny_text_hidden=32", "model.tiny_text_layers=1", "model.tiny_vision_hidden=16",
+    "model.tiny_vision_depth=1", "model.tiny_vocab_size=400", "model.image_size=56",
+    "data.synth_n=40", "data.synth_image_size=64", "data.max_val=6", "data.max_test=6",
+    "pretrain.n=40", "pretrain.epochs=1", "pretrain.batch_size=8",
+    "prompt.max_report_tokens=24", "generation.max_new_tokens=12", "generation.batch_size=8",
+]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("pipeline")
+
+
+def _common(workdir, stage):
+    return [f"out_dir={workdir / stage}", f"data.synth_dir={workdir / 'data'}", f"cache_dir={workdir / 'cache'}"]
+
+
+def test_full_tiny_pipeline(workdir, capsys):
+    assert main(["data", "synth", "--n", "12", "--seed", "1", "--out", str(workdir / "synth"),
+                 "--image-size", "64"]) == 0
+    assert (workdir / "synth" / "annotation.json").is_file()
+
+    base = TINY + _common(workdir, "pretrain")
+    assert main(["train", "pretrain", *base, "--no-progress"]) == 0
+    bases = list((workdir / "cache" / "tiny-base").iterdir())
+    assert len(bases) == 1 and (bases[0] / "config.json").is_file()
+
+    warm = TINY + _common(workdir, "warmup") + ["train.max_steps=2", "train.batch_size=4"]
+    assert main(["train", "warmup", *warm, "--no-progress"]) == 0
+    run = workdir / "warmup"
+    for name in ("manifest.json", "steps.jsonl", "evals.jsonl", "metrics.json"):
+        assert (run / name).is_file(), name
+    assert len(read_jsonl(run / "steps.jsonl")) == 2
+    assert read_json(run / "model" / "spec.json")["stage"] == "warmup"
+
+    clf = TINY + _common(workdir, "classifier") + ["classifier.epochs=1", "classifier.batch_size=8",
+                                                   "classifier.img_size=32"]
+    assert main(["classifier", "train", *clf, "--no-progress"]) == 0
+    assert (workdir / "classifier" / "classifier" / "classifier.json").is_file()
+
+    sft = TINY + _common(workdir, "sft") + [
+        "train.max_steps=2", "train.batch_size=4", "model.lora_r=4", "model.lora_alpha=8",
+        f"init_from={run / 'model'}", f"classifier.dir={workdir / 'classifier' / 'classifier'}"]
+    assert main(["train", "sft", *sft, "--no-progress"]) == 0
+    spec = read_json(workdir / "sft" / "model" / "spec.json")
+    assert spec["lora"] == {"r": 4, "alpha": 8, "dropout": 0.1} and spec["classifier_dir"]
+
+    rl = TINY + _common(workdir, "rl") + [
+        "train.max_steps=2", f"init_from={workdir / 'sft' / 'model'}", "rl.prompts_per_step=2",
+        "rl.group_size=2", "rl.max_new_tokens=8", "rl.min_new_tokens=2", "rl.regularizer=rer",
+        "rl.reference=vapr", "train.lr=1e-4", "train.scheduler=constant"]
+    assert main(["train", "rl", *rl, "--no-progress"]) == 0
+    steps = read_jsonl(workdir / "rl" / "steps.jsonl")
+    assert [s["step"] for s in steps] == [1, 2]
+    evals = read_jsonl(workdir / "rl" / "evals.jsonl")
+    assert evals[0]["step"] == 0 and "val_score" in evals[0]
+
+    capsys.readouterr()
+    ev = TINY + _common(workdir, "eval")
+    assert main(["eval", *ev, "--model", str(workdir / "rl" / "model"), "--split", "test",
+                 "--out", str(workdir / "eval"), "--no-progress"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["n"] == 6 and 0 <= scores["BLEU_4"] <= 1 and 0 <= scores["findings_acc"] <= 1
+    preds = list((workdir / "eval").glob("predictions_*_test.jsonl"))
+    assert preds and len(read_jsonl(preds[0])) == 6
+
+    # A completed stage is skipped, not rerun (its records stay as they are).
+    before = (run / "steps.jsonl").read_text()
+    assert main(["train", "warmup", *warm, "--no-progress"]) == 0
+    assert (run / "steps.jsonl").read_text() == before
