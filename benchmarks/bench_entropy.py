@@ -10,8 +10,8 @@ show what chunking over positions would give, the same functions on the logits v
 (a free view) with `chunk_size` = that many positions.
 
 How memory is measured, so that it is sound:
-- every variant runs in a fresh subprocess (peaks of different variants never mix; no allocator cache
-  carried over);
+- every variant runs in two fresh subprocesses, one measuring memory, one timing (peaks of different
+  variants never mix; no allocator cache carried over);
 - the inputs (logits in the given dtype, created directly in that dtype, tokens, and the upstream gradient)
   are allocated first; the baseline is taken after that, and the reported peak is "peak minus baseline",
   i.e. what the operation itself adds. For forward+backward it includes the gradient of the logits (same
@@ -20,11 +20,13 @@ How memory is measured, so that it is sound:
 - CPU (tracemalloc does not see torch's allocations): the process's resident set. Linux's peak RSS (VmHWM)
   is reset by writing "5" to /proc/self/clear_refs right before the operation and read after it; where that
   is not allowed, `ru_maxrss` is used (the subprocess has done nothing bigger than allocating the inputs
-  before, so its earlier peak is the baseline). Tensors of this size are mmap-ed by the C allocator and
-  returned to the OS when freed, so the RSS peak is the peak of live tensors. The memory run is the first
-  call in the process (no warm-up pages left resident from an earlier call); timings come after it.
-Times are medians of `--repeats` calls after the memory run. The goal stated in the issue: chunked peak at
-most a tenth of naive.
+  before, so its earlier peak is the baseline). The memory subprocess runs with glibc's
+  MALLOC_MMAP_THRESHOLD_=65536 (which also turns off its dynamic threshold): every block above 64 KiB is
+  mmap-ed and returned to the OS when freed, so RSS follows the live tensors instead of freed memory the
+  allocator keeps (with the default, freed ~10 MiB chunks stay resident and inflate the chunked peaks).
+  The measured call is the first one in that process;
+- the timing subprocess uses the default allocator: one warm-up call, then the median of `--repeats` calls.
+The goal stated in the issue: chunked peak at most a tenth of naive.
 """
 
 from __future__ import annotations
@@ -141,12 +143,14 @@ def run_worker(spec: dict) -> dict:
                 logits.grad = None
             return out
 
-    meter = _PeakMeter(device)
-    meter.start()
-    first = call()
-    peak = meter.stop()
-    checksum = float(first.detach().double().sum())
-    del first
+    if spec["measure"] == "memory":
+        meter = _PeakMeter(device)
+        meter.start()
+        first = call()
+        peak = meter.stop()
+        return {**spec, "peak": peak, "method": meter.method, "checksum": float(first.detach().double().sum()),
+                "grad_floor": n * t * v * logits.element_size() if grad else 0}
+    call()  # warm-up
     times = []
     for _ in range(spec["repeats"]):
         if device.type == "cuda":
@@ -156,21 +160,25 @@ def run_worker(spec: dict) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    grad_floor = n * t * v * logits.element_size() if grad else 0
-    return {**spec, "peak": peak, "method": meter.method, "time": statistics.median(times), "checksum": checksum,
-            "grad_floor": grad_floor, "input_bytes": n * t * v * logits.element_size()}
+    return {**spec, "time": statistics.median(times)}
 
 
 # ------------------------------------------------------------------------------------------- driver side
 
 
-def run_variant(spec: dict) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _subprocess(spec: dict, env: dict) -> dict:
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True,
                           env=env, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"variant {spec} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_variant(spec: dict) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    memory = _subprocess({**spec, "measure": "memory"}, {**env, "MALLOC_MMAP_THRESHOLD_": "65536"})
+    timing = _subprocess({**spec, "measure": "time"}, env)
+    return {**memory, "time": timing["time"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats}
     fp32_tensor_mb = args.n * args.t * args.vocab * 4 / 2**20
     print(f"N={args.n} x T={args.t} x V={args.vocab:,} on {device}; one fp32 [N,T,V] tensor = {fp32_tensor_mb:.0f} MiB;"
-          f" temperature {args.temperature}; median of {args.repeats} timed calls; one subprocess per variant")
+          f" temperature {args.temperature}; median of {args.repeats} timed calls")
     header = (f"{'op':9s} {'dtype':5s} {'pass':8s} {'impl':16s} {'peak MiB':>9s} {'vs naive':>8s} "
               f"{'floor MiB':>9s} {'time ms':>9s} {'vs naive':>8s}  max|diff|")
     print(header)

@@ -91,6 +91,13 @@ def cmd_eval(ns) -> int:
     cfg = _cfg(ns)
     run = RunDir(ns.out) if ns.out else None
     scores = evaluate_model(cfg, ns.model, ns.split, run=run, progress=not ns.no_progress)
+    per_label = scores.pop("per_label", None)
+    if per_label and ns.per_label:
+        print("| observation | precision | recall | f1 | support |", file=sys.stderr)
+        print("|---|---|---|---|---|", file=sys.stderr)
+        for name, row in per_label.items():
+            print(f"| {name} | {row['precision']:.3f} | {row['recall']:.3f} | {row['f1']:.3f} | {row['support']} |",
+                  file=sys.stderr)
     print(json.dumps(scores, indent=2))
     return 0
 
@@ -133,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--model", required=True, help="a stage's model folder (…/model) or a base-model folder")
     ev.add_argument("--split", default="test", help="train, val or test (default test)")
     ev.add_argument("--out", default=None, help="run folder to append evals.jsonl and predictions to")
+    ev.add_argument("--per-label", action="store_true", help="also print the per-observation CE table (stderr)")
     _add_config_args(ev)
     ev.set_defaults(func=cmd_eval)
 

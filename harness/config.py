@@ -57,8 +57,8 @@ class ModelConfig:
     # Tiny preset sizes (DESIGN.md: text hidden ~64, 2 layers; vision ~32 wide, 1 block).
     tiny_text_hidden: int = 64
     tiny_text_layers: int = 2
-    tiny_vision_hidden: int = 32
-    tiny_vision_depth: int = 1
+    tiny_vision_hidden: int = 64
+    tiny_vision_depth: int = 2
     tiny_vocab_size: int = 1200
 
 
@@ -95,6 +95,9 @@ class ClassifierConfigSection:
     dir: str | None = None
     arch: str = "tiny_vit"
     img_size: int = 112
+    # Pooling of the ViT's tokens: "avg" (Medical-MAE fine-tuning, and it trains far better from scratch on the
+    # tiny preset) or "token" (CLS).
+    global_pool: str = "avg"
     epochs: int = 20
     batch_size: int = 64
     lr: float = 6.25e-5
@@ -113,7 +116,7 @@ class PretrainConfig:
 
     n: int = 2000
     data_seed: int = 1000
-    epochs: float = 4.0
+    epochs: float = 8.0
     batch_size: int = 32
     lr: float = 3e-3
     weight_decay: float = 0.01
@@ -121,7 +124,7 @@ class PretrainConfig:
     vision_lr_mult: float = 1.0
     # Share of extra "list the findings" examples mixed into stage 0 (a stand-in for the visual question
     # answering a real LVLM is pretrained on; it makes the base look at the image). 0 = reports only.
-    findings_task_fraction: float = 0.0
+    findings_task_fraction: float = 1.0
 
 
 @dataclass
@@ -184,6 +187,10 @@ class RLConfig:
     val_max_samples: int | None = None
     # Write sampled candidates with rewards/advantages/betas to samples.jsonl every k steps (0 = never).
     samples_every: int = 10
+    # DiTPO-style token weighting of the advantages (rewards/token_weights.py): none | tfidf | gradient.
+    token_weighting: str = "none"
+    token_weight_boost: float = 2.0
+    token_weight_max: float | None = None
     # Rows of logits upcast to fp32 at once in token_logprobs / token_entropy.
     logprob_chunk_rows: int = 4
 
@@ -195,6 +202,17 @@ class GenerationConfig:
     min_new_tokens: int = 0
     repetition_penalty: float = 1.0
     batch_size: int = 32
+
+
+@dataclass
+class EvalConfig:
+    # CE labels: "rules" (rewards/chexpert.py, offline) or "chexbert" (f1chexbert with its real weights).
+    ce_backend: str = "rules"
+    # "paper": only positive counts (REVA-PO / R2Gen protocol); "rrg": uncertain counts as positive too.
+    chexbert_mode: str = "paper"
+    # RadGraph F1: "auto" (reported when the weights are present, else marked missing), "off", or required.
+    radgraph: str = "auto"
+    radgraph_model: str = "radgraph-xl"
 
 
 @dataclass
@@ -214,6 +232,7 @@ class RunConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     rl: RLConfig = field(default_factory=RLConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -401,7 +420,17 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
         need(rl.val_score in ("paper", "official"), "rl.val_score", rl.val_score, "must be paper or official")
         need(rl.val_rg_metric != "none" or rl.val_lambda == 0, "rl.val_lambda", rl.val_lambda,
              "needs rl.val_rg_metric (entity_f1 or radgraph); with val_rg_metric none set val_lambda=0")
+        need(rl.token_weighting in ("none", "tfidf", "gradient"), "rl.token_weighting", rl.token_weighting,
+             "must be none, tfidf or gradient")
         need(rl.dual_clip is None or rl.dual_clip > 1, "rl.dual_clip", rl.dual_clip, "must be > 1 or null")
+        need(cfg.eval.ce_backend in ("rules", "chexbert"), "eval.ce_backend", cfg.eval.ce_backend,
+             "must be rules or chexbert")
+        need(cfg.eval.chexbert_mode in ("paper", "rrg"), "eval.chexbert_mode", cfg.eval.chexbert_mode,
+             "must be paper or rrg")
+        need(cfg.eval.radgraph in ("auto", "off", "required"), "eval.radgraph", cfg.eval.radgraph,
+             "must be auto, off or required")
+        need(cfg.eval.radgraph_model in ("radgraph", "radgraph-xl"), "eval.radgraph_model", cfg.eval.radgraph_model,
+             "must be radgraph or radgraph-xl")
         need(cfg.generation.max_new_tokens > 0, "generation.max_new_tokens", cfg.generation.max_new_tokens,
              "must be > 0")
         need(cfg.generation.min_new_tokens <= cfg.generation.max_new_tokens, "generation.min_new_tokens",

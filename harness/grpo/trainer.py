@@ -86,6 +86,12 @@ class GRPOTrainer:
         self.total_steps = min(total, train_cfg.max_steps) if train_cfg.max_steps else total
         self.optimizer = torch.optim.AdamW(self.params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, train_cfg, self.total_steps)
+        self.weighter = None
+        if rl.token_weighting != "none":
+            from harness.grpo.token_weighting import TokenWeighter
+
+            self.weighter = TokenWeighter(rl.token_weighting, processor.tokenizer, train.references,
+                                          rl.token_weight_boost, rl.token_weight_max, rl.logprob_chunk_rows)
         self.step = 0
         self.lp_temp = rl.logprob_temperature if rl.logprob_temperature is not None else rl.temperature
 
@@ -169,11 +175,18 @@ class GRPOTrainer:
             logp_ref, h_ref_tok = self._frozen_logprobs("ref", ro, self.regularizer.needs_reference_entropy)
         h_ref = response_mean(h_ref_tok, ro.response_mask.float()).view(B, G) if h_ref_tok is not None else None
         beta = self.regularizer.betas(adv, h_ref).reshape(-1)
+        advantages = adv.reshape(-1)
+        token_w = None
+        if self.weighter is not None:
+            # DiTPO: A[i, t] = w[i, t] * A[i]; the gradient weighter looks through the old policy.
+            with self.store.use("old"):
+                token_w = self.weighter.weights(self.model, ro).to(advantages.device)
+            advantages = advantages.unsqueeze(1) * token_w
         want_ent = rl.entropy_coef != 0
         logits = response_logits(self.model, ro)
         logp = token_logprobs(logits, ro.responses, self.lp_temp, rl.logprob_chunk_rows)
         ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_rows, requires_grad=want_ent)
-        loss, stats = policy_loss(logp, logp_old, logp_ref, adv.reshape(-1), beta, mask, eps_low=rl.eps_low,
+        loss, stats = policy_loss(logp, logp_old, logp_ref, advantages, beta, mask, eps_low=rl.eps_low,
                                   eps_high=rl.eps_high, dual_clip=rl.dual_clip, kl_estimator=rl.kl_estimator,
                                   aggregation=rl.aggregation, entropy=ent, entropy_coef=rl.entropy_coef)
         if not torch.isfinite(loss):
@@ -201,6 +214,9 @@ class GRPOTrainer:
             "grad_norm": float(gnorm) if gnorm is not None else None, "step_time": time.time() - t0,
             **stats, **self.regularizer.log_stats(), **self.reference.log_stats(), **events,
         }
+        if token_w is not None:
+            sel = token_w[ro.response_mask.bool()]
+            row.update(token_weight_max=float(sel.max()), token_weight_std=float(sel.std()))
         self.run.log_step(row)
         if rl.samples_every and self.step % rl.samples_every == 0:
             self.run.log_samples({

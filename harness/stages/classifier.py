@@ -48,7 +48,8 @@ def reference_labels(samples) -> np.ndarray:
 
 def classifier_config(cfg: RunConfig) -> ClassifierConfig:
     c = cfg.classifier
-    return ClassifierConfig(arch=c.arch, img_size=c.img_size, epochs=c.epochs, batch_size=c.batch_size, lr=c.lr,
+    return ClassifierConfig(arch=c.arch, img_size=c.img_size, global_pool=c.global_pool, epochs=c.epochs,
+                            batch_size=c.batch_size, lr=c.lr,
                             weight_decay=c.weight_decay, adam_beta2=c.adam_beta2, pretrained_path=c.pretrained_path,
                             seed=cfg.seed)
 

@@ -21,20 +21,51 @@ from harness.stages.classifier import predicted_diseases, reference_labels
 from harness.stages.common import load_images, load_splits, seed_everything
 
 
-def findings_scores(hyp_reports: list[str], ref_labels: np.ndarray) -> dict:
-    """Findings of generated reports (rule labeler) against the references' labels, positive = 1.
+def label_with(backend: str, reports: list[str], chexbert_mode: str = "paper") -> np.ndarray:
+    """[N, 14] labels from the chosen CE backend (1 pos, 0 neg, -1 uncertain, nan blank)."""
+    if backend == "chexbert":
+        from rewards.chexbert import label_reports_chexbert
 
-    findings_acc: share of (sample, observation) pairs where presence agrees; findings_exact: share of
-    samples whose 14 presence flags all agree; plus the CE micro/macro F1.
-    """
-    from harness.evaluation import ce_scores
+        return label_reports_chexbert(reports, mode=chexbert_mode)
     from rewards.chexpert import label_reports
 
-    hyp = label_reports(hyp_reports)
+    return label_reports(reports)
+
+
+def findings_scores(hyp_reports: list[str], ref_labels: np.ndarray, backend: str = "rules",
+                    chexbert_mode: str = "paper") -> dict:
+    """Findings of generated reports (labeled by `backend`) against the references' labels, positive = 1.
+
+    findings_acc: share of (sample, observation) pairs where presence agrees; findings_exact: share of
+    samples whose 14 presence flags all agree; plus the CE micro/macro/example P/R/F1 and per-label scores.
+    """
+    from harness.evaluation import ce_scores
+
+    hyp = label_with(backend, hyp_reports, chexbert_mode)
     hp, rp = hyp == 1, ref_labels == 1
-    out = {"findings_acc": float((hp == rp).mean()), "findings_exact": float((hp == rp).all(axis=1).mean())}
-    ce = ce_scores(hyp, ref_labels)
-    out.update({k: v for k, v in ce.items() if k != "per_label"})
+    out = {"findings_acc": float((hp == rp).mean()), "findings_exact": float((hp == rp).all(axis=1).mean()),
+           "ce_backend": backend}
+    out.update(ce_scores(hyp, ref_labels))
+    return out
+
+
+def clinical_scores(cfg: RunConfig, hyps: list[str], refs: list[str]) -> dict:
+    """Offline entity F1 always; RadGraph F1 when its weights are present (else marked missing, never replaced)."""
+    from rewards.entity import entity_f1
+
+    out = {"entity_f1": float(np.mean(entity_f1(hyps, refs)))}
+    if cfg.eval.radgraph == "off":
+        return out
+    from rewards.radgraph import radgraph_available, radgraph_scores
+
+    if radgraph_available(cfg.eval.radgraph_model):
+        out.update(radgraph_scores(hyps, refs, cfg.eval.radgraph_model))
+    elif cfg.eval.radgraph == "required":
+        from rewards.radgraph import check_radgraph_files
+
+        check_radgraph_files(cfg.eval.radgraph_model)  # raises with the path to fill
+    else:
+        out["radgraph"] = "missing (weights not found; see rewards/radgraph.py)"
     return out
 
 
@@ -69,7 +100,11 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
                             desc=f"decode {split}")
     refs = {s.id: s.report for s in samples}
     scores = nlg_scores(refs, {s.id: h for s, h in zip(samples, hyps, strict=True)})
-    scores.update(findings_scores(hyps, reference_labels(samples)))
+    ref_labels = reference_labels(samples) if cfg.eval.ce_backend == "rules" or any(
+        s.labels is not None for s in samples) else label_with(cfg.eval.ce_backend, [s.report for s in samples],
+                                                               cfg.eval.chexbert_mode)
+    scores.update(findings_scores(hyps, ref_labels, cfg.eval.ce_backend, cfg.eval.chexbert_mode))
+    scores.update(clinical_scores(cfg, hyps, [s.report for s in samples]))
     scores = {"split": split, "stage": spec.get("stage"), "n": len(samples), **scores}
     if label:
         scores["label"] = label

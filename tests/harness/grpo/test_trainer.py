@@ -148,3 +148,18 @@ def test_response_mask_stops_after_first_end_token():
     tokens = torch.tensor([[5, 6, 9, 0, 0], [5, 9, 9, 1, 1], [5, 6, 7, 8, 4]])
     assert response_mask_from(tokens, 9).tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]]
     assert response_logits is not None
+
+
+@pytest.mark.parametrize("mode", ["tfidf", "gradient"])
+def test_token_weighting_modes_run_and_keep_mean_one(mode, tiny_model, tiny_processor, tmp_path, prompt_set):
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="constant", token_weighting=mode)
+    tr.reference.on_start(tr.store)
+    ro = tr._rollout([0, 1])
+    with tr.store.use("old"):
+        w = tr.weighter.weights(tr.model, ro)
+    mask = ro.response_mask.bool()
+    assert w.shape == mask.shape and torch.all(w[~mask] == 0) and torch.all(w[mask] >= 0)
+    means = (w * mask).sum(1) / mask.sum(1)
+    assert torch.allclose(means[mask.sum(1) > 0], torch.ones(1), atol=1e-5)
+    row = tr.train_step()
+    assert np.isfinite(row["loss"]) and "token_weight_max" in row
