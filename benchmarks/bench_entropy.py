@@ -5,9 +5,9 @@
 
 Naive = `torch.log_softmax(logits.float() / temperature, -1)`, then `-(p * logp).sum(-1)` (entropy) or a
 gather (log-probs). Chunked = `harness.grpo.token_entropy` / `token_logprobs` (harness/grpo/core.py) with
-`chunk_size` rows of [N, T, V] per chunk (the trainer passes `rl.logprob_chunk_rows`, default 4), and, to
-show what chunking over positions would give, the same functions on the logits viewed as [N*T, 1, V]
-(a free view) with `chunk_size` = that many positions.
+their default chunking (`chunk_size=None`: positions of the N*T grid per chunk, sized so one fp32 chunk is
+about 16 MiB; the trainer's default, `rl.logprob_chunk_positions=null`), and with explicit `chunk_size`
+positions per chunk.
 
 How memory is measured, so that it is sound:
 - every variant runs in two fresh subprocesses, one measuring memory, one timing (peaks of different
@@ -107,17 +107,11 @@ def _naive(logits, tokens, op: str, temperature: float):
 def _chunked(logits, tokens, op: str, temperature: float, impl: str, chunk: int, grad: bool):
     from harness.grpo import token_entropy, token_logprobs
 
-    n, t, v = logits.shape
-    if impl == "positions":  # [N*T, 1, V]: each chunk is `chunk` positions
-        out_shape = (n, t)
-        logits, tokens = logits.view(n * t, 1, v), tokens.reshape(n * t, 1)
-    else:
-        out_shape = None
+    # impl "default": chunk_size=None (sized by CHUNK_BUDGET_BYTES); "positions": `chunk` positions per chunk.
+    size = None if impl == "default" else chunk
     if op == "entropy":
-        out = token_entropy(logits, temperature, chunk, requires_grad=grad)
-    else:
-        out = token_logprobs(logits, tokens, temperature, chunk)
-    return out.view(out_shape) if out_shape else out
+        return token_entropy(logits, temperature, size, requires_grad=grad)
+    return token_logprobs(logits, tokens, temperature, size)
 
 
 def run_worker(spec: dict) -> dict:
@@ -190,9 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp32"], choices=sorted(DTYPES))
     parser.add_argument("--ops", nargs="+", default=["entropy", "logprobs"], choices=["entropy", "logprobs"])
     parser.add_argument("--passes", nargs="+", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"])
-    parser.add_argument("--chunk-rows", type=int, nargs="+", default=[4, 1], help="chunk sizes in rows to try")
     parser.add_argument("--chunk-positions", type=int, nargs="*", default=[16],
-                        help="also run on the [N*T, 1, V] view with this many positions per chunk")
+                        help="also run with this many positions per chunk (besides the default, chunk_size=None)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -206,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    impls = ([("naive", 0)] + [("rows", c) for c in args.chunk_rows]
-             + [("positions", c) for c in args.chunk_positions])
+    impls = [("naive", 0), ("default", 0)] + [("positions", c) for c in args.chunk_positions]
     base = {"n": args.n, "t": args.t, "vocab": args.vocab, "temperature": args.temperature, "device": device,
             "repeats": args.repeats}
     fp32_tensor_mb = args.n * args.t * args.vocab * 4 / 2**20

@@ -191,8 +191,8 @@ class RLConfig:
     token_weighting: str = "none"
     token_weight_boost: float = 2.0
     token_weight_max: float | None = None
-    # Rows of logits upcast to fp32 at once in token_logprobs / token_entropy.
-    logprob_chunk_rows: int = 4
+    # Logit positions upcast to fp32 at once in token_logprobs / token_entropy (None: sized for ~16 MiB).
+    logprob_chunk_positions: int | None = None
 
 
 @dataclass

@@ -25,8 +25,11 @@ __all__ = [
     "zero_std_groups",
 ]
 
-# Rows of logits upcast to fp32 at a time. One row of a 152k-vocabulary model at T = 160 is ~97 MB in fp32.
-DEFAULT_CHUNK_ROWS = 4
+# Logit positions (over the N*T grid) upcast to fp32 at a time. None ("auto") sizes chunks so that one fp32
+# chunk holds about CHUNK_BUDGET_BYTES: ~27 positions at Qwen2.5's 151,936-token vocabulary, thousands for
+# the tiny preset's. Chunking by positions, not rows, keeps memory flat even for a handful of long rows.
+DEFAULT_CHUNK_ROWS = None
+CHUNK_BUDGET_BYTES = 16 * 2**20
 # Clamp on log-ratios before exp(): keeps exp() finite for tokens the other policy all but rules out.
 LOG_RATIO_CLAMP = 20.0
 # Cap on the k3 estimator per token (Eq. 6 as in the official code): one outlier token cannot dominate.
@@ -67,16 +70,35 @@ def zero_std_groups(rewards: torch.Tensor) -> torch.Tensor:
 # Chunked log-probs and entropies
 # ----------------------------------------------------------------------------------------------------------
 def _check_logits(logits: torch.Tensor, temperature: float, chunk_size: int | None) -> int:
+    """Positions per chunk (see DEFAULT_CHUNK_ROWS)."""
     if logits.dim() != 3:
         raise ValueError(f"logits must be [N, T, V], got shape {tuple(logits.shape)}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    n = logits.shape[0]
     if chunk_size is None:
-        return max(n, 1)
+        itemsize = 8 if logits.dtype == torch.float64 else 4
+        return max(1, CHUNK_BUDGET_BYTES // (itemsize * max(1, logits.shape[-1])))
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
     return chunk_size
+
+
+def _blocks(n: int, t: int, chunk: int):
+    """(row slice, position slice) blocks of at most `chunk` positions covering an [n, t] grid in order.
+
+    Whole rows are grouped when a chunk holds at least one row; otherwise each row is cut into pieces. Slicing
+    (never reshaping) keeps non-contiguous logits (e.g. logits[:, :-1]) uncopied.
+    """
+    if t == 0 or n == 0:
+        return
+    if chunk >= t:
+        rows = chunk // t
+        for r in range(0, n, rows):
+            yield slice(r, r + rows), slice(0, t)
+    else:
+        for r in range(n):
+            for s in range(0, t, chunk):
+                yield slice(r, r + 1), slice(s, s + chunk)
 
 
 def _compute_dtype(logits: torch.Tensor) -> torch.dtype:
@@ -103,11 +125,11 @@ class _TokenLogprob(torch.autograd.Function):
         n, t, _ = logits.shape
         out = torch.empty((n, t), dtype=_compute_dtype(logits), device=logits.device)
         lse = torch.empty((n, t), dtype=_compute_dtype(logits), device=logits.device)
-        for s in range(0, n, chunk):
-            z = _scaled_fp32(logits[s : s + chunk], temperature)
+        for r, c in _blocks(n, t, chunk):
+            z = _scaled_fp32(logits[r, c], temperature)
             lse_c = torch.logsumexp(z, dim=-1)
-            out[s : s + chunk] = z.gather(-1, tokens[s : s + chunk].unsqueeze(-1)).squeeze(-1) - lse_c
-            lse[s : s + chunk] = lse_c
+            out[r, c] = z.gather(-1, tokens[r, c].unsqueeze(-1)).squeeze(-1) - lse_c
+            lse[r, c] = lse_c
         ctx.save_for_backward(logits, tokens, lse)
         ctx.temperature, ctx.chunk = temperature, chunk
         return out
@@ -118,15 +140,15 @@ class _TokenLogprob(torch.autograd.Function):
         logits, tokens, lse = ctx.saved_tensors
         temperature, chunk = ctx.temperature, ctx.chunk
         grad = torch.empty_like(logits)
-        for s in range(0, logits.shape[0], chunk):
-            z = _scaled_fp32(logits[s : s + chunk], temperature)
-            go = grad_out[s : s + chunk].to(z.dtype).unsqueeze(-1)
+        for r, c in _blocks(logits.shape[0], logits.shape[1], chunk):
+            z = _scaled_fp32(logits[r, c], temperature)
+            go = grad_out[r, c].to(z.dtype).unsqueeze(-1)
             # d logp_tok / d z_j = 1[j = tok] - p_j
-            g = torch.exp(z - lse[s : s + chunk].unsqueeze(-1)).mul_(-go)
-            g.scatter_add_(-1, tokens[s : s + chunk].unsqueeze(-1), go)
+            g = torch.exp(z - lse[r, c].unsqueeze(-1)).mul_(-go)
+            g.scatter_add_(-1, tokens[r, c].unsqueeze(-1), go)
             if temperature != 1.0:
                 g.div_(temperature)
-            grad[s : s + chunk] = g
+            grad[r, c] = g
         return grad, None, None, None
 
 
@@ -138,13 +160,13 @@ class _TokenEntropy(torch.autograd.Function):
         n, t, _ = logits.shape
         ent = torch.empty((n, t), dtype=_compute_dtype(logits), device=logits.device)
         lse = torch.empty((n, t), dtype=_compute_dtype(logits), device=logits.device)
-        for s in range(0, n, chunk):
-            z = _scaled_fp32(logits[s : s + chunk], temperature)
+        for r, c in _blocks(n, t, chunk):
+            z = _scaled_fp32(logits[r, c], temperature)
             lse_c = torch.logsumexp(z, dim=-1)
             p = torch.exp(z - lse_c.unsqueeze(-1))
             # xlogy(0, 0) = 0: positions with -inf logits (masked vocabulary) contribute nothing, not NaN.
-            ent[s : s + chunk] = -torch.special.xlogy(p, p).sum(-1)
-            lse[s : s + chunk] = lse_c
+            ent[r, c] = -torch.special.xlogy(p, p).sum(-1)
+            lse[r, c] = lse_c
         ctx.save_for_backward(logits, lse, ent)
         ctx.temperature, ctx.chunk = temperature, chunk
         return ent
@@ -155,15 +177,15 @@ class _TokenEntropy(torch.autograd.Function):
         logits, lse, ent = ctx.saved_tensors
         temperature, chunk = ctx.temperature, ctx.chunk
         grad = torch.empty_like(logits)
-        for s in range(0, logits.shape[0], chunk):
-            z = _scaled_fp32(logits[s : s + chunk], temperature)
-            p = torch.exp(z - lse[s : s + chunk].unsqueeze(-1))
+        for r, c in _blocks(logits.shape[0], logits.shape[1], chunk):
+            z = _scaled_fp32(logits[r, c], temperature)
+            p = torch.exp(z - lse[r, c].unsqueeze(-1))
             # dH / dz_j = -p_j (log p_j + H)
-            g = torch.special.xlogy(p, p).add_(p * ent[s : s + chunk].unsqueeze(-1))
-            g.mul_(-grad_out[s : s + chunk].to(z.dtype).unsqueeze(-1))
+            g = torch.special.xlogy(p, p).add_(p * ent[r, c].unsqueeze(-1))
+            g.mul_(-grad_out[r, c].to(z.dtype).unsqueeze(-1))
             if temperature != 1.0:
                 g.div_(temperature)
-            grad[s : s + chunk] = g
+            grad[r, c] = g
         return grad, None, None
 
 
@@ -177,7 +199,7 @@ def token_logprobs(
     (fp32; fp64 for fp64 logits).
 
     Logits are divided by ``temperature`` (the loop passes ``logprob_temperature``) and upcast to fp32
-    ``chunk_size`` rows at a time (``None``: all rows at once), in the forward and the backward pass alike,
+    ``chunk_size`` positions at a time (``None``: sized by ``CHUNK_BUDGET_BYTES``), in forward and backward alike,
     so bf16/fp16 logits never become one fp32 ``[N, T, V]`` tensor. Gradients flow to ``logits``.
     """
     chunk = _check_logits(logits, temperature, chunk_size)

@@ -91,7 +91,7 @@ class GRPOTrainer:
             from harness.grpo.token_weighting import TokenWeighter
 
             self.weighter = TokenWeighter(rl.token_weighting, processor.tokenizer, train.references,
-                                          rl.token_weight_boost, rl.token_weight_max, rl.logprob_chunk_rows)
+                                          rl.token_weight_boost, rl.token_weight_max, rl.logprob_chunk_positions)
         self.step = 0
         self.lp_temp = rl.logprob_temperature if rl.logprob_temperature is not None else rl.temperature
 
@@ -151,8 +151,8 @@ class GRPOTrainer:
         with self.store.use(name):
             logits = response_logits(self.model, ro)
             tokens = ro.responses
-            logp = token_logprobs(logits, tokens, self.lp_temp, self.rl.logprob_chunk_rows)
-            ent = token_entropy(logits, self.lp_temp, self.rl.logprob_chunk_rows) if want_entropy else None
+            logp = token_logprobs(logits, tokens, self.lp_temp, self.rl.logprob_chunk_positions)
+            ent = token_entropy(logits, self.lp_temp, self.rl.logprob_chunk_positions) if want_entropy else None
         return logp, ent
 
     def train_step(self) -> dict:
@@ -184,8 +184,8 @@ class GRPOTrainer:
             advantages = advantages.unsqueeze(1) * token_w
         want_ent = rl.entropy_coef != 0
         logits = response_logits(self.model, ro)
-        logp = token_logprobs(logits, ro.responses, self.lp_temp, rl.logprob_chunk_rows)
-        ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_rows, requires_grad=want_ent)
+        logp = token_logprobs(logits, ro.responses, self.lp_temp, rl.logprob_chunk_positions)
+        ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=want_ent)
         loss, stats = policy_loss(logp, logp_old, logp_ref, advantages, beta, mask, eps_low=rl.eps_low,
                                   eps_high=rl.eps_high, dual_clip=rl.dual_clip, kl_estimator=rl.kl_estimator,
                                   aggregation=rl.aggregation, entropy=ent, entropy_coef=rl.entropy_coef)

@@ -1,0 +1,333 @@
+"""Tables from an experiment: our numbers (mean and 95% bootstrap interval over seeds, n per cell) beside the
+published ones, differences to the reference arm with a paired test and a within-noise flag.
+
+`results_frame` builds one long pandas DataFrame (one row per arm x metric) holding every number; the
+renderers lay it out wide, one row per arm ("ours") plus one row per matching published row ("paper"):
+  - `to_markdown(...)`, `to_latex(...)` (booktabs), `to_csv(...)` (the long frame itself);
+  - `differences_markdown(...)`: arm - reference per metric, with interval, p and the flag.
+Cells read `mean [lo, hi]`; `≈` marks a non-reference arm whose paired difference to the reference arm has a
+95% interval containing 0 (within noise); `n=k` is added to a cell whose n differs from its arm's.
+Statistics: reports/stats.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from reports.experiment import Experiment, is_number
+from reports.published import (CE_METRICS, NLG_METRICS, SHORT_NAMES, load_published, our_metric_key)
+from reports.stats import DEFAULT_B, paired_comparison, summarize
+
+DEFAULT_METRICS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "CIDEr", "ce_micro_precision",
+                   "ce_micro_recall", "ce_micro_f1", "radgraph_partial", "entity_f1", "findings_acc")
+NOISE_MARK = "≈"
+
+
+def column_name(metric: str, ce_average: str = "micro") -> str:
+    """Short display name of one of our metric keys (paper names where the paper has the metric)."""
+    for pub in NLG_METRICS + CE_METRICS:
+        if our_metric_key(pub, ce_average) == metric:
+            return SHORT_NAMES[pub]
+    return SHORT_NAMES.get(metric, metric)
+
+
+@dataclass
+class TableSpec:
+    """What one results table shows."""
+
+    metrics: list[str]
+    published: str | None = None  # published-table id (reports/published.json)
+    dataset: str | None = None  # published rows of this data set
+    ce_average: str = "micro"
+    B: int = DEFAULT_B
+    seed: int = 0
+    digits: int = 4
+    notes: list[str] = field(default_factory=list)
+
+
+def published_id(exp: Experiment) -> str | None:
+    """The published table the experiment reproduces, if reports/published.json has it."""
+    tables = load_published()["tables"]
+    return exp.reproduces if exp.reproduces in tables else None
+
+
+def published_dataset(exp: Experiment, table: str | None) -> str | None:
+    """Which data set's published rows to show: ours if the table has it, else MIMIC-CXR (REVA-PO's ablations)."""
+    if table is None:
+        return None
+    rows = load_published()["tables"][table]["rows"]
+    have = {r.get("dataset") for r in rows}
+    ds = exp.dataset
+    if ds in have:
+        return ds
+    return "mimic_cxr" if "mimic_cxr" in have else next(iter(have), None)
+
+
+def default_spec(exp: Experiment, metrics: list[str] | None = None, ce_average: str = "micro",
+                 B: int = DEFAULT_B, seed: int = 0) -> TableSpec:
+    """The published table's metrics (mapped to our keys) when the study reproduces one, plus our extra
+    metrics; only metrics that some run or the published table has are kept."""
+    table = published_id(exp)
+    if metrics is None:
+        metrics = list(DEFAULT_METRICS)
+        if table is not None:
+            pub = [our_metric_key(m, ce_average) for m in load_published()["tables"][table]["metrics"]]
+            metrics = pub + [m for m in DEFAULT_METRICS if m not in pub]
+    have = {k for r in exp.runs for k, v in r.scores.items() if is_number(v)}
+    pub_have = set()
+    if table is not None:
+        for m in load_published()["tables"][table]["metrics"]:
+            pub_have.add(our_metric_key(m, ce_average))
+    metrics = [m for m in metrics if m in have or m in pub_have]
+    return TableSpec(metrics, table, published_dataset(exp, table), ce_average, B, seed)
+
+
+def _published_lookup(spec: TableSpec) -> tuple[dict, str | None, float]:
+    if spec.published is None:
+        return {}, None, 1.0
+    t = load_published()["tables"][spec.published]
+    rows = [r for r in t["rows"] if spec.dataset is None or r.get("dataset") == spec.dataset]
+    by_key = {}
+    for r in rows:
+        for k in (r.get("arm"), r.get("label")):
+            if k is not None:
+                by_key.setdefault(k, r)
+    return by_key, t["source"], float(t.get("scale", 1.0))
+
+
+def _published_value(row: dict | None, metric: str, spec: TableSpec, scale: float) -> float | None:
+    if row is None:
+        return None
+    for pub in row:
+        if pub in NLG_METRICS + CE_METRICS and our_metric_key(pub, spec.ce_average) == metric:
+            v = row[pub]
+            return None if v is None else float(v) * scale
+    return None
+
+
+def results_frame(exp: Experiment, spec: TableSpec | None = None) -> pd.DataFrame:
+    """Long frame: one row per (arm, metric) with our mean/interval/n, the published value and the paired
+    comparison with the reference arm."""
+    spec = spec or default_spec(exp)
+    pub_rows, source, scale = _published_lookup(spec)
+    ref = exp.reference_arm if exp.reference_arm in {a.name for a in exp.arms} else None
+    records = []
+    for arm in exp.arms:
+        prow = pub_rows.get(arm.published_row) or pub_rows.get(arm.name)
+        for metric in spec.metrics:
+            vals = exp.values(arm.name, metric)
+            s = summarize(list(vals.values()), spec.B, seed=spec.seed)
+            rec = {"arm": arm.name, "label": arm.label, "metric": metric,
+                   "column": column_name(metric, spec.ce_average), "mean": s.mean, "ci_lo": s.lo, "ci_hi": s.hi,
+                   "std": s.std, "n": s.n, "seeds": " ".join(str(k) for k in sorted(vals)),
+                   "published": _published_value(prow, metric, spec, scale),
+                   "published_row": (prow or {}).get("label"), "published_source": source if prow else None,
+                   "reference_arm": ref, "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
+                   "p_value": math.nan, "test": None, "n_paired": 0, "within_noise": None}
+            if ref is not None and arm.name != ref:
+                c = paired_comparison(vals, exp.values(ref, metric), spec.B, seed=spec.seed)
+                rec.update(diff=c.diff, diff_lo=c.lo, diff_hi=c.hi, p_value=c.p, test=c.test, n_paired=c.n,
+                           within_noise=c.within_noise)
+            records.append(rec)
+    return pd.DataFrame.from_records(records)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Wide layouts
+
+
+def _fmt(v, digits: int) -> str:
+    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{digits}f}"
+
+
+def _arm_n(df: pd.DataFrame, arm: str) -> int:
+    sub = df[df.arm == arm]
+    return int(sub.n.max()) if len(sub) else 0
+
+
+def _our_cell(rec, digits: int, arm_n: int, latex: bool = False) -> str:
+    if rec.n == 0:
+        return "–"
+    cell = _fmt(rec.mean, digits)
+    if rec.n > 1:
+        cell += f" [{_fmt(rec.ci_lo, digits)}, {_fmt(rec.ci_hi, digits)}]"
+    if rec.n != arm_n:
+        cell += f" (n={rec.n})"
+    if rec.within_noise is True:
+        cell += r" $\approx$" if latex else f" {NOISE_MARK}"
+    return cell
+
+
+def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the wide table: per arm an "ours" row and, if published, a "paper" row."""
+    metrics = list(dict.fromkeys(df.metric))
+    cols = [df[df.metric == m].column.iloc[0] for m in metrics]
+    header = ["Arm", "Source", "n"] + cols
+    rows = []
+    pub_digits = 3 if spec.published != "mrg_r1" else 4
+    for arm in dict.fromkeys(df.arm):
+        sub = df[df.arm == arm].set_index("metric")
+        label = sub.label.iloc[0]
+        n = _arm_n(df, arm)
+        ref = sub.reference_arm.iloc[0]
+        tag = " (reference)" if arm == ref else ""
+        rows.append([f"{label}{tag}", "ours", str(n)] + [_our_cell(sub.loc[m], spec.digits, n, latex)
+                                                          for m in metrics])
+        if sub.published_source.notna().any():
+            src = sub.published_source.dropna().iloc[0]
+            rows.append([f"{label}", f"paper: {src}", "–"] + [_fmt(sub.loc[m].published, pub_digits)
+                                                               for m in metrics])
+    return header, rows
+
+
+def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
+    """The statements every table carries: seeds, n, what a cell is, the test, the flag, the sources."""
+    seeds = sorted({int(s) for ss in df.seeds for s in str(ss).split() if s})
+    ns = sorted({_arm_n(df, a) for a in dict.fromkeys(df.arm)})
+    out = [f"Seeds: {', '.join(map(str, seeds)) or 'none'}; n (complete runs with scores) per arm: "
+           f"{', '.join(map(str, ns))}. Cells: mean over seeds [95% percentile bootstrap interval of the mean, "
+           f"B = {spec.B}, resampling seeds]; `(n=k)` marks a cell with fewer seeds than its arm."]
+    ref = exp.reference_arm
+    if ref:
+        tests = sorted({t for t in df.test.dropna()})
+        out.append(f"Reference arm: `{ref}`. {NOISE_MARK} = within noise: the 95% bootstrap interval of the paired "
+                   f"difference (arm - reference, over shared seeds) contains 0. Paired test: "
+                   f"{'; '.join(tests) or 'none (fewer than 2 shared seeds)'} (see the differences table).")
+    if spec.published:
+        t = load_published()["tables"][spec.published]
+        out.append(f"Paper rows: {t['source']} ({spec.dataset}; {t['caption']}) — published numbers, not rerun "
+                   f"here; ours are on data set `{exp.dataset}`, preset `{exp.preset}`. CheXpert P/R/F1 are "
+                   f"compared with our {spec.ce_average}-averaged CE scores; RG with RadGraph F1 (partial) when "
+                   f"its weights were available (else –).")
+    return out + list(spec.notes)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    esc = [[c.replace("|", "\\|") for c in r] for r in [header] + rows]
+    lines = ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
+    return "\n".join(lines)
+
+
+def to_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec, title: str | None = None) -> str:
+    header, rows = wide_rows(df, spec)
+    parts = [f"### {title}\n" if title else "", _md_table(header, rows), ""]
+    parts += [f"- {n}" for n in notes(exp, df, spec)]
+    return "\n".join(parts).strip() + "\n"
+
+
+_LATEX_ESC = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+              "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "–": "--"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_ESC.get(ch, ch) for ch in str(text))
+
+
+def to_latex(exp: Experiment, df: pd.DataFrame, spec: TableSpec, caption: str | None = None,
+             label: str | None = None) -> str:
+    header, rows = wide_rows(df, spec, latex=True)
+
+    def cell(c: str) -> str:
+        # keep the $\approx$ mark as math, escape the rest
+        mark = r" $\approx$"
+        if c.endswith(mark):
+            return latex_escape(c[: -len(mark)]) + mark
+        return latex_escape(c)
+
+    lines = [r"\begin{table}[t]", r"\centering", r"\scriptsize", r"\begin{tabular}{ll" + "r" * (len(header) - 2) + "}",
+             r"\toprule", " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
+    lines += [" & ".join(cell(c) for c in r) + r" \\" for r in rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    cap = (caption + " " if caption else "") + " ".join(notes(exp, df, spec))
+    lines.append(r"\caption{" + latex_escape(cap).replace(latex_escape(NOISE_MARK), r"$\approx$") + "}")
+    if label:
+        lines.append(r"\label{" + label + "}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(df: pd.DataFrame, path: str | Path | None = None) -> str:
+    text = df.to_csv(index=False, float_format="%.6g")
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+def differences_rows(df: pd.DataFrame, digits: int = 4) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): arm - reference per metric as `diff [lo, hi] p=… ≈`."""
+    sub = df[df.reference_arm.notna() & (df.arm != df.reference_arm)]
+    metrics = list(dict.fromkeys(df.metric))
+    header = ["Arm", "n paired"] + [df[df.metric == m].column.iloc[0] for m in metrics]
+    rows = []
+    for arm in dict.fromkeys(sub.arm):
+        a = sub[sub.arm == arm].set_index("metric")
+        cells = []
+        for m in metrics:
+            r = a.loc[m]
+            if r.n_paired == 0:
+                cells.append("–")
+                continue
+            c = f"{r['diff']:+.{digits}f}"
+            if r.n_paired > 1:
+                c += f" [{r.diff_lo:+.{digits}f}, {r.diff_hi:+.{digits}f}] p={_fmt(r.p_value, 3)}"
+            c += f" {NOISE_MARK}" if r.within_noise is True else (" (n<2)" if r.within_noise is None else "")
+            cells.append(c)
+        rows.append([a.label.iloc[0], str(int(a.n_paired.max()))] + cells)
+    return header, rows
+
+
+def differences_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> str:
+    if not exp.reference_arm or df.reference_arm.isna().all():
+        return ""
+    header, rows = differences_rows(df, spec.digits)
+    if not rows:
+        return ""
+    tests = sorted({t for t in df.test.dropna()})
+    text = [f"### Differences to the reference arm `{exp.reference_arm}`\n", _md_table(header, rows), "",
+            f"- Cells: mean paired difference (arm - reference) over shared seeds [95% percentile bootstrap "
+            f"interval, B = {spec.B}] and the two-sided p of {'; '.join(tests) or 'no test'}. {NOISE_MARK}: the "
+            f"interval contains 0 (within noise); (n<2): fewer than 2 shared seeds, no interval."]
+    return "\n".join(text) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------------
+# Matrix layout (regularizer x reference, ...) for studies whose arms vary in two factors
+
+
+def matrix_factors(exp: Experiment) -> tuple[str, str] | None:
+    """The two factors a matrix study varies (each with >= 2 values across arms), if exactly two do."""
+    facs = {a.name: exp.factors(a.name) for a in exp.arms}
+    keys = [k for k in dict.fromkeys(k for f in facs.values() for k in f)
+            if len({str(f.get(k)) for f in facs.values()}) >= 2 and all(k in f for f in facs.values())]
+    return (keys[0], keys[1]) if len(keys) == 2 else None
+
+
+def matrix_markdown(exp: Experiment, df: pd.DataFrame, metric: str, rows_by: str, cols_by: str,
+                    digits: int = 4) -> str:
+    facs = {a.name: exp.factors(a.name) for a in exp.arms}
+    rvals = list(dict.fromkeys(str(f[rows_by]) for f in facs.values()))
+    cvals = list(dict.fromkeys(str(f[cols_by]) for f in facs.values()))
+    sub = df[df.metric == metric].set_index("arm")
+    grid = []
+    for rv in rvals:
+        line = [rv]
+        for cv in cvals:
+            arms = [a for a, f in facs.items() if str(f[rows_by]) == rv and str(f[cols_by]) == cv]
+            if not arms or arms[0] not in sub.index:
+                line.append("–")
+                continue
+            rec = sub.loc[arms[0]]
+            cell = _our_cell(rec, digits, int(rec.n))
+            cell += f" (n={rec.n})" if rec.n else ""
+            if arms[0] == exp.reference_arm:
+                cell += " (ref)"
+            line.append(cell)
+        grid.append(line)
+    col = df[df.metric == metric].column.iloc[0] if (df.metric == metric).any() else metric
+    head = [f"{rows_by} \\ {cols_by}"] + cvals
+    return f"### {col}: {rows_by} x {cols_by}\n\n" + _md_table(head, grid) + "\n"
