@@ -5,6 +5,8 @@
   regbench train {pretrain,warmup,sft,rl} [CONFIG.yaml] [key.sub=value ...]
   regbench eval [CONFIG.yaml] --model DIR [--split test] [key.sub=value ...]
   regbench demo [--out DIR]
+  regbench experiment run FILE [--workers 2] [--out DIR] [--seeds 0,1] [--arms a,b] [--preset P] [--set k=v]
+  regbench experiment list FILE [--out DIR] [--preset P] [--set k=v]
 
 CONFIG is a YAML file over the defaults of harness/config.py (see experiments/); `key.sub=value` overrides
 any field (value parsed as YAML), e.g. `train.epochs=2 out_dir=runs/x`.
@@ -109,6 +111,34 @@ def cmd_demo(ns) -> int:
     return 0
 
 
+def _int_list(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise ConfigError(f"--seeds must be comma-separated integers, got '{text}'") from e
+
+
+def _name_list(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def cmd_experiment(ns) -> int:
+    from harness.experiments import build_plan, describe_plan, load_study, run_experiment
+
+    study = load_study(ns.file, preset=ns.preset, sets=ns.set)
+    out = Path(ns.out) if ns.out else Path("runs") / f"{study.name}-{study.preset}"
+    seeds, arms = _int_list(ns.seeds), _name_list(ns.arms)
+    if ns.experiment_command == "list":
+        for a in arms or []:
+            study.arm(a)
+        print(describe_plan(build_plan(study, out, seeds), seeds=seeds, arms=arms))
+        return 0
+    result = run_experiment(study, out, workers=ns.workers, seeds=seeds, arms=arms)
+    return 0 if result.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="regbench",
@@ -144,10 +174,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(ev)
     ev.set_defaults(func=cmd_eval)
 
+    from reports.cli import add_subcommands
+
+    add_subcommands(sub)
+
     demo = sub.add_parser("demo", help="the whole tiny pipeline on synthetic data, with a results table")
     demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
     demo.set_defaults(func=cmd_demo)
+
+    exp = sub.add_parser("experiment", help="run a study (experiments/*.yaml): arms x seeds, shared stages cached")
+    exp_sub = exp.add_subparsers(dest="experiment_command", required=True)
+    for name, text in (("run", "run the study's arms x seeds (skips complete runs, resumes interrupted ones)"),
+                       ("list", "show the arms x seeds, their stage runs (shared ones marked) and status")):
+        p = exp_sub.add_parser(name, help=text)
+        p.add_argument("file", help="study YAML, e.g. experiments/table4_rl_ablation.yaml")
+        p.add_argument("--out", default=None, help="output folder (default runs/<study>-<preset>)")
+        p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the study's)")
+        p.add_argument("--arms", default=None, help="comma-separated arm names (default: all)")
+        p.add_argument("--preset", default=None, help="preset YAML replacing the study's base: preset")
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a key of the merged study, e.g. common.data.annotation=/x.json (repeatable)")
+        if name == "run":
+            p.add_argument("--workers", type=int, default=2, help="parallel worker processes (default 2)")
+        p.set_defaults(func=cmd_experiment)
     return parser
 
 

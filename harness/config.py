@@ -125,6 +125,8 @@ class PretrainConfig:
     # Share of extra "list the findings" examples mixed into stage 0 (a stand-in for the visual question
     # answering a real LVLM is pretrained on; it makes the base look at the image). 0 = reports only.
     findings_task_fraction: float = 1.0
+    # Share of extra report examples whose instruction names (noisy) findings, in stage 2's prompt format.
+    hint_task_fraction: float = 1.0
 
 
 @dataclass

@@ -128,9 +128,7 @@ def _check_pipeline(pipeline: Any, where: str) -> list[str]:
     if len(set(pipeline)) != len(pipeline) or sorted(pipeline, key=STAGES.index) != pipeline:
         raise ConfigError(f"{where}: 'pipeline' {pipeline} must list each stage once, in the order "
                           f"{' -> '.join(STAGES)}")
-    if "sft" in pipeline and "classifier" not in pipeline:
-        # Allowed only when the config names an existing classifier (checked when resolving).
-        pass
+    # `sft` without `classifier` needs classifier.dir in the config (checked when the plan is built).
     return list(pipeline)
 
 
@@ -378,7 +376,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None) ->
             user = (arm.name, seed)
             run_dir = out / arm.name / f"seed{seed}"
             base_paths = {}
-            if "synth_dir" not in (stage_document(study, arm, "eval").get("data") or {}):
+            if "synth_dir" not in (study.common.get("data") or {}):
                 base_paths["data.synth_dir"] = str(out / "data")
             prev_model: Node | None = None
             clf: Node | None = None
@@ -414,7 +412,8 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None) ->
                                       "pipeline or classifier.dir set")
                 key = config_key(stage, probe, inputs, tuple(runner_paths))
                 stage_dir = out / "stages" / f"{stage}-seed{seed}-{key}"
-                cfg = resolve_config(study, arm, stage, seed, {**paths, "out_dir": str(stage_dir)})
+                cfg = probe
+                cfg.out_dir = str(stage_dir)
                 deps = support_nodes(cfg, needs_base, user) + deps
                 node = add(Node(f"{stage}:{key}", stage, key, to_dict(cfg), deps, run_dir=stage_dir), user)
                 stage_ids[stage] = node.id
@@ -427,7 +426,8 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None) ->
             probe = resolve_config(study, arm, "eval", seed, {**base_paths, "out_dir": "<out>"})
             final_key = prev_model.id if prev_model is not None else "base"
             ekey = config_key("eval", probe, {"model": final_key})
-            cfg = resolve_config(study, arm, "eval", seed, {**base_paths, "out_dir": str(eval_dir)})
+            cfg = probe
+            cfg.out_dir = str(eval_dir)
             deps = support_nodes(cfg, prev_model is None, user) + ([prev_model.id] if prev_model else [])
             eid = f"eval:{arm.name}:{seed}"
             nodes[eid] = Node(eid, "eval", ekey, to_dict(cfg), deps, run_dir=eval_dir,

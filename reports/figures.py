@@ -16,6 +16,7 @@ the arm's line is the mean over seeds at each step and its band mean ± 1 std ac
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,8 +67,9 @@ def fig2_rer_beta(out_dir, bounds: list[tuple[str, float, float, float]] | None 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
     for i, (label, lo, base, hi) in enumerate(bounds):
         x, pos, neg = rer_curves(lo, base, hi)
-        axes[0].plot(x, pos, color=COLORS[i % len(COLORS)], label=label)
-        axes[1].plot(x, neg, color=COLORS[i % len(COLORS)], label=label)
+        style = dict(color=COLORS[i % len(COLORS)], ls=("-", "--", ":", "-.")[i % 4], label=label)
+        axes[0].plot(x, pos, **style)
+        axes[1].plot(x, neg, **style)
     for ax, title in zip(axes, ("(a) $A_i > 0$: toward $\\beta_{min}$", "(b) $A_i < 0$: toward $\\beta_{max}$"),
                          strict=True):
         ax.set_xlabel("normalised reference entropy $\\hat{H}^{ref}_i$")
@@ -75,7 +77,7 @@ def fig2_rer_beta(out_dir, bounds: list[tuple[str, float, float, float]] | None 
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("$\\beta_i$ (regularizers.rer.rer_betas)")
     axes[1].legend(fontsize=8)
-    fig.suptitle("Fig. 2(a,b): RER KL weight per response")
+    fig.suptitle("Fig. 2(a,b): RER KL weight per response", y=1.03)
     return save_figure(fig, out_dir, "fig2_rer_beta")
 
 
@@ -156,13 +158,22 @@ def curves_figure(exp: Experiment, groups: list[tuple[str, list[str]]], key, yla
 
 
 def _arms_where(exp: Experiment, **want) -> list[str]:
+    """The one arm (as a list; empty if none) with the wanted factors that has complete runs. Several match
+    (e.g. every reward arm of a reward study runs RER + VAPR): the reference arm if it is one of them, else
+    the one sharing the most other factors with the reference arm, else the first."""
     out = []
     for a in exp.arms:
         f = exp.factors(a.name)
         if all(str(f.get(k)) in ({v} if isinstance(v, str) else set(v)) for k, v in want.items()):
             if exp.runs_of(a.name):
                 out.append(a.name)
-    return out
+    if len(out) <= 1:
+        return out
+    if exp.reference_arm in out:
+        return [exp.reference_arm]
+    ref = exp.factors(exp.reference_arm) if exp.reference_arm in {a.name for a in exp.arms} else {}
+    return [max(out, key=lambda a: sum(str(v) == str(ref.get(k)) for k, v in exp.factors(a).items()
+                                       if k not in want))]
 
 
 def fig3_panels(exp: Experiment) -> dict[str, tuple[list[tuple[str, list[str]]], str]]:
@@ -294,7 +305,8 @@ def fig_s5_reward_std(exp: Experiment, out_dir, arm: str | None = None) -> list[
         ax.grid(alpha=0.3, axis="y")
     axes[0].set_ylabel("within-group reward std")
     seeds = sorted(r.seed for r, _ in found)
-    fig.suptitle(f"Fig. S5: within-group reward std, arm {arm}, seeds {seeds} (n = {len(seeds)})", fontsize=10)
+    fig.suptitle(f"Fig. S5: within-group reward std, arm {arm}, seeds {seeds} (n = {len(seeds)})", fontsize=10,
+                 y=1.03)
     return save_figure(fig, out_dir, "fig_s5_reward_std")
 
 
@@ -349,12 +361,29 @@ def fig_a3_alignment(exp: Experiment, out_dir, arm: str | None = None) -> list[P
 # Optuna (optional)
 
 
+def _is_optuna_db(path: str | Path) -> bool:
+    """True if `path` is an SQLite file with optuna's `studies` table (opened read-only)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='studies'").fetchone()
+            return row is not None
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+
+
 def fig_optuna(storage_file: str | Path, out_dir) -> list[list[Path]]:
     """Optimisation history of every study in an Optuna SQLite file (empty list if optuna cannot read it)."""
     try:
         import optuna
         from optuna.visualization.matplotlib import plot_optimization_history
     except ImportError:
+        return []
+    if not _is_optuna_db(storage_file):  # never let optuna create its tables in a foreign file
         return []
     storage = f"sqlite:///{Path(storage_file).resolve()}"
     out = []
@@ -367,7 +396,9 @@ def fig_optuna(storage_file: str | Path, out_dir) -> list[list[Path]]:
             study = optuna.load_study(study_name=s.study_name, storage=storage)
             if not any(t.state.name == "COMPLETE" for t in study.trials):
                 continue
-            ax = plot_optimization_history(study)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # optuna marks its matplotlib plots experimental
+                ax = plot_optimization_history(study)
             fig = ax.figure
             fig.set_size_inches(6, 3.6)
             safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in s.study_name)

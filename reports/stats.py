@@ -9,10 +9,12 @@ Definitions (used by every table and figure of the reports):
 - `paired_comparison(x, y)`: x and y map seed -> value (arm and reference arm); only seeds present in both
   count. d = x - y per shared seed; the difference's interval is the percentile bootstrap of mean(d)
   (resampling seeds, so pairs stay together). The p-value is the paired t-test (`scipy.stats.ttest_rel`,
-  two-sided) when scipy is importable and the differences are not all equal; otherwise the exact two-sided
-  sign-flip permutation test: p = share of the 2^n sign vectors s with |mean(s * d)| >= |mean(d)| (identity
-  included, so p >= 2^-n; random sign vectors, seeded, when n > 20). With all d equal the t statistic is
-  undefined, so the sign-flip test is used there too.
+  two-sided) when scipy is importable and the differences are not all equal (to 1e-12, relative);
+  otherwise the exact two-sided sign-flip permutation test: p = share of the 2^n sign vectors s with
+  |mean(s * d)| >= |mean(d)| (identity included, so p >= 2^-n; 100000 random sign vectors, seeded, when
+  n > 20). With all d equal the t statistic is undefined, so the sign-flip test is used there too.
+  The bootstrap is also the interval of the difference, so with scipy the p-value and the within-noise flag
+  come from different procedures and can disagree near the boundary; the tables print both.
 - `within_noise`: True when the difference's 95% interval contains 0. With fewer than 2 shared seeds nothing
   can be said: within_noise is None (tables print "n<2").
 """
@@ -124,7 +126,7 @@ def paired_test(x: Sequence[float], y: Sequence[float], method: str = "auto") ->
         return (math.nan, "none (n<2)")
     if method not in ("auto", "t", "sign-flip"):
         raise ValueError(f"method must be auto, t or sign-flip, got {method!r}")
-    constant = bool(np.all(d == d[0]))
+    constant = bool(np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())))
     ttest = _scipy_ttest_rel()
     if method in ("auto", "t") and ttest is not None and not constant:
         res = ttest(d, np.zeros_like(d))

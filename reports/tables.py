@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports.experiment import Experiment, is_number
-from reports.published import (CE_METRICS, NLG_METRICS, SHORT_NAMES, load_published, our_metric_key)
+from reports.published import CE_METRICS, NLG_METRICS, SHORT_NAMES, load_published, our_metric_key
 from reports.stats import DEFAULT_B, paired_comparison, summarize
 
 DEFAULT_METRICS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "CIDEr", "ce_micro_precision",
@@ -152,7 +152,7 @@ def _arm_n(df: pd.DataFrame, arm: str) -> int:
 def _our_cell(rec, digits: int, arm_n: int, latex: bool = False) -> str:
     if rec.n == 0:
         return "–"
-    cell = _fmt(rec.mean, digits)
+    cell = _fmt(rec["mean"], digits)
     if rec.n > 1:
         cell += f" [{_fmt(rec.ci_lo, digits)}, {_fmt(rec.ci_hi, digits)}]"
     if rec.n != arm_n:
@@ -179,7 +179,7 @@ def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[l
                                                           for m in metrics])
         if sub.published_source.notna().any():
             src = sub.published_source.dropna().iloc[0]
-            rows.append([f"{label}", f"paper: {src}", "–"] + [_fmt(sub.loc[m].published, pub_digits)
+            rows.append([f"{label}", f"paper: {src}", "–"] + [_fmt(sub.loc[m]["published"], pub_digits)
                                                                for m in metrics])
     return header, rows
 
@@ -187,13 +187,13 @@ def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[l
 def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
     """The statements every table carries: seeds, n, what a cell is, the test, the flag, the sources."""
     seeds = sorted({int(s) for ss in df.seeds for s in str(ss).split() if s})
-    ns = sorted({_arm_n(df, a) for a in dict.fromkeys(df.arm)})
-    out = [f"Seeds: {', '.join(map(str, seeds)) or 'none'}; n (complete runs with scores) per arm: "
-           f"{', '.join(map(str, ns))}. Cells: mean over seeds [95% percentile bootstrap interval of the mean, "
+    ns = ", ".join(f"{a} {_arm_n(df, a)}" for a in dict.fromkeys(df.arm))
+    out = [f"Seeds: {', '.join(map(str, seeds)) or 'none'}; n (seeds with scores) per arm: {ns}. "
+           f"Cells: mean over seeds [95% percentile bootstrap interval of the mean, "
            f"B = {spec.B}, resampling seeds]; `(n=k)` marks a cell with fewer seeds than its arm."]
     ref = exp.reference_arm
     if ref:
-        tests = sorted({t for t in df.test.dropna()})
+        tests = _tests(df)
         out.append(f"Reference arm: `{ref}`. {NOISE_MARK} = within noise: the 95% bootstrap interval of the paired "
                    f"difference (arm - reference, over shared seeds) contains 0. Paired test: "
                    f"{'; '.join(tests) or 'none (fewer than 2 shared seeds)'} (see the differences table).")
@@ -204,6 +204,10 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
                    f"compared with our {spec.ce_average}-averaged CE scores; RG with RadGraph F1 (partial) when "
                    f"its weights were available (else –).")
     return out + list(spec.notes)
+
+
+def _tests(df: pd.DataFrame) -> list[str]:
+    return sorted({str(t) for t in df.test.dropna() if not str(t).startswith("none")})
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -243,7 +247,7 @@ def to_latex(exp: Experiment, df: pd.DataFrame, spec: TableSpec, caption: str | 
              r"\toprule", " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
     lines += [" & ".join(cell(c) for c in r) + r" \\" for r in rows]
     lines += [r"\bottomrule", r"\end{tabular}"]
-    cap = (caption + " " if caption else "") + " ".join(notes(exp, df, spec))
+    cap = ((caption + " " if caption else "") + " ".join(notes(exp, df, spec))).replace("`", "")
     lines.append(r"\caption{" + latex_escape(cap).replace(latex_escape(NOISE_MARK), r"$\approx$") + "}")
     if label:
         lines.append(r"\label{" + label + "}")
@@ -287,7 +291,7 @@ def differences_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> 
     header, rows = differences_rows(df, spec.digits)
     if not rows:
         return ""
-    tests = sorted({t for t in df.test.dropna()})
+    tests = _tests(df)
     text = [f"### Differences to the reference arm `{exp.reference_arm}`\n", _md_table(header, rows), "",
             f"- Cells: mean paired difference (arm - reference) over shared seeds [95% percentile bootstrap "
             f"interval, B = {spec.B}] and the two-sided p of {'; '.join(tests) or 'no test'}. {NOISE_MARK}: the "
@@ -299,12 +303,17 @@ def differences_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> 
 # Matrix layout (regularizer x reference, ...) for studies whose arms vary in two factors
 
 
-def matrix_factors(exp: Experiment) -> tuple[str, str] | None:
-    """The two factors a matrix study varies (each with >= 2 values across arms), if exactly two do."""
+def matrix_factors(exp: Experiment, min_fill: float = 0.75) -> tuple[str, str] | None:
+    """The two factors a matrix study varies (each with >= 2 values across arms), if exactly two do and the
+    arms fill at least `min_fill` of their grid (a reward list with one extra variant is not a matrix)."""
     facs = {a.name: exp.factors(a.name) for a in exp.arms}
     keys = [k for k in dict.fromkeys(k for f in facs.values() for k in f)
             if len({str(f.get(k)) for f in facs.values()}) >= 2 and all(k in f for f in facs.values())]
-    return (keys[0], keys[1]) if len(keys) == 2 else None
+    if len(keys) != 2:
+        return None
+    cells = {(str(f[keys[0]]), str(f[keys[1]])) for f in facs.values()}
+    size = len({c[0] for c in cells}) * len({c[1] for c in cells})
+    return (keys[0], keys[1]) if len(cells) >= min_fill * size else None
 
 
 def matrix_markdown(exp: Experiment, df: pd.DataFrame, metric: str, rows_by: str, cols_by: str,

@@ -54,6 +54,36 @@ def with_findings_task(data: LMData, samples, fraction: float, seed: int) -> LMD
                   data.reports + [findings_answer(samples[i].labels) for i in picks])
 
 
+def noisy_hint_names(labels, rng, keep: float = 0.8, false_rate: float = 0.05) -> list[str]:
+    """Observation names as an imperfect classifier would suggest them: each stated positive kept with
+    probability `keep`, each other observation added with probability `false_rate`."""
+    names = []
+    for i in range(1, len(OBSERVATIONS)):
+        if (labels[i] == 1 and rng.random() < keep) or (labels[i] != 1 and rng.random() < false_rate):
+            names.append(OBSERVATIONS[i])
+    return names
+
+
+def with_hint_task(data: LMData, samples, fraction: float, seed: int, instruction: str, template: str) -> LMData:
+    """Append report examples whose instruction carries noisy disease hints (stage 2's prompt format).
+
+    A real LVLM already follows instructions that name findings; the tiny base learns it here, from hints
+    that are right most of the time but not always, so it still has to look at the image.
+    """
+    import random
+
+    from harness.batching import instruction_text
+
+    k = int(round(fraction * len(samples)))
+    if k <= 0:
+        return data
+    rng = random.Random(seed + 1)
+    picks = [i for i in rng.sample(range(len(samples)), min(k, len(samples))) if samples[i].labels is not None]
+    hints = [instruction_text(instruction, noisy_hint_names(samples[i].labels, rng), template) for i in picks]
+    return LMData(data.images + [data.images[i] for i in picks], data.instructions + hints,
+                  data.reports + [samples[i].report for i in picks])
+
+
 def pretrain_key(cfg: RunConfig) -> str:
     m = cfg.model
     payload = {
@@ -63,6 +93,7 @@ def pretrain_key(cfg: RunConfig) -> str:
                   m.tiny_vocab_size, m.image_size],
         "image_px": cfg.data.synth_image_size,
         "instruction": cfg.prompt.instruction,
+        "disease_template": cfg.prompt.disease_template,
         "max_report_tokens": cfg.prompt.max_report_tokens,
         "seed": cfg.seed,
     }
@@ -99,6 +130,8 @@ def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = Fals
     train_data = with_findings_task(
         LMData(load_images(train, size), [cfg.prompt.instruction] * len(train), [s.report for s in train]),
         train, p.findings_task_fraction, cfg.seed)
+    train_data = with_hint_task(train_data, train, p.hint_task_fraction, cfg.seed, cfg.prompt.instruction,
+                                cfg.prompt.disease_template)
     val_data = LMData(load_images(val, size), [cfg.prompt.instruction] * len(val), [s.report for s in val])
     tcfg = TrainConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay,
                        scheduler="cosine", warmup_steps=p.warmup_steps, checkpoint_every=50, log_every=10,

@@ -1,0 +1,231 @@
+"""`build_report(experiment_dir, out_dir)`: every table and figure of one experiment, and index.html.
+
+Reads only the experiment's index.json and the run records it points to (reports/experiment.py). Writes
+  <out>/tables/results.{md,tex,csv}      our numbers beside the published ones (reports/tables.py)
+  <out>/tables/differences.{md,csv}      arm - reference arm, paired test, within-noise flag
+  <out>/tables/matrix_<metric>.md        matrix studies (two factors varied)
+  <out>/tables/supp_a.{md,csv}           Supp. A.1 / A.3 statistics when analysis_*.json files exist
+  <out>/figures/*.png, *.pdf             reports/figures.py
+  <out>/results.md                       all Markdown tables
+  <out>/index.html                       one self-contained page (reports/html.py)
+Defaults: <out> = <experiment_dir>/report.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from reports import figures as F
+from reports.experiment import Experiment, load_experiment
+from reports.html import Figure, Table, write_page
+from reports.published import published_table
+from reports.stats import DEFAULT_B, summarize
+from reports.tables import (
+    NOISE_MARK,
+    TableSpec,
+    default_spec,
+    differences_markdown,
+    differences_rows,
+    matrix_factors,
+    matrix_markdown,
+    notes,
+    results_frame,
+    to_csv,
+    to_latex,
+    to_markdown,
+    wide_rows,
+)
+
+
+def _fmt_ci(s, digits: int = 3) -> str:
+    if s.n == 0:
+        return "–"
+    return f"{s.mean:.{digits}f}" + (f" [{s.lo:.{digits}f}, {s.hi:.{digits}f}]" if s.n > 1 else "") + f" (n={s.n})"
+
+
+def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[list[Table], pd.DataFrame]:
+    """Supp. A.3 (P_sign, P_top1) and A.1 (mean within-group std) over the seeds of the analysed arm."""
+    tables, records = [], []
+    arm = F.analysis_arm(exp, "sign-alignment")
+    if arm:
+        vals = F.alignment_values(exp, arm)
+        pub = {r["arm"]: r for r in published_table("revapo_supp_a3")["rows"]}
+        rows = []
+        for pol in ("before", "after"):
+            cells = [pol + " RL"]
+            for stat, pkey in (("p_sign", "P_sign"), ("p_top1", "P_top1")):
+                by_seed = vals.get(pol, {}).get(stat, {})
+                s = summarize(list(by_seed.values()), B, seed=seed)
+                cells += [_fmt_ci(s), f"{pub[f'{pol}_rl'][pkey]:.3f}"]
+                records.append({"table": "supp_a3", "arm": arm, "policy": pol, "stat": stat, "mean": s.mean,
+                                "ci_lo": s.lo, "ci_hi": s.hi, "n": s.n,
+                                "seeds": " ".join(map(str, sorted(by_seed))), "published": pub[f"{pol}_rl"][pkey]})
+            rows.append(cells)
+        seeds = sorted({s for p in vals.values() for st in p.values() for s in st})
+        tables.append(Table(
+            f"Supp. A.3: BLEU-4 / CheXpert-F1 agreement (arm {arm})",
+            ["Policy", "P_sign (ours)", "P_sign (paper)", "P_top1 (ours)", "P_top1 (paper)"], rows,
+            [f"Seeds {seeds} (n = {len(seeds)}): mean [95% percentile bootstrap interval over seeds, B = {B}]. "
+             "P_sign counts candidates whose two advantages are both non-zero; P_top1 scores ties fractionally "
+             "and skips groups where either reward is constant (reports/analyses.py). Paper: REVA-PO Supp. A.3, "
+             "MIMIC-CXR validation set, G = 4."]))
+    arm = F.analysis_arm(exp, "reward-variance")
+    if arm:
+        found = [(r, r.analysis("reward-variance")) for r in exp.runs_of(arm)]
+        found = [(r, d) for r, d in found if d]
+        names = list(dict.fromkeys(k for _, d in found for p in d["policies"].values() for k in p["stats"]))
+        rows = []
+        for name in names:
+            cells = [name]
+            for pol in ("before", "after"):
+                by_seed = {r.seed: d["policies"][pol]["stats"][name]["mean"] for r, d in found
+                           if name in d["policies"].get(pol, {}).get("stats", {})}
+                s = summarize(list(by_seed.values()), B, seed=seed)
+                cells.append(_fmt_ci(s, 4))
+                records.append({"table": "supp_a1", "arm": arm, "policy": pol, "stat": f"mean_std_{name}",
+                                "mean": s.mean, "ci_lo": s.lo, "ci_hi": s.hi, "n": s.n,
+                                "seeds": " ".join(map(str, sorted(by_seed))), "published": None})
+            rows.append(cells)
+        seeds = sorted(r.seed for r, _ in found)
+        tables.append(Table(
+            f"Supp. A.1 / Fig. S5: mean within-group reward std (arm {arm})", ["Reward", "before RL", "after RL"],
+            rows, [f"Seeds {seeds} (n = {len(seeds)}): per seed, the mean over validation prompts of the population "
+                   f"std of the G rewards of a prompt; then mean [95% bootstrap interval] over seeds."]))
+    return tables, pd.DataFrame.from_records(records)
+
+
+def _fig2_bounds(exp: Experiment) -> list[tuple[str, float, float, float]]:
+    out = [("MIMIC-CXR (0.05/0.10/0.12)", 0.05, 0.10, 0.12), ("IU-Xray (0.05/0.10/0.15)", 0.05, 0.10, 0.15)]
+    for a in exp.arms:
+        rl = exp.rl_config(a.name)
+        if rl.get("regularizer") == "rer" and all(k in rl for k in ("beta_min", "beta_base", "beta_max")):
+            b = (float(rl["beta_min"]), float(rl["beta_base"]), float(rl["beta_max"]))
+            if b not in {x[1:] for x in out}:
+                out.append((f"this experiment ({b[0]:g}/{b[1]:g}/{b[2]:g})", *b))
+            break
+    return out
+
+
+def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, *, B: int = DEFAULT_B,
+                 seed: int = 0, window: int | None = None, metrics: list[str] | None = None) -> Path:
+    """Write tables, figures and index.html for the experiment; return the path of index.html."""
+    exp = load_experiment(experiment_dir)
+    out = Path(out_dir) if out_dir else Path(experiment_dir) / "report"
+    tdir, fdir = out / "tables", out / "figures"
+    tdir.mkdir(parents=True, exist_ok=True)
+    fdir.mkdir(parents=True, exist_ok=True)
+
+    spec: TableSpec = default_spec(exp, metrics, B=B, seed=seed)
+    df = results_frame(exp, spec)
+    md_parts = [f"# {exp.title}\n"]
+    html_tables: list[Table] = []
+    texts: list[str] = []
+    if not len(df) or not (df.n > 0).any():
+        texts.append("No test scores found: no run has eval/metrics.json (or a test line in its evals.jsonl) yet.")
+        md_parts.append(texts[-1] + "\n")
+    if len(df):
+        md = to_markdown(exp, df, spec, "Results (test split)")
+        (tdir / "results.md").write_text(md, encoding="utf-8")
+        (tdir / "results.tex").write_text(to_latex(exp, df, spec, exp.title, f"tab:{exp.study}"), encoding="utf-8")
+        to_csv(df, tdir / "results.csv")
+        md_parts.append(md)
+        header, rows = wide_rows(df, spec)
+        html_tables.append(Table("Results (test split)", header, rows, notes(exp, df, spec),
+                                 ["paper" if r[1].startswith("paper") else "" for r in rows]))
+        diff_md = differences_markdown(exp, df, spec)
+        if diff_md:
+            (tdir / "differences.md").write_text(diff_md, encoding="utf-8")
+            to_csv(df[df.reference_arm.notna() & (df.arm != df.reference_arm)], tdir / "differences.csv")
+            md_parts.append(diff_md)
+            header, rows = differences_rows(df, spec.digits)
+            html_tables.append(Table(f"Differences to the reference arm {exp.reference_arm}", header, rows,
+                                     [f"mean paired difference over shared seeds [95% bootstrap interval], "
+                                      f"two-sided p; {NOISE_MARK}: interval contains 0 (within noise)."]))
+        fac = matrix_factors(exp)
+        if fac:
+            for metric in [m for m in ("BLEU_4", "ce_micro_f1", "entity_f1") if m in spec.metrics]:
+                mm = matrix_markdown(exp, df, metric, *fac, digits=spec.digits)
+                (tdir / f"matrix_{metric}.md").write_text(mm, encoding="utf-8")
+                md_parts.append(mm)
+                lines = [ln for ln in mm.splitlines() if ln.startswith("|")]
+                cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+                html_tables.append(Table(mm.splitlines()[0].lstrip("# "), cells[0], cells[2:]))
+
+    a_tables, a_frame = supp_a_tables(exp, B, seed)
+    if len(a_frame):
+        to_csv(a_frame, tdir / "supp_a.csv")
+        a_md = []
+        for t in a_tables:
+            a_md.append(f"### {t.title}\n\n| " + " | ".join(t.header) + " |\n|" + "---|" * len(t.header) + "\n"
+                        + "\n".join("| " + " | ".join(r) + " |" for r in t.rows) + "\n\n"
+                        + "\n".join(f"- {n}" for n in t.notes) + "\n")
+        (tdir / "supp_a.md").write_text("\n".join(a_md), encoding="utf-8")
+        md_parts += a_md
+
+    figs: list[Figure] = []
+    skipped: list[str] = []
+    png = F.fig2_rer_beta(fdir, _fig2_bounds(exp))[0]
+    figs.append(Figure("Fig. 2(a,b): RER beta vs normalised reference entropy", png,
+                       "Computed with regularizers.rer.rer_betas over one group whose entropies span [0, 1]."))
+    panels = F.fig3_curves(exp, fdir, window)
+    titles = {"a": "Fig. 3(a): reward, RER vs constant KL", "b": "Fig. 3(b): reward, no KL vs KL",
+              "c": "Fig. 3(c): reward, with vs without VAPR", "d": "Fig. 3(d): KL pressure with VAPR resets"}
+    need = {"a": "arms with regularizer rer and constant under one reference strategy",
+            "b": "an arm with regularizer none and an RER arm", "c": "RER arms with vapr and with static references",
+            "d": "an RER arm with the vapr reference"}
+    for p in "abcd":
+        if p in panels:
+            figs.append(Figure(titles[p], panels[p][0], "Mean over seeds ± 1 std across seeds (n in the legend); "
+                               "steps.jsonl of each arm's RL run."))
+        else:
+            skipped.append(f"{titles[p]}: needs {need[p]}")
+    for key, name, ylabel, title in (("reward_mean", "fig_reward_all", "mean sampling reward", "Sampling reward"),
+                                     ("kl_mean", "fig_kl_all", "mean KL to the reference", "KL to the reference"),
+                                     ("entropy_mean", "fig_entropy_all", "mean token entropy", "Policy entropy")):
+        paths = F.fig_all_arms(exp, fdir, key, name, ylabel, f"{title}, every arm", window)
+        if paths:
+            figs.append(Figure(f"{title}, every arm", paths[0], "Mean over seeds ± 1 std across seeds."))
+    paths = F.fig_val_scores(exp, fdir)
+    if paths:
+        figs.append(Figure("Validation score per arm", paths[0], "evals.jsonl val_score; dotted lines: VAPR resets."))
+    paths = F.fig_s5_reward_std(exp, fdir)
+    if paths:
+        figs.append(Figure("Fig. S5: within-group reward std before / after RL", paths[0],
+                           "From analysis_reward-variance.json (regbench analyze reward-variance RUN)."))
+    else:
+        skipped.append("Fig. S5: no usable analysis_reward-variance.json in any RL run (run `regbench analyze "
+                       "reward-variance RUN`)")
+    paths = F.fig_a3_alignment(exp, fdir)
+    if paths:
+        figs.append(Figure("Supp. A.3: P_sign and P_top1 before / after RL", paths[0],
+                           "From analysis_sign-alignment.json; black diamonds: REVA-PO Supp. A.3."))
+    else:
+        skipped.append("Supp. A.3: no analysis_sign-alignment.json with a countable P_sign / P_top1 in any RL "
+                       "run (run `regbench analyze sign-alignment RUN`)")
+    for db in sorted(Path(experiment_dir).glob("*.db")):
+        for paths in F.fig_optuna(db, fdir):
+            name = paths[0].stem.removeprefix("fig_optuna_")
+            figs.append(Figure(f"Optuna: {name}", paths[0], f"study file {db.name}"))
+
+    md_parts.append("## Figures\n\n" + "\n".join(f"- {f.title}: figures/{f.png.name} (and .pdf)" for f in figs))
+    if skipped:
+        md_parts.append("\nNot drawn:\n\n" + "\n".join(f"- {s}" for s in skipped))
+    (out / "results.md").write_text("\n\n".join(md_parts) + "\n", encoding="utf-8")
+
+    n_by_arm = {a.name: len(exp.runs_of(a.name)) for a in exp.arms}
+    status = pd.Series([r.status for r in exp.runs]).value_counts().to_dict() if exp.runs else {}
+    meta = [f"Study: {exp.study} — preset: {exp.preset or 'n/a'} — data set: {exp.dataset or 'n/a'} — "
+            f"reproduces: {exp.reproduces or 'nothing published'}",
+            f"Seeds: {', '.join(map(str, exp.seeds))}; complete runs (n) per arm: "
+            + ", ".join(f"{k} {v}" for k, v in n_by_arm.items()),
+            "Runs by status: " + ", ".join(f"{k} {v}" for k, v in status.items()),
+            f"Reference arm: {exp.reference_arm or 'none'}; intervals: 95% percentile bootstrap over seeds "
+            f"(B = {B}); paired test over shared seeds (reports/stats.py).",
+            f"Source: {Path(experiment_dir).resolve()}; built {time.strftime('%Y-%m-%d %H:%M:%S')}."]
+    failed = [f"{r.arm} seed {r.seed}: {r.error}" for r in exp.runs if r.status == "failed"]
+    sections = [("Tables", texts + html_tables + a_tables), ("Figures", figs),
+                ("Not drawn", skipped), ("Failed runs", failed)]
+    return write_page(out / "index.html", exp.title, meta, sections)

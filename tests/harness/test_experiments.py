@@ -1,0 +1,440 @@
+"""The experiment runner (harness/experiments.py) and the YAML files of experiments/.
+
+Planning and skip/resume/failure behaviour use fake stage functions (they count their calls and write
+metrics.json as the real stages do); one test runs a real 2-arm x 1-seed study end to end on the tiny sizes of
+tests/harness/stages/test_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.config import ConfigError, load_config, load_yaml, to_dict
+from harness.experiments import (
+    Arm,
+    Study,
+    build_plan,
+    load_study,
+    resolve_config,
+    run_experiment,
+)
+from harness.records import atomic_write_json, read_json
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = ROOT / "experiments"
+PRESETS = sorted((EXPERIMENTS / "presets").glob("*.yaml"))
+STUDIES = sorted(EXPERIMENTS.glob("*.yaml"))
+TINY_PRESET = EXPERIMENTS / "presets" / "tiny.yaml"
+
+# The tiny sizes of tests/harness/stages/test_pipeline.py (TINY), as study overrides of `common`.
+TINY = [
+    "model.tiny_text_hidden=32", "model.tiny_text_layers=1", "model.tiny_vision_hidden=16",
+    "model.tiny_vision_depth=1", "model.tiny_vocab_size=400", "model.image_size=56",
+    "data.synth_n=40", "data.synth_image_size=64", "data.max_val=6", "data.max_test=6",
+    "pretrain.n=40", "pretrain.epochs=1", "pretrain.batch_size=8",
+    "prompt.max_report_tokens=24", "generation.max_new_tokens=12", "generation.batch_size=8",
+]
+
+
+def write_study(tmp_path: Path, arms: str, seeds="[0, 1]", name="toy", extra="") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"base: {TINY_PRESET}\nstudy: {name}\ntitle: toy study\nreproduces: null\n"
+                    f"reference: a\nseeds: {seeds}\n{extra}arms:\n{arms}")
+    return path
+
+
+ARMS = """  - name: a
+    overrides: {rl: [rl.regularizer=rer, rl.reference=vapr]}
+  - name: b
+    overrides: {rl: {rl: {regularizer: constant, reference: static}}}
+  - name: c
+    pipeline: [warmup, rl]
+    overrides: {rl: [rl.regularizer=rer]}
+"""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every YAML file loads and every arm's stage configs validate.
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("study_file", STUDIES, ids=lambda p: p.stem)
+def test_every_study_resolves_with_every_preset(study_file, preset, tmp_path):
+    from rewards.registry import available_rewards
+
+    study = load_study(study_file, preset=preset)
+    assert study.reference in [a.name for a in study.arms]
+    plan = build_plan(study, tmp_path / "out")  # resolves (arm, seed, stage) RunConfigs via load_config
+    assert len(plan.runs) == len(study.arms) * len(study.seeds)
+    rewards = set(available_rewards())
+    for node in plan.stage_nodes():
+        if node.kind == "rl":
+            assert node.config["rl"]["reward"] in rewards
+    assert not (tmp_path / "out").exists()  # planning writes nothing
+
+
+@pytest.mark.parametrize("study_file", STUDIES, ids=lambda p: p.stem)
+def test_studies_as_written(study_file):
+    study = load_study(study_file)
+    doc = load_yaml(study_file)
+    assert study.preset == "tiny-bench" and len(study.seeds) >= 3
+    assert study.reproduces == doc.get("reproduces")
+    for arm in study.arms:
+        for stage in arm.pipeline:
+            resolve_config(study, arm, stage, study.seeds[0])
+    names = {a.name for a in study.arms}
+    expected = {
+        "table3_pipeline": {"s1", "s1_s2", "s1_s3", "s2_s3", "s1_s2_s3"},
+        "table4_rl_ablation": {"rer_vapr", "ckl", "no_kl", "no_vapr"},
+        "table_s5_rewards": {"before_rl", "bleu4", "chexpert_f1", "entity_f1"},  # radgraph_f1: real presets
+        "regularizer_matrix": {f"{g}_{r}" for g in ("none", "constant", "adaptive", "rer")
+                               for r in ("static", "ema", "vapr")},
+        "reward_matrix": {"bleu4", "chexpert_f1", "entity_f1", "ce_f1", "mccs", "mrg_r1", "ditpo_bleu4"},
+    }[study.name]
+    assert names == expected
+
+
+def test_table4_and_reward_arms_set_what_they_say():
+    t4 = load_study(EXPERIMENTS / "table4_rl_ablation.yaml")
+    rl = {a.name: resolve_config(t4, a, "rl", 0).rl for a in t4.arms}
+    assert (rl["no_vapr"].regularizer, rl["no_vapr"].reference) == ("rer", "static")
+    assert (rl["ckl"].regularizer, rl["no_kl"].regularizer, rl["rer_vapr"].reference) == ("constant", "none", "vapr")
+    rm = load_study(EXPERIMENTS / "reward_matrix.yaml")
+    ditpo = resolve_config(rm, rm.arm("ditpo_bleu4"), "rl", 0).rl
+    assert (ditpo.reward, ditpo.token_weighting) == ("bleu4", "tfidf")
+    s5 = load_study(EXPERIMENTS / "table_s5_rewards.yaml", preset=EXPERIMENTS / "presets" / "mimic-qwen2.5vl-7b.yaml")
+    assert resolve_config(s5, s5.arm("radgraph_f1"), "rl", 0).rl.reward == "radgraph_f1"
+    t3 = load_study(EXPERIMENTS / "table3_pipeline.yaml")
+    plan = build_plan(t3, "/tmp/unused")
+    runs = {k[0]: r for k, r in plan.runs.items() if k[1] == 0}
+    assert runs["s1_s3"].init_from == {"warmup": None, "rl": "warmup"}
+    assert runs["s2_s3"].init_from == {"sft": None, "rl": "sft"}
+    assert runs["s1_s2_s3"].init_from == {"warmup": None, "sft": "warmup", "rl": "sft"}
+    assert runs["s1"].final_stage == "warmup" and runs["s1_s2"].final_stage == "sft"
+    # S1+S2 (evaluated as is) and S1+S2+S3 share their warm-up and SFT runs; S2+S3's SFT starts from the base.
+    assert runs["s1_s2"].stages["sft"] == runs["s1_s2_s3"].stages["sft"] != runs["s2_s3"].stages["sft"]
+
+
+def test_presets_carry_the_papers_hyperparameters():
+    def stage(preset, name):
+        doc = load_yaml(EXPERIMENTS / "presets" / f"{preset}.yaml")
+        study = Study(name="x", title="x", path=Path("x.yaml"), preset=preset, preset_file=Path("x"), reproduces=None,
+                      reference="a", seeds=[0], arms=[], common=doc["common"], stages=doc["stages"])
+        return resolve_config(study, Arm("a", "a", [name]), name, 0)
+
+    for size in ("7b", "3b"):
+        m = stage(f"mimic-qwen2.5vl-{size}", "rl")
+        assert (m.rl.beta_min, m.rl.beta_base, m.rl.beta_max, m.rl.entropy_coef) == (0.05, 0.10, 0.12, 0.0)
+        assert (m.rl.group_size, m.rl.temperature, m.rl.top_p, m.rl.max_new_tokens, m.rl.min_new_tokens,
+                m.rl.repetition_penalty) == (4, 0.7, 0.9, 160, 80, 1.03)
+        assert (m.rl.old_sync_every, m.rl.reset_every_epochs, m.rl.val_lambda) == (16, 3, 0.1)
+        assert (m.train.lr, m.train.weight_decay, m.train.warmup_steps) == (3e-6, 1e-3, 250)
+        assert m.train.epochs == (9 if size == "7b" else 12) and m.model.preset == f"qwen2.5-vl-{size}"
+        i = stage(f"iuxray-qwen2.5vl-{size}", "rl")
+        assert (i.rl.beta_max, i.rl.entropy_coef, i.rl.max_new_tokens, i.rl.min_new_tokens,
+                i.rl.repetition_penalty, i.train.epochs, i.train.warmup_steps) == (0.15, 0.001, 100, 40, 1.05, 15, 77)
+        w = stage(f"mimic-qwen2.5vl-{size}", "warmup").train
+        assert (w.epochs, w.batch_size, w.lr, w.weight_decay) == (10, 32, 1e-3, 1e-5)
+        w = stage(f"iuxray-qwen2.5vl-{size}", "warmup").train
+        assert (w.epochs, w.batch_size, w.lr, w.weight_decay) == (3, 32, 1e-3, 1e-4)
+        s = stage(f"mimic-qwen2.5vl-{size}", "sft")
+        assert (s.train.epochs, s.train.batch_size, s.train.lr, s.train.weight_decay) == (1, 28, 1e-4, 1e-3)
+        assert (s.model.lora_r, s.model.lora_alpha, s.model.lora_dropout) == (32, 32, 0.1)
+        assert stage(f"iuxray-qwen2.5vl-{size}", "sft").train.epochs == 5
+        c = stage(f"mimic-qwen2.5vl-{size}", "classifier").classifier
+        assert (c.batch_size, c.lr, c.adam_beta2, c.epochs, c.weight_decay) == (1600, 1.5e-3, 0.95, 20, 0.05)
+        c = stage(f"iuxray-qwen2.5vl-{size}", "classifier").classifier
+        assert (c.batch_size, c.lr, c.adam_beta2, c.epochs, c.weight_decay) == (64, 6.25e-5, 0.999, 20, 0.05)
+
+
+def test_tiny_preset_is_the_demo(tmp_path):
+    from harness.demo import DEMO_OVERRIDES
+
+    doc = load_yaml(TINY_PRESET)
+    study = Study(name="x", title="x", path=Path("x.yaml"), preset="tiny", preset_file=TINY_PRESET, reproduces=None,
+                  reference="a", seeds=[0], arms=[], common=doc["common"], stages=doc["stages"])
+    for stage in ("warmup", "classifier", "sft", "rl", "eval"):
+        ours = to_dict(resolve_config(study, Arm("a", "a", []), stage, 0))
+        demo = to_dict(load_config(None, DEMO_OVERRIDES.get(stage, [])))
+        assert ours == demo, stage
+
+
+def test_bad_study_files_fail_clearly(tmp_path):
+    with pytest.raises(ConfigError, match="unknown key 'armz'"):
+        load_study(write_study(tmp_path, ARMS, extra="armz: 1\n"))
+    with pytest.raises(ConfigError, match="reference arm 'a'"):
+        load_study(write_study(tmp_path, "  - name: x\n"))
+    bad = ARMS.replace("rl.regularizer=rer, rl.reference=vapr", "rl.regularizer=bogus")
+    with pytest.raises(ConfigError, match="arm 'a', stage 'rl'.*rl.regularizer"):
+        build_plan(load_study(write_study(tmp_path, bad)), tmp_path / "o")
+    with pytest.raises(ConfigError, match="order"):
+        load_study(write_study(tmp_path, ARMS.replace("[warmup, rl]", "[rl, warmup]")))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Expansion and shared-stage keys
+
+
+def test_expansion_and_shared_stage_keys(tmp_path):
+    study = load_study(write_study(tmp_path, ARMS))
+    plan = build_plan(study, tmp_path / "out")
+    assert sorted(plan.runs) == [(a, s) for a in "abc" for s in (0, 1)]
+    a0, b0, c0, a1 = plan.runs["a", 0], plan.runs["b", 0], plan.runs["c", 0], plan.runs["a", 1]
+    # Two RL arms from the same SFT share warm-up, classifier and SFT; their RL runs differ.
+    for stage in ("warmup", "classifier", "sft"):
+        assert a0.stages[stage] == b0.stages[stage]
+        assert a0.stages[stage] != a1.stages[stage]  # different seeds never share
+    assert a0.stages["rl"] != b0.stages["rl"]
+    # Arm c runs RL from the warm-up model: same warm-up, its own RL (a different input).
+    assert c0.stages["warmup"] == a0.stages["warmup"] and c0.stages["rl"] != a0.stages["rl"]
+    nodes = plan.nodes
+    assert nodes[a0.stages["sft"]].deps[-2:] == [a0.stages["warmup"], a0.stages["classifier"]]
+    assert nodes[a0.stages["rl"]].config["init_from"] == str(nodes[a0.stages["sft"]].run_dir / "model")
+    assert nodes[a0.stages["sft"]].config["classifier"]["dir"] == str(nodes[a0.stages["classifier"]].run_dir
+                                                                      / "classifier")
+    assert sorted(nodes[a0.stages["sft"]].users) == [("a", 0), ("b", 0)]
+    # One phantom data set for all; one tiny base per seed (stage 0 is seeded); evaluations per arm and seed.
+    assert len([n for n in nodes.values() if n.kind == "data"]) == 1
+    assert len([n for n in nodes.values() if n.kind == "pretrain"]) == 2
+    assert len({r.eval_node for r in plan.runs.values()}) == 6
+    # Keys do not depend on where the study runs.
+    other = build_plan(study, tmp_path / "elsewhere")
+    assert {n.key for n in other.stage_nodes()} == {n.key for n in plan.stage_nodes()}
+    # A change in an RL-only setting keeps the shared stages and changes only the RL runs.
+    changed = build_plan(load_study(write_study(tmp_path, ARMS, extra="stages: {rl: {rl: {beta_max: 0.2}}}\n")),
+                         tmp_path / "out")
+    assert changed.runs["a", 0].stages["sft"] == a0.stages["sft"]
+    assert changed.runs["a", 0].stages["rl"] != a0.stages["rl"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Skip, resume and failures, with fake stages
+
+
+def _record(stage: str, cfg) -> None:
+    with open(os.environ["REGBENCH_TEST_CALLS"], "a") as f:
+        f.write(json.dumps({"stage": stage, "out_dir": cfg.out_dir, "seed": cfg.seed, "init_from": cfg.init_from,
+                            "reg": cfg.rl.regularizer}) + "\n")
+
+
+def _fake_stage(stage: str):
+    def run(cfg, progress=False):
+        _record(stage, cfg)
+        if stage == "rl" and cfg.rl.regularizer == os.environ.get("REGBENCH_TEST_FAIL_REG"):
+            raise RuntimeError("fake RL blew up")
+        out = Path(cfg.out_dir)
+        sub = "classifier" if stage == "classifier" else "model"
+        (out / sub).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "metrics.json", {"stage": stage})
+        return out / sub
+    return run
+
+
+fake_warmup, fake_classifier, fake_sft, fake_rl = (_fake_stage(s) for s in ("warmup", "classifier", "sft", "rl"))
+
+
+def fake_support(cfg, progress=False):
+    _record("support", cfg)
+    return Path(cfg.out_dir)
+
+
+def fake_eval(cfg, model_dir, progress=False):
+    _record("eval", cfg)
+    return {"BLEU_4": 0.25, "ROUGE_L": 0.5, "model": model_dir}
+
+
+FAKES = {"warmup": "tests.harness.test_experiments:fake_warmup",
+         "classifier": "tests.harness.test_experiments:fake_classifier",
+         "sft": "tests.harness.test_experiments:fake_sft", "rl": "tests.harness.test_experiments:fake_rl",
+         "eval": "tests.harness.test_experiments:fake_eval", "data": "tests.harness.test_experiments:fake_support",
+         "pretrain": "tests.harness.test_experiments:fake_support"}
+
+
+@pytest.fixture
+def calls(tmp_path, monkeypatch):
+    path = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("REGBENCH_TEST_CALLS", str(path))
+
+    def read() -> list[dict]:
+        rows = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+        path.unlink(missing_ok=True)
+        return rows
+    return read
+
+
+def _count(rows, stage):
+    return sum(1 for r in rows if r["stage"] == stage)
+
+
+def _stages(rows) -> list[str]:
+    """The stage calls (the fake data/stage-0 nodes write nothing, so they run whenever a stage needs them)."""
+    return [r["stage"] for r in rows if r["stage"] != "support"]
+
+
+def _patch_stage_modules(monkeypatch):
+    """Monkeypatch the real stage functions (in-process runs, workers = 1)."""
+    import harness.experiments as ex
+    import harness.stages.classifier
+    import harness.stages.loading
+    import harness.stages.rl
+    import harness.stages.sft
+    import harness.stages.warmup
+
+    monkeypatch.setattr(harness.stages.warmup, "run_warmup", fake_warmup)
+    monkeypatch.setattr(harness.stages.classifier, "run_classifier_training", fake_classifier)
+    monkeypatch.setattr(harness.stages.sft, "run_sft", fake_sft)
+    monkeypatch.setattr(harness.stages.rl, "run_rl", fake_rl)
+    monkeypatch.setattr(harness.stages.loading, "base_path", fake_support)
+    monkeypatch.setattr(ex, "prepare_data", fake_support)
+    monkeypatch.setattr(ex, "evaluate_final", fake_eval)
+
+
+def test_runs_once_then_skips_then_resumes(tmp_path, calls, monkeypatch):
+    _patch_stage_modules(monkeypatch)
+    study = load_study(write_study(tmp_path, ARMS))
+    out = tmp_path / "out"
+    lines = []
+    res = run_experiment(study, out, workers=1, log=lines.append)
+    assert res.ok and len(res.ran) == 6
+    rows = calls()
+    # Per seed: one warm-up, one classifier, one SFT (shared by a and b), three RL runs, three evaluations.
+    assert [_count(rows, s) for s in ("warmup", "classifier", "sft", "rl", "eval")] == [2, 2, 2, 6, 6]
+    assert sum(1 for x in lines if ": complete (" in x) == 6
+    index = read_json(out / "index.json")
+    assert index["format"] == "regbench.experiment-index/1" and index["study"] == "toy"
+    assert index["reference_arm"] == "a" and index["seeds"] == [0, 1] and index["summary"]["complete"] == 6
+    run = next(r for r in index["runs"] if (r["arm"], r["seed"]) == ("b", 1))
+    assert run["status"] == "complete" and run["dir"] == "b/seed1" and run["final_stage"] == "rl"
+    assert run["stages"]["sft"]["shared_by"] == ["a", "b"] and run["stages"]["rl"]["shared_by"] == ["b"]
+    assert read_json(out / run["metrics"])["BLEU_4"] == 0.25
+    assert (out / "b" / "seed1" / "sft").resolve() == (out / run["stages"]["sft"]["dir"]).resolve()
+    assert (out / "b" / "seed1" / "sft" / "metrics.json").is_file()
+
+    # Second run: everything is complete; nothing is called.
+    res = run_experiment(study, out, workers=1, log=lines.append)
+    assert res.ok and res.ran == [] and calls() == []
+
+    # An interrupted arm (RL without metrics.json, no evaluation) resumes: only its RL and evaluation rerun,
+    # in the same run directory.
+    rl_dir = out / run["stages"]["rl"]["dir"]
+    (rl_dir / "metrics.json").unlink()
+    (out / run["metrics"]).unlink()
+    res = run_experiment(study, out, workers=1, log=lines.append)
+    rows = calls()
+    assert res.ran == [("b", 1)] and _stages(rows) == ["rl", "eval"]
+    rows = [r for r in rows if r["stage"] == "rl"]
+    assert rows[0]["out_dir"] == str(rl_dir) and rows[0]["init_from"].endswith("/model")
+
+    # --arms / --seeds select what runs; the index still lists the whole study.
+    for r in ("a", "b", "c"):
+        (out / r / "seed0" / "eval" / "metrics.json").unlink()
+    res = run_experiment(study, out, workers=1, arms=["c"], seeds=[0], log=lines.append)
+    assert res.ran == [("c", 0)] and _stages(calls()) == ["eval"]
+    index = read_json(out / "index.json")
+    assert len(index["runs"]) == 6 and index["summary"] == {"complete": 4, "failed": 0, "pending": 2, "running": 0}
+
+
+def test_a_failed_arm_is_recorded_and_the_others_finish(tmp_path, calls, monkeypatch, capsys):
+    _patch_stage_modules(monkeypatch)
+    monkeypatch.setenv("REGBENCH_TEST_FAIL_REG", "constant")
+    path = write_study(tmp_path, ARMS, seeds="[0]")
+    out = tmp_path / "out"
+    assert main(["experiment", "run", str(path), "--workers", "1", "--out", str(out)]) == 1
+    index = read_json(out / "index.json")
+    status = {r["arm"]: r for r in index["runs"]}
+    assert status["a"]["status"] == status["c"]["status"] == "complete"
+    b = status["b"]
+    assert b["status"] == "failed" and b["failed_stage"] == "rl" and "fake RL blew up" in b["error"]
+    assert b["stages"]["rl"]["status"] == "failed" and b["metrics"] is None
+    assert "fake RL blew up" in (out / "b" / "seed0" / "error.txt").read_text()
+    assert "b seed 0: failed" in capsys.readouterr().out
+    assert index["summary"]["failed"] == 1
+    # Fixed: only the failed arm runs again.
+    calls()
+    monkeypatch.delenv("REGBENCH_TEST_FAIL_REG")
+    assert main(["experiment", "run", str(path), "--workers", "1", "--out", str(out)]) == 0
+    assert _stages(calls()) == ["rl", "eval"]
+
+
+def test_a_failed_shared_stage_fails_its_arms_only(tmp_path, calls, monkeypatch):
+    """A failing SFT (shared by a and b) fails both; c (warm-up -> RL) still completes."""
+    _patch_stage_modules(monkeypatch)
+    import harness.stages.sft
+
+    def broken_sft(cfg, progress=False):
+        raise ValueError("no SFT today")
+
+    monkeypatch.setattr(harness.stages.sft, "run_sft", broken_sft)
+    res = run_experiment(load_study(write_study(tmp_path, ARMS, seeds="[0]")), tmp_path / "out", workers=1,
+                         log=lambda s: None)
+    assert sorted(res.failed) == [("a", 0), ("b", 0)]
+    runs = {r["arm"]: r for r in res.index["runs"]}
+    assert runs["c"]["status"] == "complete" and runs["a"]["error"].startswith("stage sft: ValueError")
+    assert runs["a"]["stages"]["rl"]["status"] == "skipped"
+    assert _count(calls(), "rl") == 1
+
+
+def test_parallel_spawned_workers(tmp_path, calls):
+    """Two spawned worker processes (fakes importable by the workers); shared stages still run once."""
+    res = run_experiment(load_study(write_study(tmp_path, ARMS, seeds="[0, 1]")), tmp_path / "out", workers=2,
+                         functions=FAKES, log=lambda s: None)
+    assert res.ok and len(res.ran) == 6
+    rows = calls()
+    assert [_count(rows, s) for s in ("warmup", "classifier", "sft", "rl", "eval")] == [2, 2, 2, 6, 6]
+
+
+def test_experiment_list_cli(tmp_path, capsys):
+    assert main(["experiment", "list", str(EXPERIMENTS / "table4_rl_ablation.yaml"), "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "rer_vapr" in text and "no_vapr" in text and "12 runs; 21 distinct stage runs" in text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A real tiny study: 2 RL arms x 1 seed
+
+
+def test_real_tiny_study_end_to_end(tmp_path):
+    arms = """  - name: a
+    overrides: {rl: [rl.regularizer=rer, rl.reference=vapr]}
+  - name: b
+    overrides: {rl: [rl.regularizer=constant, rl.reference=static]}
+"""
+    path = write_study(tmp_path, arms, seeds="[0]", name="e2e")
+    sets = [f"common.{x}" for x in TINY] + [
+        f"common.cache_dir={tmp_path / 'cache'}",
+        "stages.warmup.train.max_steps=2", "stages.warmup.train.batch_size=4",
+        "stages.classifier.classifier.epochs=1", "stages.classifier.classifier.batch_size=8",
+        "stages.classifier.classifier.img_size=32",
+        "stages.sft.train.max_steps=2", "stages.sft.train.batch_size=4", "stages.sft.model.lora_r=4",
+        "stages.sft.model.lora_alpha=8",
+        "stages.rl.train.max_steps=2", "stages.rl.rl.prompts_per_step=2", "stages.rl.rl.group_size=2",
+        "stages.rl.rl.max_new_tokens=8", "stages.rl.rl.min_new_tokens=2", "stages.rl.rl.val_max_samples=4",
+    ]
+    out = tmp_path / "out"
+    t0 = time.time()
+    argv = ["experiment", "run", str(path), "--workers", "1", "--out", str(out)]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    elapsed = time.time() - t0
+    index = read_json(out / "index.json")
+    assert index["summary"]["complete"] == 2 and index["study"] == "e2e" and index["preset"] == "tiny"
+    a, b = sorted(index["runs"], key=lambda r: r["arm"])
+    assert a["stages"]["sft"]["dir"] == b["stages"]["sft"]["dir"]
+    assert a["stages"]["rl"]["dir"] != b["stages"]["rl"]["dir"]
+    for r in (a, b):
+        scores = read_json(out / r["metrics"])
+        assert scores["n"] == 6 and 0 <= scores["BLEU_4"] <= 1 and scores["stage"] == "rl"
+        assert (out / r["eval_dir"] / "predictions_final_test.jsonl").is_file()
+        manifest = read_json(out / r["dir"] / "rl" / "manifest.json")
+        assert manifest["config"]["train"]["max_steps"] == 2
+    assert read_json(out / a["dir"] / "rl" / "metrics.json")["regularizer"] == "rer"
+    assert read_json(out / b["dir"] / "rl" / "metrics.json")["regularizer"] == "constant"
+    assert elapsed < 90, f"tiny 2-arm study took {elapsed:.0f}s"
+    print(f"tiny 2-arm x 1-seed study: {elapsed:.1f}s")

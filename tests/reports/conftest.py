@@ -1,0 +1,121 @@
+"""A tiny fixed experiment written as run records (index.json + stage run dirs + eval metrics), with numbers
+chosen so that the tables can be checked by hand:
+
+arm       factors            BLEU_4 by seed 0/1/2     ROUGE_L          status
+rer_vapr  rer, vapr (ref)    0.10 / 0.12 / 0.14       0.30 everywhere  complete x3
+ckl       constant, vapr     0.09 / 0.11 / 0.13       0.30             complete x3   (diff -0.01 on every seed)
+no_kl     none, vapr         0.12 / 0.10 / 0.14       0.30             complete x3   (diffs +0.02, -0.02, 0)
+no_vapr   rer, static        0.11 / - / -             0.30             seed 0 only (seeds 1, 2 failed)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ARMS = {
+    "rer_vapr": ("Ours (RER+VAPR)", "rer", "vapr"),
+    "ckl": ("w/ CKL, w/o RER", "constant", "vapr"),
+    "no_kl": ("w/o KL", "none", "vapr"),
+    "no_vapr": ("w/o VAPR", "rer", "static"),
+}
+BLEU4 = {"rer_vapr": [0.10, 0.12, 0.14], "ckl": [0.09, 0.11, 0.13], "no_kl": [0.12, 0.10, 0.14],
+         "no_vapr": [0.11, None, None]}
+N_STEPS = 24
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _rl_records(run: Path, arm: str, seed: int, regularizer: str, reference: str) -> None:
+    run.mkdir(parents=True)
+    cfg = {"seed": seed, "init_from": "../sft/model", "data": {"dataset": "phantom"},
+           "rl": {"regularizer": regularizer, "reference": reference, "reward": "bleu4", "beta_min": 0.05,
+                  "beta_base": 0.1, "beta_max": 0.12}}
+    (run / "manifest.json").write_text(json.dumps({"stage": "rl", "seed": seed, "config": cfg}))
+    rng = np.random.default_rng(seed)
+    base = {"rer": 0.30, "constant": 0.25, "none": 0.10}[regularizer]
+    steps = []
+    for s in range(1, N_STEPS + 1):
+        kl = 0.0 if regularizer == "none" else 0.001 * (s % 8 + 1 if reference == "vapr" else s)
+        beta = 0.0 if regularizer == "none" else 0.1
+        steps.append({"step": s, "epoch": s / 8, "reward_mean": base + 0.005 * s + 0.01 * rng.standard_normal(),
+                      "reward_std": 0.05, "kl_mean": kl, "kl_loss": beta * kl, "beta_mean": beta,
+                      "entropy_mean": 1.0 - 0.01 * s, "frac_reward_zero_std": 0.0})
+    _write_jsonl(run / "steps.jsonl", steps)
+    evals = []
+    for s in (0, 8, 16, 24):
+        row = {"step": s, "epoch": s // 8, "split": "val", "val_score": 0.2 + 0.001 * s + 0.001 * seed}
+        if reference == "vapr":
+            row.update(reset=s in (8, 24), best_score=row["val_score"])
+        evals.append(row)
+    _write_jsonl(run / "evals.jsonl", evals)
+    (run / "metrics.json").write_text(json.dumps({"steps": N_STEPS}))
+
+
+def _analysis(run: Path, seed: int) -> None:
+    """analysis_*.json as reports/analysis_cli.py writes them (2 prompts x G = 4, hand-made rewards)."""
+    before_b = [[0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.1, 0.3]]
+    before_f = [[0.0, 0.5, 0.5, 1.0], [1.0, 0.0, 0.0, 1.0]]
+    after_b = [[0.2, 0.3, 0.4, 0.5], [0.1, 0.2, 0.6, 0.3]]
+    after_f = [[0.2, 0.4, 0.6, 0.8], [0.0, 0.5, 1.0, 0.5]]
+    from reports.analyses import sign_alignment, within_group_std_summary
+
+    sa = {"kind": "sign-alignment", "n_prompts": 2, "group_size": 4, "seed": seed, "policies": {}}
+    rv = {"kind": "reward-variance", "n_prompts": 2, "group_size": 4, "seed": seed, "policies": {}}
+    for pol, b, f in (("before", before_b, before_f), ("after", after_b, after_f)):
+        sa["policies"][pol] = {"rewards": {"bleu4": b, "chexpert_f1": f}, "stats": sign_alignment(b, f)}
+        stats = {"bleu4": within_group_std_summary(b), "chexpert_f1": within_group_std_summary(f)}
+        rv["policies"][pol] = {"rewards": {"bleu4": b, "chexpert_f1": f}, "stats": stats}
+    (run / "analysis_sign-alignment.json").write_text(json.dumps(sa))
+    (run / "analysis_reward-variance.json").write_text(json.dumps(rv))
+
+
+def write_experiment(root: Path) -> Path:
+    arms = [{"name": a, "label": lab, "published_row": lab, "factors": {"regularizer": r, "reference": ref}}
+            for a, (lab, r, ref) in ARMS.items()]
+    runs = []
+    for arm, (_, reg, ref) in ARMS.items():
+        for seed in (0, 1, 2):
+            value = BLEU4[arm][seed]
+            rl_rel = f"stages/rl-seed{seed}-{arm}"
+            entry = {"arm": arm, "seed": seed, "dir": f"{arm}/seed{seed}", "eval_dir": f"{arm}/seed{seed}/eval",
+                     "stages": {"rl": {"dir": rl_rel, "status": "complete"}}, "final_stage": "rl"}
+            if value is None:
+                entry.update(status="failed", error="stage rl: RuntimeError: boom", failed_stage="rl")
+                runs.append(entry)
+                continue
+            _rl_records(root / rl_rel, arm, seed, reg, ref)
+            if arm == "rer_vapr":
+                _analysis(root / rl_rel, seed)
+            ev = root / arm / f"seed{seed}" / "eval"
+            ev.mkdir(parents=True)
+            scores = {"split": "test", "n": 6, "BLEU_1": 0.4, "BLEU_2": 0.3, "BLEU_3": 0.2, "BLEU_4": value,
+                      "METEOR": 0.15, "ROUGE_L": 0.30, "CIDEr": 0.5, "ce_micro_precision": 0.5,
+                      "ce_micro_recall": 0.4, "ce_micro_f1": 0.44 + 0.01 * seed, "entity_f1": 0.3,
+                      "findings_acc": 0.9}
+            (ev / "metrics.json").write_text(json.dumps(scores))
+            entry.update(status="complete", metrics=f"{arm}/seed{seed}/eval/metrics.json")
+            runs.append(entry)
+    index = {"format": "regbench.experiment-index/1", "study": "table4_rl_ablation",
+             "title": "REVA-PO Table 4: RL-stage modifications", "preset": "tiny-bench",
+             "reproduces": "revapo_table4", "reference_arm": "rer_vapr", "seeds": [0, 1, 2], "arms": arms,
+             "runs": runs}
+    (root / "index.json").write_text(json.dumps(index))
+    return root
+
+
+@pytest.fixture(scope="session")
+def experiment_dir(tmp_path_factory) -> Path:
+    return write_experiment(tmp_path_factory.mktemp("experiment"))
+
+
+@pytest.fixture(scope="session")
+def built_report(experiment_dir, tmp_path_factory) -> Path:
+    from reports.build import build_report
+
+    return build_report(experiment_dir, tmp_path_factory.mktemp("report"), B=2000)

@@ -1,0 +1,71 @@
+"""reports/html.py: index.html is self-contained, and every image loads in headless Chromium."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+PROBE = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var out = imgs.map(function (im) {
+    return {alt: im.alt, ok: im.complete && im.naturalWidth > 0, w: im.naturalWidth, h: im.naturalHeight};
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'img-probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def test_page_is_self_contained(built_report):
+    text = built_report.read_text(encoding="utf-8")
+    imgs = re.findall(r'<img src="([^"]*)"', text)
+    assert len(imgs) >= 10 and all(src.startswith("data:image/png;base64,") for src in imgs)
+    assert not re.search(r'(src|href)="(?!data:)', text)  # no external file, script or stylesheet
+    assert "<script" not in text
+    for needle in ("Seeds: 0, 1, 2", "rer_vapr 3, ckl 3, no_kl 3, no_vapr 1", "REVA-PO Table 4",
+                   "Supp. A.3", "Fig. 3(d)", "Failed runs", "no_vapr seed 1: stage rl: RuntimeError: boom"):
+        assert needle in html.unescape(text), needle
+
+
+def test_every_image_loads_in_chromium(built_report, tmp_path):
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium chromium-driver)")
+    page = tmp_path / "probe.html"
+    page.write_text(built_report.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"),
+                    encoding="utf-8")
+    n_imgs = built_report.read_text(encoding="utf-8").count("<img ")
+    flags = CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([exe, *flags, "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=90)
+    m = re.search(r'<pre id="img-probe">(.*?)</pre>', dom.stdout, re.S)
+    assert m, f"the probe did not run (rc {dom.returncode}): {dom.stderr[-2000:]}"
+    images = json.loads(html.unescape(m.group(1)))
+    assert len(images) == n_imgs >= 10
+    bad = [im for im in images if not im["ok"] or im["w"] < 100 or im["h"] < 100]
+    assert not bad, bad
+
+    shot = built_report.parent / "screenshot.png"
+    res = subprocess.run([exe, *flags, "--hide-scrollbars", "--window-size=1280,2400", f"--screenshot={shot}",
+                          built_report.as_uri()], capture_output=True, text=True, timeout=90)
+    assert shot.is_file() and shot.stat().st_size > 10_000, res.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

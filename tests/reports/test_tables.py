@@ -1,0 +1,157 @@
+"""reports/tables.py and reports/published.py against the fixed run records of conftest.py (checked by hand)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from reports.experiment import load_experiment
+from reports.published import load_published, our_metric_key, published_row, published_table
+from reports.tables import (
+    NOISE_MARK,
+    default_spec,
+    differences_markdown,
+    matrix_factors,
+    matrix_markdown,
+    results_frame,
+    to_csv,
+    to_latex,
+    to_markdown,
+)
+
+
+@pytest.fixture(scope="module")
+def exp(experiment_dir):
+    return load_experiment(experiment_dir)
+
+
+@pytest.fixture(scope="module")
+def frame(exp):
+    spec = default_spec(exp, B=2000)
+    return spec, results_frame(exp, spec)
+
+
+def _cell(df, arm, metric):
+    return df[(df.arm == arm) & (df.metric == metric)].iloc[0]
+
+
+def test_published_numbers():
+    pub = load_published()
+    assert {"revapo_table1", "revapo_table2", "revapo_table3", "revapo_table4", "revapo_table_s5",
+            "revapo_supp_a3", "mrg_r1"} <= set(pub["tables"])
+    assert all(t["source"] for t in pub["tables"].values())
+    t1 = published_table("revapo_table1", dataset="iu_xray")
+    reva = [r for r in t1["rows"] if r["method"] == "REVA-PO (ours)"][0]
+    assert (reva["BLEU_4"], reva["ROUGE_L"], reva["METEOR"]) == (0.199, 0.406, 0.216)
+    assert published_row("revapo_table2", "STREAM")["RG"] == 0.218
+    assert published_row("revapo_table3", "s1_s2")["R"] == 0.431
+    assert published_row("revapo_table4", "w/ CKL, w/o RER")["F1"] == 0.484
+    assert published_row("revapo_table4", "no_vapr")["BLEU_4"] == 0.134
+    assert published_row("revapo_table_s5", "radgraph_f1")["RG"] == 0.259
+    assert published_row("revapo_supp_a3", "before_rl")["P_top1"] == 0.619
+    assert published_row("mrg_r1", "mrg_r1", dataset="mimic_cxr")["F1"] == 40.39
+    assert our_metric_key("F1") == "ce_micro_f1" and our_metric_key("RG") == "radgraph_partial"
+    assert our_metric_key("P", ce_average="example") == "ce_example_precision"
+    with pytest.raises(KeyError):
+        published_table("table99")
+
+
+def test_loader(exp):
+    assert exp.reference_arm == "rer_vapr" and exp.reproduces == "revapo_table4" and exp.dataset == "phantom"
+    assert [a.name for a in exp.arms] == ["rer_vapr", "ckl", "no_kl", "no_vapr"]
+    assert len(exp.runs_of("no_vapr")) == 1 and len(exp.runs_of("no_vapr", complete_only=False)) == 3
+    assert exp.values("ckl", "BLEU_4") == {0: 0.09, 1: 0.11, 2: 0.13}
+    assert exp.factors("ckl") == {"regularizer": "constant", "reference": "vapr", "reward": "bleu4"}
+    assert exp.runs_of("rer_vapr")[0].reset_steps() == [8, 24]
+    assert matrix_factors(exp) is None  # 4 of the 3 x 2 regularizer x reference cells: not a matrix study
+    assert matrix_factors(exp, min_fill=0.5) == ("regularizer", "reference")
+
+
+def test_matrix_markdown(exp, frame):
+    _, df = frame
+    md = matrix_markdown(exp, df, "BLEU_4", "regularizer", "reference")
+    lines = md.splitlines()
+    assert lines[0] == "### B-4: regularizer x reference"
+    assert "| rer | 0.1200 [0.1000, 0.1400] (n=3) (ref) | 0.1100 (n=1) |" in lines
+    assert "| constant | 0.1100 [0.0900, 0.1300] (n=3) | – |" in lines
+
+
+def test_results_frame_numbers(frame):
+    spec, df = frame
+    assert spec.published == "revapo_table4" and spec.dataset == "mimic_cxr"
+    assert "radgraph_partial" in spec.metrics  # the published table has RG; ours is missing -> n = 0
+    r = _cell(df, "rer_vapr", "BLEU_4")
+    assert (r["mean"], r.n, r.seeds) == (pytest.approx(0.12), 3, "0 1 2")
+    assert (r.ci_lo, r.ci_hi) == pytest.approx((0.10, 0.14))
+    assert r.published == 0.143 and r.published_source == "REVA-PO Table 4"
+    r = _cell(df, "ckl", "BLEU_4")
+    assert r["diff"] == pytest.approx(-0.01) and r.within_noise is False and r.p_value == pytest.approx(0.25)
+    r = _cell(df, "no_kl", "BLEU_4")
+    assert r["diff"] == pytest.approx(0.0, abs=1e-12) and r.within_noise is True and r.test == "paired t-test"
+    r = _cell(df, "no_vapr", "BLEU_4")
+    assert (r.n, r["mean"], r.n_paired) == (1, 0.11, 1) and r.within_noise is None
+    r = _cell(df, "rer_vapr", "ROUGE_L")
+    assert (r.ci_lo, r.ci_hi) == (0.30, 0.30)
+    r = _cell(df, "rer_vapr", "radgraph_partial")
+    assert r.n == 0 and math.isnan(r["mean"]) and r.published == 0.246
+
+
+def test_markdown(exp, frame):
+    spec, df = frame
+    md = to_markdown(exp, df, spec, "Results")
+    lines = md.splitlines()
+    header = next(ln for ln in lines if ln.startswith("| Arm"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[:9] == ["Arm", "Source", "n", "B-1", "B-2", "B-3", "B-4", "R-L", "MTR"]
+    b4 = cols.index("B-4")
+
+    def row(prefix, source):
+        ln = next(ln for ln in lines if ln.startswith(f"| {prefix}") and f"| {source}" in ln)
+        return [c.strip() for c in ln.strip("|").split("|")]
+
+    assert row("Ours (RER+VAPR) (reference)", "ours")[b4] == "0.1200 [0.1000, 0.1400]"
+    assert row("Ours (RER+VAPR)", "paper")[b4] == "0.143"
+    assert row("w/ CKL", "ours")[b4] == "0.1100 [0.0900, 0.1300]"  # differs from ref on every seed
+    assert row("w/o KL", "ours")[b4] == f"0.1200 [0.1000, 0.1400] {NOISE_MARK}"
+    no_vapr = row("w/o VAPR", "ours")
+    assert no_vapr[2] == "1" and no_vapr[b4] == "0.1100"
+    assert row("w/o VAPR", "paper")[b4] == "0.134"
+    assert row("Ours (RER+VAPR) (reference)", "ours")[cols.index("RG")] == "–"
+    assert "Seeds: 0, 1, 2" in md and "rer_vapr 3, ckl 3, no_kl 3, no_vapr 1" in md and "B = 2000" in md
+    assert "paired t-test" in md and "REVA-PO Table 4" in md
+    diff = differences_markdown(exp, df, spec)
+    assert "-0.0100 [-0.0100, -0.0100] p=0.250 |" in diff
+    assert f"+0.0000 [-0.0200, +0.0200] p=1.000 {NOISE_MARK}" in diff and "(n<2)" in diff
+
+
+def test_latex_and_csv(exp, frame):
+    spec, df = frame
+    tex = to_latex(exp, df, spec, "Table 4", "tab:t4")
+    assert tex.count(r"\begin{tabular}") == 1 and r"\toprule" in tex and r"\label{tab:t4}" in tex
+    assert r"0.1200 [0.1000, 0.1400] $\approx$" in tex  # no_kl row
+    assert r"w/ CKL, w/o RER" in tex and "&" in tex and NOISE_MARK not in tex
+    back = pd.read_csv(io.StringIO(to_csv(df)))
+    assert len(back) == len(df) and {"arm", "metric", "mean", "ci_lo", "ci_hi", "n", "published", "p_value",
+                                     "within_noise"} <= set(back.columns)
+    assert back[(back.arm == "ckl") & (back.metric == "BLEU_4")]["diff"].iloc[0] == pytest.approx(-0.01)
+
+
+def test_loader_without_index(tmp_path, experiment_dir):
+    """A folder of RL run directories: arms from their configs, test scores from evals.jsonl test lines."""
+    import shutil
+
+    for i, reg in enumerate(("rer", "constant")):
+        src = experiment_dir / "stages" / f"rl-seed0-{'rer_vapr' if reg == 'rer' else 'ckl'}"
+        dst = tmp_path / f"run{i}"
+        shutil.copytree(src, dst)
+        with open(dst / "evals.jsonl", "a") as f:
+            f.write(json.dumps({"split": "test", "BLEU_4": 0.2 + i}) + "\n")
+    exp = load_experiment(tmp_path)
+    assert sorted(a.name for a in exp.arms) == ["constant_vapr", "rer_vapr"]
+    assert exp.values("constant_vapr", "BLEU_4") == {0: 1.2}
+    with pytest.raises(FileNotFoundError):
+        load_experiment(tmp_path / "nothing")
