@@ -180,12 +180,12 @@ class RLConfig:
     # Reward (rewards/registry.py).
     reward: str = "bleu4"
     # Validation score: paper Eq. 10 (sum(M) + lambda RG) / (|M| + 1), or official mean(M) + lambda RG,
-    # M = BLEU-1..4, METEOR, ROUGE-L. RG from `val_rg_metric` (none requires lambda = 0). The paper uses
-    # lambda = 0.1 with RadGraph F1 (radgraph-xl, partial); the default here is 0 until a clinical metric
-    # backend is configured (experiments/ set it for the paper presets).
+    # M = BLEU-1..4, METEOR, ROUGE-L; lambda = 0.1. RG from `val_rg_metric`: the paper uses RadGraph F1
+    # (radgraph-xl, partial: `radgraph`, needs its weights); the default is the offline clinical-entity F1
+    # (`entity_f1`, rewards/entity.py), which runs anywhere; `none` requires lambda = 0.
     val_score: str = "paper"
-    val_lambda: float = 0.0
-    val_rg_metric: str = "none"
+    val_lambda: float = 0.1
+    val_rg_metric: str = "entity_f1"
     val_max_samples: int | None = None
     # Write sampled candidates with rewards/advantages/betas to samples.jsonl every k steps (0 = never).
     samples_every: int = 10
