@@ -83,7 +83,8 @@ def test_every_study_resolves_with_every_preset(study_file, preset, tmp_path):
 def test_studies_as_written(study_file):
     study = load_study(study_file)
     doc = load_yaml(study_file)
-    assert study.preset == "tiny-bench" and len(study.seeds) >= 3
+    # The demo's study runs one seed (issue: "the five-arm RL ablation ... with 1 seed"); the others at least 3.
+    assert study.preset == "tiny-bench" and len(study.seeds) >= (1 if study.name.startswith("demo") else 3)
     assert study.reproduces == doc.get("reproduces")
     for arm in study.arms:
         for stage in arm.pipeline:
@@ -96,6 +97,7 @@ def test_studies_as_written(study_file):
         "regularizer_matrix": {f"{g}_{r}" for g in ("none", "constant", "adaptive", "rer")
                                for r in ("static", "ema", "vapr")},
         "reward_matrix": {"bleu4", "chexpert_f1", "entity_f1", "ce_f1", "mccs", "mrg_r1", "ditpo_bleu4"},
+        "demo_rl_ablation": {"ckl", "no_kl", "adaptive", "ema", "rer_vapr"},
     }[study.name]
     assert names == expected
 

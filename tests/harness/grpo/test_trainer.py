@@ -21,7 +21,7 @@ def _length_reward(candidates, references, **_):
 
 
 def _nlg(_model):
-    return {k: 0.1 for k in ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")}
+    return {**{k: 0.1 for k in ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")}, "rg": 0.2}
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def _trainer(model, processor, tmp_path, prompts, scores=None, **rl_kw):
 
         def validate(_m):
             v = next(it)
-            return {k: v for k in ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")}
+            return {**{k: v for k in ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")}, "rg": v}
 
     return GRPOTrainer(model, processor, rl, tc, RunDir(tmp_path), prompts, prompts, seed=0, validate=validate,
                        progress=False)
