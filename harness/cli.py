@@ -107,7 +107,7 @@ def cmd_eval(ns) -> int:
 def cmd_demo(ns) -> int:
     from harness.demo import run_demo
 
-    run_demo(Path(ns.out), progress=not ns.no_progress)
+    run_demo(Path(ns.out), progress=not ns.no_progress, workers=ns.workers)
     return 0
 
 
@@ -178,8 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_subcommands(sub)
 
-    demo = sub.add_parser("demo", help="the whole tiny pipeline on synthetic data, with a results table")
+    demo = sub.add_parser("demo", help="the whole tiny study on synthetic data: stages 0-2, five RL arms, report")
     demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
+    demo.add_argument("--workers", type=int, default=2, help="parallel worker processes for the RL arms")
     demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
     demo.set_defaults(func=cmd_demo)
 

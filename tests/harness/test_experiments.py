@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.config import ConfigError, load_config, load_yaml, to_dict
+from harness.config import ConfigError, load_yaml
 from harness.experiments import (
     Arm,
     Study,
@@ -155,16 +155,15 @@ def test_presets_carry_the_papers_hyperparameters():
         assert (c.batch_size, c.lr, c.adam_beta2, c.epochs, c.weight_decay) == (64, 6.25e-5, 0.999, 20, 0.05)
 
 
-def test_tiny_preset_is_the_demo(tmp_path):
-    from harness.demo import DEMO_OVERRIDES
+def test_demo_runs_its_study_on_the_tiny_preset():
+    from harness.demo import DEMO_STUDY
 
-    doc = load_yaml(TINY_PRESET)
-    study = Study(name="x", title="x", path=Path("x.yaml"), preset="tiny", preset_file=TINY_PRESET, reproduces=None,
-                  reference="a", seeds=[0], arms=[], common=doc["common"], stages=doc["stages"])
-    for stage in ("warmup", "classifier", "sft", "rl", "eval"):
-        ours = to_dict(resolve_config(study, Arm("a", "a", []), stage, 0))
-        demo = to_dict(load_config(None, DEMO_OVERRIDES.get(stage, [])))
-        assert ours == demo, stage
+    study = load_study(DEMO_STUDY)
+    assert study.preset == "tiny-bench" and study.seeds == [0]
+    regs = {(resolve_config(study, a, "rl", 0).rl.regularizer, resolve_config(study, a, "rl", 0).rl.reference)
+            for a in study.arms}
+    assert regs == {("constant", "static"), ("none", "static"), ("adaptive", "static"), ("constant", "ema"),
+                    ("rer", "vapr")}
 
 
 def test_bad_study_files_fail_clearly(tmp_path):
