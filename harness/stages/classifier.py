@@ -104,3 +104,16 @@ def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
     model, ccfg, thresholds = load_classifier(classifier_dir)
     probs = predict_proba(model, _inputs(samples, ccfg.img_size))
     return [positive_names(row) for row in predict_labels(probs, thresholds)]
+
+
+def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:
+    """Prompts rebuilt the way a stage checkpoint was trained: with the classifier's predicted diseases when its
+    spec records a classifier (stage 2 onwards), plain otherwise."""
+    from harness.batching import instruction_text
+
+    if not spec.get("classifier_dir"):
+        return [cfg.prompt.instruction] * len(samples)
+    names = predicted_diseases(spec["classifier_dir"], samples)
+    instruction = spec.get("instruction", cfg.prompt.instruction)
+    template = spec.get("disease_template", cfg.prompt.disease_template)
+    return [instruction_text(instruction, ns, template) for ns in names]

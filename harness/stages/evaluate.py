@@ -10,14 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.batching import instruction_text
 from harness.config import RunConfig
 from harness.decoding import generate_reports
 from harness.evaluation import nlg_scores
 from harness.models.checkpoint import load_base, load_stage_model
 from harness.models.presets import get_preset
 from harness.records import RunDir, atomic_write_text, dumps
-from harness.stages.classifier import predicted_diseases, reference_labels
+from harness.stages.classifier import instructions_for, reference_labels
 from harness.stages.common import load_images, load_splits, seed_everything
 
 
@@ -87,12 +86,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
     if split not in splits:
         raise ValueError(f"split '{split}' not in the data set (have: {', '.join(splits)})")
     samples = splits[split]
-    if spec.get("classifier_dir"):
-        names = predicted_diseases(spec["classifier_dir"], samples)
-        instructions = [instruction_text(spec.get("instruction", cfg.prompt.instruction), ns,
-                                         spec.get("disease_template", cfg.prompt.disease_template)) for ns in names]
-    else:
-        instructions = [cfg.prompt.instruction] * len(samples)
+    instructions = instructions_for(cfg, samples, spec)
     g = cfg.generation
     hyps = generate_reports(model, processor, load_images(samples, cfg.model.image_size), instructions,
                             max_new_tokens=g.max_new_tokens, min_new_tokens=g.min_new_tokens,

@@ -7,29 +7,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.batching import instruction_text
 from harness.config import RunConfig
 from harness.decoding import generate_reports
 from harness.evaluation import nlg_scores
 from harness.grpo.trainer import GRPOTrainer, PromptSet
 from harness.models.checkpoint import save_stage_model
 from harness.models.trainable import add_lora, count_parameters, set_trainable
+from harness.stages.classifier import instructions_for
 from harness.stages.common import load_images, load_splits, seed_everything, start_run
 from harness.stages.loading import load_for_stage
 from harness.stages.sft import lora_settings
 
 
-def prompt_set(cfg: RunConfig, samples, spec_extra: dict) -> PromptSet:
-    if spec_extra.get("classifier_dir"):
-        from harness.stages.classifier import predicted_diseases
-
-        names = predicted_diseases(spec_extra["classifier_dir"], samples)
-        instr = [instruction_text(spec_extra.get("instruction", cfg.prompt.instruction), ns,
-                                  spec_extra.get("disease_template", cfg.prompt.disease_template)) for ns in names]
-    else:
-        instr = [cfg.prompt.instruction] * len(samples)
-    return PromptSet([s.id for s in samples], load_images(samples, cfg.model.image_size), instr,
-                     [s.report for s in samples])
+def prompt_set(cfg: RunConfig, samples, spec: dict) -> PromptSet:
+    return PromptSet([s.id for s in samples], load_images(samples, cfg.model.image_size),
+                     instructions_for(cfg, samples, spec), [s.report for s in samples])
 
 
 def make_validator(cfg: RunConfig, val: PromptSet, processor):
