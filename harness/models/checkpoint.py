@@ -8,6 +8,7 @@ the base once and lays those tensors over it: no second copy of a 7B base is eve
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -27,8 +28,12 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
     from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
     path_s = str(path)
-    if Path(path_s).exists() and not (Path(path_s) / "config.json").is_file():
-        raise FileNotFoundError(f"{path_s}: not a model folder (config.json missing)")
+    if Path(path_s).exists():
+        if not (Path(path_s) / "config.json").is_file():
+            raise FileNotFoundError(f"{path_s}: not a model folder (config.json missing)")
+    elif not re.fullmatch(r"[\w.-]+/[\w.-]+", path_s) or path_s.startswith("."):
+        # Not a folder here and not shaped like a hub id ("org/name"): say so instead of asking the hub.
+        raise FileNotFoundError(f"model folder not found: {path_s}")
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
         path_s, dtype=_DTYPES[dtype], attn_implementation=attn_implementation
     )

@@ -50,3 +50,15 @@ def test_missing_config_file(capsys, tmp_path):
 def test_sft_without_classifier_is_a_clear_error(capsys, tmp_path):
     assert main(["train", "sft", f"out_dir={tmp_path / 'x'}"]) == 2
     assert "classifier.dir" in capsys.readouterr().err
+
+
+def test_eval_with_a_missing_model_folder(capsys, tmp_path):
+    assert main(["eval", "--model", str(tmp_path / "nope"), "--no-progress", f"data.synth_dir={tmp_path}",
+                 "data.synth_n=10"]) == 2
+    assert "model folder not found" in capsys.readouterr().err
+
+
+def test_data_synth_rejects_bad_sizes(capsys, tmp_path):
+    assert main(["data", "synth", "--n", "0", "--out", str(tmp_path / "d")]) == 2
+    assert "n" in capsys.readouterr().err
+    assert not (tmp_path / "d" / "annotation.json").exists()

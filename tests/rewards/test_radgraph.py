@@ -320,3 +320,18 @@ def test_argument_checks():
         rg.radgraph_f1(["a"], ["a"], reward_level="exact")
     with pytest.raises(ValueError, match="hypotheses"):
         rg.radgraph_f1(["a"], [])
+
+
+def test_rl_step_with_the_radgraph_f1_reward(tiny_radgraph_xl, tiny_model, tiny_processor, xray_images, tmp_path):
+    """A GRPO step on the tiny Qwen2.5-VL with this reward, through the offline checkpoint written above."""
+    from harness.grpo.trainer import PromptSet
+    from tests.harness.grpo.test_trainer import _trainer
+
+    refs = ["mild cardiomegaly . small left pleural effusion .", "the lungs are clear . no pneumothorax ."]
+    prompts = PromptSet(["a", "b"], [[xray_images[0]], [xray_images[1]]], ["write"] * 2, refs)
+    tr = _trainer(tiny_model, tiny_processor, tmp_path / "rl", prompts, regularizer="rer", reference="static",
+                  reward="radgraph_f1")
+    tr.reference.on_start(tr.store)
+    row = tr.train_step()
+    assert 0.0 <= row["reward_min"] <= row["reward_max"] <= 1.0
+    assert row["loss"] == row["loss"]  # finite, not NaN

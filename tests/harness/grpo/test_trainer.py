@@ -172,7 +172,8 @@ OFFLINE_REWARDS = ["bleu4", "chexpert_f1", "entity_f1", "ce_f1", "mccs", "mccs_f
 def test_offline_reward_list_is_complete():
     from rewards.registry import available_rewards
 
-    # chexbert_f1 / radgraph_f1 need their real weights; their loading paths are tested offline in tests/rewards.
+    # chexbert_f1 / radgraph_f1 need model checkpoints: their RL steps run in tests/rewards/test_chexbert.py and
+    # test_radgraph.py, on the tiny offline checkpoints those tests write.
     assert set(available_rewards()) - {"test_length"} == set(OFFLINE_REWARDS) | {"chexbert_f1", "radgraph_f1"}
 
 
