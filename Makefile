@@ -1,4 +1,6 @@
 # `make demo` and `make test` create .venv and install the project on first use.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +10,8 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@echo "installing regbench and its dependencies into $(VENV) (first run only, a few minutes)"
+	$(BIN)/python -m pip install --quiet -e '.[dev]' 2>&1 | sed '/^WARNING: Location .* is ignored/d'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -552,6 +552,12 @@ class _InlineExecutor:
         pass
 
 
+def _node_label(node: Node) -> str:
+    """Which arms and seeds a graph node serves, for progress lines."""
+    users = sorted({f"{arm} seed {seed}" for arm, seed in node.users})
+    return ", ".join(users[:3]) + (f", +{len(users) - 3} more" if len(users) > 3 else "")
+
+
 def _make_executor(workers: int):
     if workers <= 1:
         return _InlineExecutor()
@@ -734,6 +740,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                         node.run_dir.mkdir(parents=True, exist_ok=True)
                     fut = executor.submit(execute_node, node.kind, fns[node.kind], node.config, node.model_dir)
                     running[fut] = nid
+                    log(f"[experiment {study.name}] started {node.kind} ({_node_label(node)})")
                     progressed = True
             if progressed:
                 settle_runs()
@@ -761,6 +768,8 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                     scores.update(eval_key=node.key, final_stage=plan.runs[node.users[0]].final_stage,
                                   model_dir=node.model_dir)
                     atomic_write_json(node.run_dir / "metrics.json", scores)
+                log(f"[experiment {study.name}] {'finished' if res['ok'] else 'FAILED'} {node.kind} "
+                    f"({_node_label(node)}) in {res.get('elapsed_s') or 0:.0f}s")
                 if res["ok"]:
                     node.status = "complete"
                 else:
