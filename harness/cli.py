@@ -40,9 +40,9 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-def _cfg(ns):
+def _cfg(ns, stage: str | None = None):
     config, overrides = _split_config_args(ns.args)
-    return load_config(config, overrides)
+    return load_config(config, overrides, stage=stage)
 
 
 def cmd_data_synth(ns) -> int:
@@ -56,13 +56,13 @@ def cmd_data_synth(ns) -> int:
 def cmd_classifier_train(ns) -> int:
     from harness.stages.classifier import run_classifier_training
 
-    out = run_classifier_training(_cfg(ns), progress=not ns.no_progress)
+    out = run_classifier_training(_cfg(ns, "classifier"), progress=not ns.no_progress)
     print(f"classifier: {out}")
     return 0
 
 
 def cmd_train(ns) -> int:
-    cfg = _cfg(ns)
+    cfg = _cfg(ns, "warmup" if ns.stage == "pretrain" else ns.stage)
     progress = not ns.no_progress
     if ns.stage == "pretrain":
         from harness.stages.pretrain import pretrain_tiny_base
@@ -90,7 +90,7 @@ def cmd_eval(ns) -> int:
     from harness.records import RunDir
     from harness.stages.evaluate import evaluate_model
 
-    cfg = _cfg(ns)
+    cfg = _cfg(ns, "eval")
     run = RunDir(ns.out) if ns.out else None
     scores = evaluate_model(cfg, ns.model, ns.split, run=run, progress=not ns.no_progress)
     per_label = scores.pop("per_label", None)

@@ -362,9 +362,29 @@ def _deep_update(dst: dict, src: dict) -> None:
             dst[k] = v
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, cls: type = RunConfig):
-    """Defaults <- YAML file (optional) <- dotted overrides; validated."""
-    data = load_yaml(path) if path else {}
+PRESET_KEYS = ("preset", "description", "common", "stages")
+
+
+def stage_view(doc: dict, stage: str | None, source: str) -> dict:
+    """A RunConfig mapping from an experiments/ preset file (`common` deep-merged with `stages.<stage>`)."""
+    if not any(k in doc for k in ("common", "stages")):
+        return doc
+    if stage is None:
+        raise ConfigError(f"{source} is an experiments preset (common/stages sections); use it with a stage "
+                          "command (regbench train STAGE, classifier train, eval) or `regbench experiment run`")
+    unknown = sorted(set(doc) - set(PRESET_KEYS))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key '{unknown[0]}' in a preset; valid: {', '.join(PRESET_KEYS)}")
+    data = dict(doc.get("common") or {})
+    _deep_update(data, dict((doc.get("stages") or {}).get(stage) or {}))
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, cls: type = RunConfig,
+                stage: str | None = None):
+    """Defaults <- YAML file (optional; a plain RunConfig mapping, or an experiments/ preset read for `stage`)
+    <- dotted overrides; validated."""
+    data = stage_view(load_yaml(path), stage, str(path)) if path else {}
     apply_overrides(data, list(overrides or []))
     source = str(path) if path else "<overrides>"
     cfg = from_dict(cls, data, source=source)

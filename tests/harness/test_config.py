@@ -41,3 +41,22 @@ def test_missing_and_bad_files(tmp_path):
     bad.write_text("train: [1, 2\n")
     with pytest.raises(ConfigError, match="bad.yaml"):
         load_config(bad)
+
+
+def test_experiment_presets_are_read_per_stage(tmp_path):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("preset: p\ncommon:\n  seed: 4\n  train: {lr: 0.5}\nstages:\n  rl:\n    train: {lr: 0.25}\n")
+    assert load_config(preset, [], stage="rl").train.lr == 0.25
+    assert load_config(preset, [], stage="sft").train.lr == 0.5
+    assert load_config(preset, ["train.lr=0.1"], stage="rl").train.lr == 0.1
+    assert load_config(preset, [], stage="rl").seed == 4
+    with pytest.raises(ConfigError, match="experiments preset"):
+        load_config(preset, [])
+
+
+def test_shipped_tiny_preset_resolves_for_every_stage():
+    from pathlib import Path
+
+    tiny = Path(__file__).resolve().parents[2] / "experiments" / "presets" / "tiny.yaml"
+    assert load_config(tiny, [], stage="sft").model.lora_r == 8
+    assert load_config(tiny, [], stage="rl").rl.regularizer == "constant"
