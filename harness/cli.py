@@ -204,7 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    # Options may sit between CONFIG/key=value arguments (`train rl cfg.yaml --no-progress a.b=1`): argparse
+    # stops collecting a positional list at the first option, so collect the rest here.
+    ns, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(ns, "args") or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        ns.args = list(ns.args) + extra
     try:
         return ns.func(ns)
     except (ConfigError, FileNotFoundError, ValueError) as e:

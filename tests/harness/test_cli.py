@@ -62,3 +62,10 @@ def test_data_synth_rejects_bad_sizes(capsys, tmp_path):
     assert main(["data", "synth", "--n", "0", "--out", str(tmp_path / "d")]) == 2
     assert "n" in capsys.readouterr().err
     assert not (tmp_path / "d" / "annotation.json").exists()
+
+
+def test_options_may_sit_between_overrides(capsys, tmp_path):
+    assert main(["train", "warmup", "--no-progress", "train.lr=-1", f"out_dir={tmp_path}"]) == 2
+    assert "'train.lr' = -1.0 must be > 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "warmup", "train.lr=1", "--bogus"])
