@@ -92,14 +92,15 @@ def read_jsonl(path: str | Path) -> list[dict]:
     if not path.is_file():
         return []
     rows = []
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as e:
             # A torn last line (crash mid-write) is dropped; a torn line in the middle is an error.
-            if i == len(path.read_text().splitlines()):
+            if i == len(lines):
                 break
             raise ValueError(f"{path}:{i}: not valid JSON ({e})") from e
     return rows

@@ -156,7 +156,7 @@ class GRPOTrainer:
         return logp, ent
 
     def train_step(self) -> dict:
-        rl, B, G = self.rl, None, self.rl.group_size
+        rl, G = self.rl, self.rl.group_size
         t0 = time.time()
         idx = self._batch_indices(self.step)
         B = len(idx)

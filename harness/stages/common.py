@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 from pathlib import Path
@@ -77,7 +76,3 @@ def plain_instructions(cfg: RunConfig, n: int) -> list[str]:
 
 def disease_instructions(cfg: RunConfig, names: list[list[str]]) -> list[str]:
     return [instruction_text(cfg.prompt.instruction, ns, cfg.prompt.disease_template) for ns in names]
-
-
-def replace(cfg, **kw):
-    return dataclasses.replace(cfg, **kw)

@@ -31,13 +31,11 @@ FINDINGS_INSTRUCTION = "List the findings."
 
 
 def findings_answer(labels) -> str:
-    """Short answer naming what a report states: positives, then 'possible' uncertain ones."""
-    import numpy as np
-
+    """Short answer naming what a report states: positives, then 'possible' uncertain ones ("no finding")."""
     pos = [OBSERVATIONS[i].lower() for i in range(1, len(OBSERVATIONS)) if labels[i] == 1]
     unc = [f"possible {OBSERVATIONS[i].lower()}" for i in range(1, len(OBSERVATIONS)) if labels[i] == -1]
     names = pos + unc
-    return ", ".join(names) if names else ("no finding" if not np.all(np.isnan(labels)) else "no finding")
+    return ", ".join(names) if names else "no finding"
 
 
 def with_findings_task(data: LMData, samples, fraction: float, seed: int) -> LMData:

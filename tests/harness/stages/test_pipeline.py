@@ -84,3 +84,14 @@ def test_full_tiny_pipeline(workdir, capsys):
     before = (run / "steps.jsonl").read_text()
     assert main(["train", "warmup", *warm, "--no-progress"]) == 0
     assert (run / "steps.jsonl").read_text() == before
+
+
+def test_stage0_findings_answers():
+    import numpy as np
+
+    from harness.stages.pretrain import findings_answer
+
+    labels = np.full(14, np.nan)
+    assert findings_answer(labels) == "no finding"
+    labels[2], labels[10], labels[7] = 1, 1, -1
+    assert findings_answer(labels) == "cardiomegaly, pleural effusion, possible pneumonia"
