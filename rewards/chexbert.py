@@ -20,7 +20,7 @@ Where f1chexbert 0.0.2 looks for its files (read from its source; nothing here d
   (``$HF_HUB_CACHE``, default ``$HF_HOME/hub`` = ``~/.cache/huggingface/hub``); the BERT weights themselves come
   only from ``chexbert.pth`` (the model is built with ``AutoModel.from_config``). Both files are checked with
   ``local_files_only=True`` before the package loads them.
-- While the package loads, huggingface_hub / transformers are held to local files (``_hub_offline``), so no
+- While the package loads, huggingface_hub / transformers are held to local files (``hub_offline``), so no
   request reaches the Hub even without ``HF_HUB_OFFLINE=1``.
 - The package loads the state dict with ``strict=False``; this module checks afterwards that every parameter
   of the model was in the checkpoint, so a wrong file cannot give silently random labels.
@@ -48,7 +48,6 @@ masked with its ``generate_attention_masks``, as CheXbert's own batch labeler do
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -58,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
+from rewards.hub_offline import hub_offline
 from rewards.registry import register_reward
 
 __all__ = [
@@ -163,28 +163,6 @@ def chexbert_available() -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _hub_offline():
-    """Keep huggingface_hub and transformers on local files while a package loads (its files were checked first).
-
-    Without this, outside HF_HUB_OFFLINE=1 they would ask the Hub whether the cached config / tokenizer are
-    current: a network request at run time, which regbench never makes.
-    """
-    import huggingface_hub.constants as hub_constants
-    import transformers.utils.hub as transformers_hub
-
-    saved = hub_constants.HF_HUB_OFFLINE, getattr(transformers_hub, "_is_offline_mode", None)
-    hub_constants.HF_HUB_OFFLINE = True
-    if saved[1] is not None:
-        transformers_hub._is_offline_mode = True
-    try:
-        yield
-    finally:
-        hub_constants.HF_HUB_OFFLINE = saved[0]
-        if saved[1] is not None:
-            transformers_hub._is_offline_mode = saved[1]
-
-
 # --------------------------------------------------------------------------------------------------
 # Model
 # --------------------------------------------------------------------------------------------------
@@ -203,7 +181,7 @@ def _load(device: str):
         checkpoint = check_chexbert_files()
         from f1chexbert import F1CheXbert
 
-        with _hub_offline():
+        with hub_offline():
             scorer = F1CheXbert(device=key)
         _check_checkpoint_matches(scorer.model, checkpoint)
         _MODELS[key] = scorer

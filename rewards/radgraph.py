@@ -20,7 +20,7 @@ Where radgraph 0.1.18 looks for its files (read from its source):
   (``$HF_HUB_CACHE``, default ``~/.cache/huggingface/hub``) for its ``config.json`` and tokenizer files only;
   the encoder is built with ``AutoModel.from_config`` and its weights come from ``weights.th``. Both are
   checked with ``local_files_only=True`` before the package loads them, and while it loads, huggingface_hub /
-  transformers are held to local files (``_hub_offline``), so no request reaches the Hub even without
+  transformers are held to local files (``hub_offline``), so no request reaches the Hub even without
   ``HF_HUB_OFFLINE=1``.
 
 Per-pair scores come from the package's own annotator (``F1RadGraph.radgraph``) and reward function
@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rewards.hub_offline import hub_offline
 from rewards.registry import register_reward
 
 __all__ = [
@@ -166,7 +167,7 @@ def check_radgraph_files(model_type: str = "radgraph-xl") -> Path:
             try:
                 from transformers import AutoTokenizer
 
-                with _hub_offline():
+                with hub_offline():
                     AutoTokenizer.from_pretrained(encoder, local_files_only=True)
             except (OSError, ValueError) as error:
                 lacking = [f"a loadable tokenizer ({error.__class__.__name__}: {str(error)[:200]})"]
@@ -190,28 +191,6 @@ def radgraph_available(model_type: str = "radgraph-xl") -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-@contextlib.contextmanager
-def _hub_offline():
-    """Keep huggingface_hub and transformers on local files while a package loads (its files were checked first).
-
-    Without this, outside HF_HUB_OFFLINE=1 they would ask the Hub whether the cached config / tokenizer are
-    current: a network request at run time, which regbench never makes.
-    """
-    import huggingface_hub.constants as hub_constants
-    import transformers.utils.hub as transformers_hub
-
-    saved = hub_constants.HF_HUB_OFFLINE, getattr(transformers_hub, "_is_offline_mode", None)
-    hub_constants.HF_HUB_OFFLINE = True
-    if saved[1] is not None:
-        transformers_hub._is_offline_mode = True
-    try:
-        yield
-    finally:
-        hub_constants.HF_HUB_OFFLINE = saved[0]
-        if saved[1] is not None:
-            transformers_hub._is_offline_mode = saved[1]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -240,7 +219,7 @@ def _load(model_type: str, device: str):
         from radgraph import F1RadGraph
 
         cuda = -1 if device == "cpu" else int(device.split(":")[1])
-        with _hub_offline(), contextlib.redirect_stdout(io.StringIO()):  # it prints "Using device: ..."
+        with hub_offline(), contextlib.redirect_stdout(io.StringIO()):  # it prints "Using device: ..."
             scorer = F1RadGraph(reward_level="all", model_type=model_type, cuda=cuda,
                                 model_cache_dir=str(_cache_dir()))
         _SCORERS[key] = scorer
