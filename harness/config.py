@@ -77,8 +77,8 @@ class TrainConfig:
     # Stop after this many optimizer steps (None = run all epochs).
     max_steps: int | None = None
     log_every: int = 10
-    # Checkpoint every k optimizer steps (0 = only at the end); used to resume.
-    checkpoint_every: int = 0
+    # Checkpoint every k optimizer steps (0 = only at the end); a rerun of the same command resumes from it.
+    checkpoint_every: int = 50
 
 
 @dataclass

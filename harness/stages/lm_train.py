@@ -77,8 +77,9 @@ def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int) -> None
     path = _ckpt_path(run)
     path.parent.mkdir(parents=True, exist_ok=True)
     params = {n: p.detach().cpu() for n, p in unwrap(model).named_parameters() if p.requires_grad}
+    # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run.
     state = {"params": params, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-             "step": step}
+             "step": step, "torch_rng": torch.get_rng_state()}
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     tmp.replace(path)
@@ -97,6 +98,8 @@ def load_checkpoint(run: RunDir, model, optimizer, scheduler) -> int:
             params[n].copy_(v)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    if "torch_rng" in state:
+        torch.set_rng_state(state["torch_rng"])
     return int(state["step"])
 
 
