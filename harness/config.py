@@ -335,16 +335,23 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def load_yaml(path: str | Path) -> dict:
+def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict:
+    """A YAML file whose top level is a mapping, with errors naming the file."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"{what} not found: {path}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({e})") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
+    return data
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    data = read_yaml_mapping(path)
     # `base:` names another YAML (relative to this file) whose values this one overrides.
     base = data.pop("base", None)
     if base:

@@ -36,9 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from harness.config import ConfigError, RunConfig, apply_overrides, from_dict, load_config, load_yaml, to_dict
+from harness.config import (
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    from_dict,
+    load_config,
+    load_yaml,
+    read_yaml_mapping,
+    to_dict,
+)
 from harness.records import atomic_write_json, git_commit, read_json
 
 INDEX_FORMAT = "regbench.experiment-index/1"
@@ -150,14 +157,7 @@ def _check_overrides(overrides: Any, where: str) -> dict[str, Any]:
 def load_study(path: str | Path, preset: str | Path | None = None, sets: list[str] | None = None) -> Study:
     """Read a study file over its preset (`base:`, or `preset` to swap it), with dotted `sets` on top."""
     path = Path(path).resolve()
-    if not path.is_file():
-        raise ConfigError(f"study file not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from e
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
+    raw = read_yaml_mapping(path, "study file")
     base = raw.pop("base", None)
     preset_file = Path(preset).resolve() if preset else (path.parent / base).resolve() if base else None
     if preset_file is None:

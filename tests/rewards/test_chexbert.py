@@ -13,7 +13,6 @@ Network access is blocked for every test here.
 from __future__ import annotations
 
 import json
-import socket
 from collections import OrderedDict
 from pathlib import Path
 
@@ -74,20 +73,6 @@ def tiny_bert_files(hidden: int = 32) -> dict[str, str]:
         "vocab.txt": "\n".join(vocab) + "\n",
         "tokenizer_config.json": json.dumps({"do_lower_case": True, "model_max_length": 512}),
     }
-
-
-@pytest.fixture
-def network_attempts(monkeypatch) -> list:
-    """Refuse every connection and record the attempts."""
-    attempts: list = []
-
-    def refuse(*args, **kwargs):
-        attempts.append(args)
-        raise OSError("network access attempted in an offline test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    return attempts
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ Network access is blocked for every test here.
 from __future__ import annotations
 
 import json
-import socket
 import tarfile
 from pathlib import Path
 
@@ -121,20 +120,6 @@ def write_archive(cache_dir: Path, tmp: Path, model_type: str) -> Path:
         for path in sorted(src.rglob("*")):
             tar.add(path, arcname=str(path.relative_to(src)), recursive=False)
     return archive
-
-
-@pytest.fixture
-def network_attempts(monkeypatch) -> list:
-    """Refuse every connection and record the attempts."""
-    attempts: list = []
-
-    def refuse(*args, **kwargs):
-        attempts.append(args)
-        raise OSError("network access attempted in an offline test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    return attempts
 
 
 @pytest.fixture
