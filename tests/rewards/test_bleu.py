@@ -130,6 +130,41 @@ def test_long_words_sharing_prefixes_are_distinct():
         assert bleu4([c], [r])[0] == pytest.approx(nltk_bleu4(c, r), abs=TOL)
 
 
+def _assert_ids_exact(words: list[str]) -> None:
+    ids, lengths, _ = bleu_module._tokenize([" ".join(words)])
+    assert lengths.tolist() == [len(words)]
+    first_id: dict[str, int] = {}
+    for word, word_id in zip(words, ids.tolist(), strict=True):
+        assert first_id.setdefault(word, word_id) == word_id, word
+    assert len(set(first_id.values())) == len(first_id), "two different words share an id"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=12), min_size=1, max_size=40), st.integers(0, 7))
+def test_word_ids_exact_for_words_made_of_shared_chunks(block_lists, tail):
+    # Words built from a few 8-byte blocks share chunks in every position and prefix one another, and differ
+    # only in how many chunks they have or in a short tail: the cases a chunk-wise id could get wrong.
+    blocks = ["abcdefgh", "ABCDEFGH", "pneumoth", "orax....", "a\x01cdefgh", "zzzzzzzz"]
+    words = ["".join(blocks[b] for b in chosen) + "xyz"[: tail % 4] for chosen in block_lists]
+    _assert_ids_exact(words + words[::-1])
+
+
+@pytest.mark.parametrize("value_limit", [bleu_module._VALUE_LIMIT, 1 << 20])
+def test_word_ids_exact_when_the_chunk_codes_must_be_recoded(monkeypatch, value_limit):
+    # 300 distinct chunks and words of up to 12 chunks: 300**12 overflows int64, so the long-word values are
+    # re-coded densely on the way (at almost every chunk with the lower limit); words still differ exactly
+    # when their bytes do.
+    monkeypatch.setattr(bleu_module, "_VALUE_LIMIT", value_limit)
+    rng = np.random.default_rng(0)
+    blocks = [f"{i:03d}" + "qwertyuiop"[i % 10] * 5 for i in range(300)]
+    words = []
+    for _ in range(400):
+        chosen = rng.integers(0, 300, size=rng.integers(1, 13))
+        words.append("".join(blocks[b] for b in chosen))
+    words += [w[:-8] for w in words if len(w) > 8]  # every long word's one-chunk-shorter prefix as well
+    _assert_ids_exact(words)
+
+
 _WORDS = st.sampled_from(["the", "heart", "is", "normal", "no", "effusion", "."])
 _SEPARATORS = st.sampled_from([" ", "  ", "\n", "\t "])
 
