@@ -7,6 +7,8 @@
   regbench demo [--out DIR]
   regbench experiment run FILE [--workers 2] [--out DIR] [--seeds 0,1] [--arms a,b] [--preset P] [--set k=v]
   regbench experiment list FILE [--out DIR] [--preset P] [--set k=v]
+  regbench search run FILE [--n-trials N] [--out DIR] [--workers 1] [--preset P] [--set k=v]
+  regbench search report OUT [--dest DIR]
 
 CONFIG is a YAML file over the defaults of harness/config.py (see experiments/); `key.sub=value` overrides
 any field (value parsed as YAML), e.g. `train.epochs=2 out_dir=runs/x`.
@@ -139,6 +141,26 @@ def cmd_experiment(ns) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_search(ns) -> int:
+    if ns.search_command == "report":
+        from reports.search import build_search_report
+
+        dest = build_search_report(Path(ns.out), ns.dest)
+        print(f"search report: {dest / 'README.md'}")
+        return 0
+    from harness.search import load_search, run_search
+
+    search = load_search(ns.file, preset=ns.preset, sets=ns.set)
+    out = Path(ns.out) if ns.out else Path("runs") / f"{search.name}-{search.preset}"
+    result = run_search(search, out, n_trials=ns.n_trials, workers=ns.workers)
+    if ns.report:
+        from reports.search import build_search_report
+
+        dest = build_search_report(out)
+        print(f"search report: {dest / 'README.md'}")
+    return 0 if result.best else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="regbench",
@@ -199,6 +221,23 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "run":
             p.add_argument("--workers", type=int, default=2, help="parallel worker processes (default 2)")
         p.set_defaults(func=cmd_experiment)
+
+    search = sub.add_parser("search", help="Optuna search over a study's knobs (experiments/searches/*.yaml)")
+    search_sub = search.add_subparsers(dest="search_command", required=True)
+    p = search_sub.add_parser("run", help="run trials until n_trials have finished (resumes an earlier run)")
+    p.add_argument("file", help="search YAML, e.g. experiments/searches/rer_bounds.yaml")
+    p.add_argument("--out", default=None, help="output folder (default runs/<search>-<preset>)")
+    p.add_argument("--n-trials", type=int, default=None, help="finished trials to reach (default: the file's)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes for a trial's seeds (default 1)")
+    p.add_argument("--preset", default=None, help="preset YAML replacing the search's base: preset")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the merged search file, e.g. seeds=[0,1] (repeatable)")
+    p.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
+    p.set_defaults(func=cmd_search)
+    p = search_sub.add_parser("report", help="trials table and Optuna plots of a search folder")
+    p.add_argument("out", help="the search's output folder")
+    p.add_argument("--dest", default=None, help="report folder (default OUT/search_report)")
+    p.set_defaults(func=cmd_search)
     return parser
 
 

@@ -129,7 +129,7 @@ def _deep_merge(dst: dict, src: dict) -> dict:
     return dst
 
 
-def _check_pipeline(pipeline: Any, where: str) -> list[str]:
+def check_pipeline(pipeline: Any, where: str) -> list[str]:
     if not isinstance(pipeline, list) or any(s not in STAGES for s in pipeline):
         raise ConfigError(f"{where}: 'pipeline' must be a list of stages from {', '.join(STAGES)}, got {pipeline!r}")
     if len(set(pipeline)) != len(pipeline) or sorted(pipeline, key=STAGES.index) != pipeline:
@@ -139,7 +139,7 @@ def _check_pipeline(pipeline: Any, where: str) -> list[str]:
     return list(pipeline)
 
 
-def _check_overrides(overrides: Any, where: str) -> dict[str, Any]:
+def check_overrides(overrides: Any, where: str) -> dict[str, Any]:
     if overrides is None:
         return {}
     if not isinstance(overrides, dict):
@@ -154,14 +154,18 @@ def _check_overrides(overrides: Any, where: str) -> dict[str, Any]:
     return overrides
 
 
-def load_study(path: str | Path, preset: str | Path | None = None, sets: list[str] | None = None) -> Study:
-    """Read a study file over its preset (`base:`, or `preset` to swap it), with dotted `sets` on top."""
-    path = Path(path).resolve()
-    raw = read_yaml_mapping(path, "study file")
+def merge_over_preset(path: Path, preset: str | Path | None, sets: list[str] | None,
+                      valid_keys: set[str], what: str = "study") -> tuple[dict, Path, str]:
+    """A study-like file (a study or a search) deep-merged over its preset, dotted `sets` on top.
+
+    Returns (document, preset file, preset name); the document's keys are checked against `valid_keys`, and
+    its `common` / `stages` sections against the stage names.
+    """
+    raw = read_yaml_mapping(path, f"{what} file")
     base = raw.pop("base", None)
     preset_file = Path(preset).resolve() if preset else (path.parent / base).resolve() if base else None
     if preset_file is None:
-        raise ConfigError(f"{path}: a study needs 'base: presets/<preset>.yaml' (or --preset)")
+        raise ConfigError(f"{path}: a {what} needs 'base: presets/<preset>.yaml' (or --preset)")
     doc = load_yaml(preset_file)
     unknown = sorted(set(doc) - {"preset", "description", "common", "stages"})
     if unknown:
@@ -172,21 +176,28 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
     _deep_merge(doc, raw)
     doc["preset"] = preset_name
     apply_overrides(doc, list(sets or []))
-    unknown = sorted(set(doc) - _STUDY_KEYS)
+    unknown = sorted(set(doc) - valid_keys)
     if unknown:
-        raise ConfigError(f"{path}: unknown key '{unknown[0]}'; valid keys: {', '.join(sorted(_STUDY_KEYS))}")
+        raise ConfigError(f"{path}: unknown key '{unknown[0]}'; valid keys: {', '.join(sorted(valid_keys))}")
     for section in ("common", "stages"):
         if not isinstance(doc.get(section) or {}, dict):
             raise ConfigError(f"{path}: '{section}' must be a mapping")
     bad = sorted(set(doc.get("stages") or {}) - {*STAGES, "eval"})
     if bad:
         raise ConfigError(f"{path}: unknown stage '{bad[0]}' under 'stages'; valid: {', '.join((*STAGES, 'eval'))}")
+    return doc, preset_file, preset_name
+
+
+def load_study(path: str | Path, preset: str | Path | None = None, sets: list[str] | None = None) -> Study:
+    """Read a study file over its preset (`base:`, or `preset` to swap it), with dotted `sets` on top."""
+    path = Path(path).resolve()
+    doc, preset_file, preset_name = merge_over_preset(path, preset, sets, _STUDY_KEYS)
     name = doc.get("study") or path.stem
     seeds = doc.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
                                                            for s in seeds):
         raise ConfigError(f"{path}: 'seeds' must be a non-empty list of integers, got {seeds!r}")
-    default_pipeline = _check_pipeline(doc.get("pipeline", list(STAGES)), str(path))
+    default_pipeline = check_pipeline(doc.get("pipeline", list(STAGES)), str(path))
     arms = []
     for i, a in enumerate(doc.get("arms") or []):
         where = f"{path}: arms[{i}]"
@@ -204,8 +215,8 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
         if presets is not None and preset_name not in presets:
             continue  # this arm does not apply to the chosen preset
         arms.append(Arm(name=arm_name, label=str(a.get("label", arm_name)),
-                        pipeline=_check_pipeline(a.get("pipeline", default_pipeline), where),
-                        overrides=_check_overrides(a.get("overrides"), where),
+                        pipeline=check_pipeline(a.get("pipeline", default_pipeline), where),
+                        overrides=check_overrides(a.get("overrides"), where),
                         published_row=a.get("published_row"), factors=dict(a.get("factors") or {}),
                         presets=presets))
     if not arms:
@@ -226,7 +237,7 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
 # Resolving configs
 
 
-def _yaml_scalar(value: Any) -> str:
+def yaml_scalar(value: Any) -> str:
     """A value as override text that YAML reads back as the same value."""
     if isinstance(value, float):
         text = repr(value)
@@ -242,7 +253,7 @@ def _flatten(data: dict, prefix: str = "") -> list[str]:
         if isinstance(v, dict):
             out.extend(_flatten(v, f"{prefix}{k}."))
         else:
-            out.append(f"{prefix}{k}={_yaml_scalar(v)}")
+            out.append(f"{prefix}{k}={yaml_scalar(v)}")
     return out
 
 
@@ -262,7 +273,7 @@ def stage_document(study: Study, arm: Arm, stage: str) -> dict:
 def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[str, Any] | None = None) -> RunConfig:
     """A validated RunConfig for (arm, seed, stage), `paths` (out_dir, init_from, ...) set on top."""
     doc = stage_document(study, arm, stage)
-    overrides = _flatten(doc) + [f"seed={seed}"] + [f"{k}={_yaml_scalar(v)}" for k, v in (paths or {}).items()]
+    overrides = _flatten(doc) + [f"seed={seed}"] + [f"{k}={yaml_scalar(v)}" for k, v in (paths or {}).items()]
     try:
         return load_config(None, overrides)
     except ConfigError as e:

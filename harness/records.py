@@ -53,6 +53,16 @@ def dumps(obj: Any, indent: int | None = None) -> str:
     return json.dumps(_jsonable(obj), indent=indent, sort_keys=indent is not None, allow_nan=False)
 
 
+def _read_umask() -> int:
+    # Reading the umask means setting it; done once, at import, rather than around every write (threads).
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,6 +72,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp creates the file 0600; give it the permissions a plain open() would (0666 minus the umask),
+        # so that run records on a shared cluster disk stay readable by the group.
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -37,6 +37,13 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
 
 
+def test_atomic_writes_get_the_permissions_of_a_plain_open(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    atomic_write_json(tmp_path / "atomic.json", {"ok": 1})
+    assert (tmp_path / "atomic.json").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+
+
 def test_torn_last_line_is_dropped_but_middle_is_an_error(tmp_path):
     p = tmp_path / "s.jsonl"
     p.write_text('{"step": 1}\n{"step": 2')

@@ -1,0 +1,482 @@
+"""Optuna searches over a study's knobs (RER's beta bounds, VAPR's M, the old-policy period N, ...).
+
+A search file (experiments/search_*.yaml, format in experiments/README.md) names a preset, the stages every
+trial runs, fixed overrides, a search space of dotted RunConfig keys and an objective. Each trial is one arm
+of an ordinary experiment (harness/experiments.py) in the search's output folder:
+
+- Optuna (ask/tell) proposes the trial's values; a bound of a parameter may name an earlier parameter, so
+  ordered knobs such as `beta_min <= beta_base <= beta_max` are searched without invalid trials;
+- the trial becomes arm `t0003` with those values as overrides of its stage, and runs over the search's seeds
+  through `run_experiment`: stages that do not depend on the searched values (warm-up, classifier, SFT) resolve
+  to the same keys in every trial, so they run once per seed and are shared by all trials;
+- the objective is read from the run records: by default the validation score (Eq. 10) of the final RL
+  policy, `val_final`, averaged over seeds. The test split is never used for selection unless the file asks
+  for a `test:<metric>` objective;
+- the Optuna study lives in `<out>/optuna.journal` (Optuna's file journal), so a search is resumable: run the
+  command again and it continues up to `n_trials` finished trials. A trial left running by a killed process is
+  marked failed and enqueued again with the same values, and since its stage runs have the same keys they
+  resume from their checkpoints;
+- `<out>/search.json` (format `regbench.search/1`) lists every trial with its values, objective, per-seed
+  values, state and arm, and the best trial; `<out>/index.json` is the experiment index of all trial arms, so
+  `regbench report` works on a search folder too. `regbench search report OUT` draws the Optuna plots.
+
+The sampler is seeded (`sampler.seed`), so an uninterrupted search proposes the same trials every time. A
+resumed search seeds it with `seed + trials so far` (the same seed would replay the first proposals), so its
+later proposals differ from those of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config import ConfigError
+from harness.experiments import (
+    STAGES,
+    Arm,
+    Study,
+    check_overrides,
+    check_pipeline,
+    merge_over_preset,
+    run_experiment,
+    yaml_scalar,
+)
+from harness.records import atomic_write_json, read_json, read_jsonl
+
+SEARCH_FORMAT = "regbench.search/1"
+_SEARCH_KEYS = {"search", "title", "description", "seeds", "pipeline", "n_trials", "objective", "sampler",
+                "fixed", "space", "preset", "common", "stages"}
+_PARAM_KEYS = {"type", "low", "high", "log", "step", "choices", "stage"}
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+# Objectives read from the RL stage's evals.jsonl (validation rows after the first optimizer step) ...
+VAL_OBJECTIVES = {
+    "val_final": "validation score (Eq. 10) of the final RL policy",
+    "val_best": "best validation score during RL",
+    "val_mean": "mean validation score during RL (rewards stable runs)",
+}
+# ... or `test:<metric>` from the arm's test evaluation (eval/metrics.json), e.g. test:BLEU_4.
+TEST_PREFIX = "test:"
+
+
+@dataclass
+class Param:
+    """One searched knob: a dotted RunConfig key of one stage's config."""
+
+    key: str
+    stage: str
+    type: str                              # float | int | categorical
+    low: float | int | str | None = None   # a number, or the key of an earlier parameter
+    high: float | int | str | None = None
+    log: bool = False
+    step: float | int | None = None
+    choices: list | None = None
+
+    def bound(self, value: float | int | str | None, sampled: dict[str, Any]) -> float | int | None:
+        return sampled[value] if isinstance(value, str) else value
+
+
+@dataclass
+class Objective:
+    metric: str
+    direction: str = "maximize"
+
+    @property
+    def description(self) -> str:
+        if self.metric.startswith(TEST_PREFIX):
+            return f"test-split {self.metric[len(TEST_PREFIX):]} of the final model"
+        return VAL_OBJECTIVES[self.metric]
+
+
+@dataclass
+class Search:
+    name: str
+    title: str
+    path: Path
+    preset: str
+    preset_file: Path
+    seeds: list[int]
+    pipeline: list[str]
+    n_trials: int
+    objective: Objective
+    sampler: dict
+    fixed: dict[str, Any]
+    params: list[Param]
+    common: dict
+    stages: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Search files
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _parse_param(key: str, spec: Any, earlier: dict[str, Param], where: str) -> Param:
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: space.{key} must be a mapping such as {{type: float, low: 0.0, high: 1.0}}")
+    bad = sorted(set(spec) - _PARAM_KEYS)
+    if bad:
+        raise ConfigError(f"{where}: space.{key}: unknown field '{bad[0]}'; valid: {', '.join(sorted(_PARAM_KEYS))}")
+    kind = spec.get("type", "categorical" if "choices" in spec else "float")
+    stage = spec.get("stage", "rl")
+    if stage not in STAGES:
+        raise ConfigError(f"{where}: space.{key}.stage must be one of {', '.join(STAGES)}, got {stage!r}")
+    if kind == "categorical":
+        choices = spec.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{where}: space.{key}: a categorical parameter needs a non-empty 'choices' list")
+        return Param(key, stage, kind, choices=choices)
+    if kind not in ("float", "int"):
+        raise ConfigError(f"{where}: space.{key}.type must be float, int or categorical, got {kind!r}")
+    param = Param(key, stage, kind, low=spec.get("low"), high=spec.get("high"), log=bool(spec.get("log", False)),
+                  step=spec.get("step"))
+    for side in ("low", "high"):
+        value = getattr(param, side)
+        if isinstance(value, str):
+            if value not in earlier:
+                raise ConfigError(f"{where}: space.{key}.{side} names '{value}', which is not a parameter listed "
+                                  f"before it (earlier: {', '.join(earlier) or 'none'})")
+            if earlier[value].type == "categorical":
+                raise ConfigError(f"{where}: space.{key}.{side} names the categorical parameter '{value}'")
+        elif not _number(value):
+            raise ConfigError(f"{where}: space.{key}.{side} must be a number or an earlier parameter's key, "
+                              f"got {value!r}")
+    if _number(param.low) and _number(param.high) and param.low > param.high:
+        raise ConfigError(f"{where}: space.{key}: low {param.low} is above high {param.high}")
+    if param.log and _number(param.low) and param.low <= 0:
+        raise ConfigError(f"{where}: space.{key}: a log-scale parameter needs low > 0, got {param.low}")
+    if param.step is not None and (not _number(param.step) or param.step <= 0 or param.log):
+        raise ConfigError(f"{where}: space.{key}.step must be a positive number (and not with log: true)")
+    return param
+
+
+def load_search(path: str | Path, preset: str | Path | None = None, sets: list[str] | None = None) -> Search:
+    """Read a search file over its preset (`base:`, or `preset` to swap it), with dotted `sets` on top."""
+    path = Path(path).resolve()
+    doc, preset_file, preset_name = merge_over_preset(path, preset, sets, _SEARCH_KEYS, what="search")
+    where = str(path)
+    name = doc.get("search") or path.stem
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{where}: 'search' must match [a-z0-9_]+, got {name!r}")
+    seeds = doc.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           for s in seeds):
+        raise ConfigError(f"{where}: 'seeds' must be a non-empty list of integers, got {seeds!r}")
+    n_trials = doc.get("n_trials", 20)
+    if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
+        raise ConfigError(f"{where}: 'n_trials' must be a positive integer, got {n_trials!r}")
+    pipeline = check_pipeline(doc.get("pipeline", list(STAGES)), where)
+    objective = _parse_objective(doc.get("objective") or {}, pipeline, where)
+    sampler = doc.get("sampler") or {}
+    if not isinstance(sampler, dict) or sampler.get("name", "tpe") not in ("tpe", "random"):
+        raise ConfigError(f"{where}: 'sampler' must be a mapping with name tpe or random, got {sampler!r}")
+    bad = sorted(set(sampler) - {"name", "seed", "n_startup_trials"})
+    if bad:
+        raise ConfigError(f"{where}: sampler: unknown field '{bad[0]}'; valid: name, seed, n_startup_trials")
+    fixed = check_overrides(doc.get("fixed"), f"{where}: fixed")
+    space = doc.get("space")
+    if not isinstance(space, dict) or not space:
+        raise ConfigError(f"{where}: 'space' must map dotted config keys (e.g. rl.beta_max) to parameter specs")
+    params: dict[str, Param] = {}
+    for key, spec in space.items():
+        params[key] = _parse_param(str(key), spec, params, where)
+    missing = sorted({p.stage for p in params.values()} - set(pipeline))
+    if missing:
+        raise ConfigError(f"{where}: a parameter sets stage '{missing[0]}', which is not in the pipeline {pipeline}")
+    search = Search(name=name, title=str(doc.get("title", name)), path=path, preset=preset_name,
+                    preset_file=preset_file, seeds=seeds, pipeline=pipeline, n_trials=n_trials,
+                    objective=objective, sampler=sampler, fixed=fixed, params=list(params.values()),
+                    common=doc.get("common") or {}, stages=doc.get("stages") or {})
+    # Every key must be a real config field: resolve one trial's configs at the middle of the space.
+    from harness.experiments import build_plan
+
+    probe = trial_arm(search, 0, midpoint(search.params))
+    build_plan(experiment_study(search, [probe]), path.parent / "_probe_never_written", [search.seeds[0]])
+    return search
+
+
+def _parse_objective(spec: Any, pipeline: list[str], where: str) -> Objective:
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: 'objective' must be a mapping {{metric: val_final, direction: maximize}}")
+    bad = sorted(set(spec) - {"metric", "direction"})
+    if bad:
+        raise ConfigError(f"{where}: objective: unknown field '{bad[0]}'; valid: metric, direction")
+    metric = spec.get("metric", "val_final")
+    direction = spec.get("direction", "maximize")
+    if direction not in ("maximize", "minimize"):
+        raise ConfigError(f"{where}: objective.direction must be maximize or minimize, got {direction!r}")
+    if not isinstance(metric, str) or not (metric in VAL_OBJECTIVES or (metric.startswith(TEST_PREFIX)
+                                                                          and len(metric) > len(TEST_PREFIX))):
+        raise ConfigError(f"{where}: objective.metric must be one of {', '.join(VAL_OBJECTIVES)} or "
+                          f"test:<metric> (e.g. test:BLEU_4), got {metric!r}")
+    if metric in VAL_OBJECTIVES and "rl" not in pipeline:
+        raise ConfigError(f"{where}: objective '{metric}' reads RL validation scores, but the pipeline {pipeline} "
+                          "has no rl stage; use test:<metric>")
+    return Objective(metric, direction)
+
+
+def midpoint(params: list[Param]) -> dict[str, Any]:
+    """A valid point of the space (the middle of each range, the first choice), for checking the keys."""
+    values: dict[str, Any] = {}
+    for p in params:
+        if p.type == "categorical":
+            values[p.key] = p.choices[0]
+            continue
+        low, high = p.bound(p.low, values), p.bound(p.high, values)
+        mid = math.sqrt(low * high) if p.log else (low + high) / 2
+        values[p.key] = int(round(mid)) if p.type == "int" else mid
+    return values
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Trials as arms
+
+
+def suggest(trial, params: list[Param]) -> dict[str, Any]:
+    """The trial's values, in file order, each range resolved against the values drawn before it."""
+    values: dict[str, Any] = {}
+    for p in params:
+        if p.type == "categorical":
+            values[p.key] = trial.suggest_categorical(p.key, p.choices)
+            continue
+        low, high = p.bound(p.low, values), p.bound(p.high, values)
+        if p.type == "int":
+            values[p.key] = trial.suggest_int(p.key, int(math.ceil(low)), int(math.floor(high)), log=p.log,
+                                              step=int(p.step or 1))
+        else:
+            values[p.key] = trial.suggest_float(p.key, float(low), float(high), log=p.log, step=p.step)
+    return values
+
+
+def arm_name(number: int) -> str:
+    return f"t{number:04d}"
+
+
+def trial_arm(search: Search, number: int, values: dict[str, Any]) -> Arm:
+    """Trial `number` as an experiment arm: the fixed overrides, then the trial's values on their stages."""
+    overrides: dict[str, Any] = {scope: copy.deepcopy(v) for scope, v in search.fixed.items()}
+    for p in search.params:
+        value = values[p.key]
+        current = overrides.get(p.stage)
+        item = f"{p.key}={yaml_scalar(value)}"
+        if isinstance(current, dict):  # a mapping of fixed overrides: put the value into it
+            node = current
+            *parents, last = p.key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = value
+        else:
+            overrides[p.stage] = [*(current or []), item]
+    label = f"trial {number}: " + ", ".join(f"{k.split('.')[-1]}={_short(v)}" for k, v in values.items())
+    return Arm(name=arm_name(number), label=label, pipeline=list(search.pipeline), overrides=overrides,
+               factors=dict(values))
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def experiment_study(search: Search, arms: list[Arm]) -> Study:
+    return Study(name=search.name, title=search.title, path=search.path, preset=search.preset,
+                 preset_file=search.preset_file, reproduces=None, reference=arms[0].name, seeds=search.seeds,
+                 arms=arms, common=search.common, stages=search.stages)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The objective
+
+
+def objective_from_evals(rows: list[dict], metric: str) -> float:
+    """val_final / val_best / val_mean over the validation rows written after RL started (step > 0)."""
+    scores = [float(r["val_score"]) for r in rows
+              if r.get("split") == "val" and r.get("val_score") is not None and r.get("step", 0) > 0]
+    if not scores:
+        raise ValueError("no validation score after the first RL step in evals.jsonl")
+    if metric == "val_final":
+        return scores[-1]
+    if metric == "val_best":
+        return max(scores)
+    if metric == "val_mean":
+        return sum(scores) / len(scores)
+    raise ValueError(f"unknown validation objective {metric!r}")
+
+
+def run_objective(out: Path, run: dict, metric: str) -> float:
+    """The objective of one (arm, seed) run of the experiment index."""
+    if metric.startswith(TEST_PREFIX):
+        key = metric[len(TEST_PREFIX):]
+        scores = read_json(out / run["metrics"])
+        if not _number(scores.get(key)):
+            raise ValueError(f"{out / run['metrics']}: no numeric '{key}' (objective {metric})")
+        return float(scores[key])
+    evals = out / run["stages"]["rl"]["dir"] / "evals.jsonl"
+    try:
+        return objective_from_evals(read_jsonl(evals), metric)
+    except ValueError as e:
+        raise ValueError(f"{evals}: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running
+
+
+def _sampler(search: Search, resumed_at: int = 0):
+    """The file's sampler. A resumed search (`resumed_at` trials already in the journal) seeds it with
+    seed + resumed_at: re-using the seed would replay the first proposals, i.e. re-run finished trials."""
+    import optuna
+
+    spec = search.sampler
+    seed = spec.get("seed", 0) + resumed_at
+    if spec.get("name", "tpe") == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=int(spec.get("n_startup_trials", 5)))
+
+
+def open_study(out: Path, search: Search | None = None, *, create: bool = True):
+    """The Optuna study in `<out>/optuna.journal` (created when `create`), and its storage."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = out / "optuna.journal"
+    if not create and not journal.is_file():
+        raise FileNotFoundError(f"{journal}: not a search folder (no Optuna journal)")
+    out.mkdir(parents=True, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    if create:
+        study = optuna.create_study(study_name=search.name, storage=storage, load_if_exists=True,
+                                    direction=search.objective.direction, sampler=_sampler(search))
+    else:
+        names = optuna.get_all_study_names(storage)
+        study = optuna.load_study(study_name=names[0], storage=storage)
+    return study, storage
+
+
+def _requeue_stale(study, storage, log: Callable[[str], None]) -> None:
+    """Trials left RUNNING by a killed process: failed, then enqueued again with the same values."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        trial_id = storage.get_trial_id_from_study_id_trial_number(
+            storage.get_study_id_from_name(study.study_name), t.number)
+        storage.set_trial_system_attr(trial_id, "regbench_requeued", True)
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        study.enqueue_trial(t.params)
+        log(f"trial {t.number} was left running by an interrupted search: enqueued again with the same values")
+
+
+def _finished(study) -> list:
+    from optuna.trial import TrialState
+
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+            and not t.system_attrs.get("regbench_requeued")]
+
+
+def search_summary(search: Search, study, out: Path) -> dict:
+    from optuna.trial import TrialState
+
+    trials = []
+    for t in study.get_trials(deepcopy=False):
+        trials.append({"number": t.number, "arm": arm_name(t.number), "state": t.state.name.lower(),
+                       "values": t.params, "objective": t.value,
+                       "per_seed": t.user_attrs.get("per_seed"), "error": t.user_attrs.get("error"),
+                       "requeued": bool(t.system_attrs.get("regbench_requeued")),
+                       "duration_s": t.duration.total_seconds() if t.duration else None})
+    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    best = None
+    if complete:
+        b = study.best_trial
+        best = {"number": b.number, "arm": arm_name(b.number), "values": b.params, "objective": b.value}
+    return {"format": SEARCH_FORMAT, "search": search.name, "title": search.title, "search_file": str(search.path),
+            "preset": search.preset, "seeds": search.seeds, "n_trials": search.n_trials,
+            "objective": {"metric": search.objective.metric, "direction": search.objective.direction,
+                          "description": search.objective.description},
+            "sampler": search.sampler or {"name": "tpe"},
+            "space": {p.key: {k: v for k, v in vars(p).items() if k != "key" and v not in (None, False)}
+                      for p in search.params},
+            "trials": trials, "best": best, "index": "index.json", "journal": "optuna.journal"}
+
+
+@dataclass
+class SearchResult:
+    out: Path
+    summary: dict
+
+    @property
+    def best(self) -> dict | None:
+        return self.summary["best"]
+
+
+def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_trials: int | None = None,
+               workers: int = 1, functions: dict[str, str] | None = None,
+               log: Callable[[str], None] | None = None, argv: list[str] | None = None) -> SearchResult:
+    """Run trials until `n_trials` (default: the file's) have finished; see the module docstring."""
+    import optuna
+    from optuna.trial import TrialState
+
+    if not isinstance(search, Search):
+        search = load_search(search)
+    out = Path(out) if out else Path("runs") / f"{search.name}-{search.preset}"
+    log = log or (lambda s: print(s, flush=True))
+    target = n_trials or search.n_trials
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study, storage = open_study(out, search)
+    if study.trials:
+        study.sampler = _sampler(search, resumed_at=len(study.trials))
+    _requeue_stale(study, storage, log)
+
+    def arms_so_far() -> list[Arm]:  # every trial with values, the one being asked included
+        return [trial_arm(search, t.number, t.params) for t in study.get_trials(deepcopy=False)
+                if t.params and not t.system_attrs.get("regbench_requeued")]
+
+    def write_summary() -> dict:
+        summary = search_summary(search, study, out)
+        atomic_write_json(out / "search.json", summary)
+        return summary
+
+    while len(_finished(study)) < target:
+        trial = study.ask()
+        values = suggest(trial, search.params)
+        arm = trial_arm(search, trial.number, values)
+        done = len(_finished(study))
+        log(f"[search {search.name}] trial {trial.number} ({done + 1}/{target}): {arm.label.split(': ', 1)[1]}")
+        t0 = time.time()
+        result = run_experiment(experiment_study(search, arms_so_far()), out, workers=workers,
+                                arms=[arm.name], functions=functions, log=log, argv=argv)
+        runs = [r for r in result.index["runs"] if r["arm"] == arm.name]
+        failed = [r for r in runs if r["status"] != "complete"]
+        per_seed, error = {}, None
+        if failed:
+            error = failed[0]["error"] or f"seed {failed[0]['seed']}: {failed[0]['status']}"
+        else:
+            try:
+                per_seed = {str(r["seed"]): run_objective(out, r, search.objective.metric) for r in runs}
+            except (ValueError, OSError, KeyError) as e:
+                error = f"objective: {e}"
+        if error:
+            trial.set_user_attr("error", error)
+            study.tell(trial, state=TrialState.FAIL)
+            log(f"[search {search.name}] trial {trial.number} failed: {error}")
+        else:
+            value = sum(per_seed.values()) / len(per_seed)
+            trial.set_user_attr("per_seed", per_seed)
+            study.tell(trial, value)
+            best = study.best_trial
+            log(f"[search {search.name}] trial {trial.number}: {search.objective.metric} = {value:.4f} "
+                f"({time.time() - t0:.0f}s); best so far: trial {best.number} = {best.value:.4f}")
+        write_summary()
+    summary = write_summary()
+    if summary["best"]:
+        b = summary["best"]
+        log(f"[search {search.name}] best: trial {b['number']} ({search.objective.metric} = {b['objective']:.4f}) "
+            f"{b['values']}")
+    return SearchResult(out, summary)
