@@ -38,6 +38,14 @@ class DataConfig:
     max_train: int | None = None
     max_val: int | None = None
     max_test: int | None = None
+    # The REVA-PO RL subset (Supp. D.2): "discard reports that are shorter than 30 tokens ... randomly sample
+    # 10k". train_min_tokens drops training reports with fewer whitespace tokens (the cleaned report's words
+    # and punctuation; the paper does not say which tokenizer); train_subset "random" draws max_train of the
+    # rest at random with train_subset_seed (fixed, so every run seed trains on the same subset; kept in
+    # data order), "first" takes the first max_train.
+    train_min_tokens: int | None = None
+    train_subset: str = "first"
+    train_subset_seed: int = 0
 
 
 @dataclass
@@ -410,6 +418,13 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
         need(cfg.data.dataset == "phantom" or cfg.data.annotation is not None, "data.annotation",
              cfg.data.annotation, "is required for real data sets")
         need(cfg.data.synth_n >= 10, "data.synth_n", cfg.data.synth_n, "must be >= 10")
+        need(cfg.data.train_subset in ("first", "random"), "data.train_subset", cfg.data.train_subset,
+             "must be first or random")
+        need(cfg.data.train_min_tokens is None or cfg.data.train_min_tokens >= 1, "data.train_min_tokens",
+             cfg.data.train_min_tokens, "must be >= 1 or null")
+        for split in ("train", "val", "test"):
+            cap = getattr(cfg.data, f"max_{split}")
+            need(cap is None or cap >= 1, f"data.max_{split}", cap, "must be >= 1 or null")
         need(cfg.model.preset in ("tiny", "qwen2.5-vl-3b", "qwen2.5-vl-7b"), "model.preset", cfg.model.preset,
              "must be tiny, qwen2.5-vl-3b or qwen2.5-vl-7b")
         need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", cfg.model.dtype,

@@ -52,8 +52,25 @@ def load_splits(cfg: RunConfig, progress: bool = True) -> dict:
     else:
         ann = Path(d.annotation)
     splits = load_annotation(ann, d.dataset, image_dir=d.image_dir)
-    caps = {"train": d.max_train, "val": d.max_val, "test": d.max_test}
+    splits["train"] = select_train(splits.get("train", []), d, str(ann))
+    caps = {"val": d.max_val, "test": d.max_test}
     return {k: (v[: caps[k]] if caps.get(k) else v) for k, v in splits.items()}
+
+
+def select_train(samples: list, d, source: str) -> list:
+    """The training samples a stage uses: reports of at least `train_min_tokens` tokens, then `max_train`
+    of them (the first, or a seeded random draw kept in data order); REVA-PO's RL subset is 30 / 10k."""
+    if d.train_min_tokens:
+        samples = [s for s in samples if len(s.report.split()) >= d.train_min_tokens]
+        if not samples:
+            raise ValueError(f"{source}: no training report has >= {d.train_min_tokens} tokens "
+                             "(data.train_min_tokens)")
+    if not d.max_train or d.max_train >= len(samples):
+        return samples
+    if d.train_subset == "first":
+        return samples[: d.max_train]
+    keep = sorted(random.Random(d.train_subset_seed).sample(range(len(samples)), d.max_train))
+    return [samples[i] for i in keep]
 
 
 def load_images(samples, size: int) -> list[list]:
