@@ -152,7 +152,11 @@ def cmd_search(ns) -> int:
 
     search = load_search(ns.file, preset=ns.preset, sets=ns.set)
     out = Path(ns.out) if ns.out else Path("runs") / f"{search.name}-{search.preset}"
-    result = run_search(search, out, n_trials=ns.n_trials, workers=ns.workers)
+    try:
+        result = run_search(search, out, n_trials=ns.n_trials, workers=ns.workers)
+    except RuntimeError as e:  # trials failing in a row: the message says why and how to continue
+        print(f"regbench: error: {e}", file=sys.stderr)
+        return 1
     if ns.report:
         from reports.search import build_search_report
 
@@ -255,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"regbench: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if "torch.distributed" in sys.modules:  # a torchrun / accelerate launch: leave the process group
+            from harness.distributed import finalize
+
+            finalize()
 
 
 if __name__ == "__main__":

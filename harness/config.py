@@ -9,6 +9,7 @@ Unknown keys and values of the wrong type are errors that name the key and the f
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -55,6 +56,10 @@ class ModelConfig:
     # Local folder (or hub id when the network allows) of the base model; tiny: built by stage 0.
     path: str | None = None
     dtype: str = "float32"
+    # Where the VLM runs: "auto" = the local GPU (cuda:$LOCAL_RANK under a distributed launch) when CUDA is
+    # available, else the CPU; or "cpu", "cuda", "cuda:N". Not part of any run's key: the same run on another
+    # device is the same experiment.
+    device: str = "auto"
     # Square image side fed to the VLM (official code: pad to square, resize to 336; tiny: 112).
     image_size: int = 112
     # LoRA of stage 2/3 (REVA-PO Supp. D.2: r = alpha = 32, dropout 0.1) on all linear layers of the
@@ -427,6 +432,8 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
             need(cap is None or cap >= 1, f"data.max_{split}", cap, "must be >= 1 or null")
         need(cfg.model.preset in ("tiny", "qwen2.5-vl-3b", "qwen2.5-vl-7b"), "model.preset", cfg.model.preset,
              "must be tiny, qwen2.5-vl-3b or qwen2.5-vl-7b")
+        need(re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.model.device) is not None, "model.device", cfg.model.device,
+             "must be auto, cpu, cuda or cuda:N")
         need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", cfg.model.dtype,
              "must be float32, bfloat16 or float16")
         need(cfg.model.image_size % 28 == 0, "model.image_size", cfg.model.image_size,

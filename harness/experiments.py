@@ -284,7 +284,7 @@ def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[st
 # The graph
 
 
-_LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir")
+_LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir", "model.device")  # where, not what
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

@@ -226,3 +226,42 @@ class RunDir:
                 continue
             rows = [r for r in read_jsonl(p) if int(r.get("step", 0)) <= step]
             atomic_write_text(p, "".join(dumps(r) + "\n" for r in rows))
+
+
+class FollowerRun:
+    """A run directory as a process other than rank 0 of a data-parallel run sees it: it reads, never writes
+    (rank 0 holds the RunDir that writes; harness/distributed.py)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @property
+    def complete(self) -> bool:
+        return (self.path / "metrics.json").is_file()
+
+    def write_manifest(self, *args, **kwargs) -> None:
+        pass
+
+    def write_metrics(self, metrics: dict) -> None:
+        pass
+
+    def log_step(self, row: dict) -> None:
+        pass
+
+    def log_eval(self, row: dict) -> None:
+        pass
+
+    def log_samples(self, row: dict) -> None:
+        pass
+
+    def truncate_logs_after(self, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def steps(self) -> list[dict]:
+        return []
+
+    def evals(self) -> list[dict]:
+        return []

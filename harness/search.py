@@ -60,6 +60,8 @@ VAL_OBJECTIVES = {
     "val_best": "best validation score during RL",
     "val_mean": "mean validation score during RL (rewards stable runs)",
 }
+# A search stops after this many failed trials in a row: that is a broken setup, not a bad region of the space.
+MAX_FAILURES_IN_A_ROW = 3
 # ... or `test:<metric>` from the arm's test evaluation (eval/metrics.json), e.g. test:BLEU_4.
 TEST_PREFIX = "test:"
 
@@ -443,6 +445,7 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
         atomic_write_json(out / "search.json", summary)
         return summary
 
+    failures_in_a_row = 0
     while len(_finished(study)) < target:
         trial = study.ask()
         values = suggest(trial, search.params)
@@ -466,7 +469,14 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
             trial.set_user_attr("error", error)
             study.tell(trial, state=TrialState.FAIL)
             log(f"[search {search.name}] trial {trial.number} failed: {error}")
+            failures_in_a_row += 1
+            if failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
+                write_summary()
+                raise RuntimeError(f"search {search.name}: {failures_in_a_row} trials in a row failed, the last "
+                                   f"with: {error}. Stopped (a broken setup, not a bad region of the space); "
+                                   f"fix it and run the same command to continue ({out / 'search.json'})")
         else:
+            failures_in_a_row = 0
             value = sum(per_seed.values()) / len(per_seed)
             trial.set_user_attr("per_seed", per_seed)
             study.tell(trial, value)

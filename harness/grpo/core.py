@@ -283,6 +283,21 @@ def aggregate(x: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean") -> 
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
 
 
+def aggregation_normalizer(mask: torch.Tensor, mode: str = "token_mean") -> torch.Tensor:
+    """The denominator :func:`aggregate` divides by (before its clamp at 1): the number of masked tokens
+    (``token_mean``), of responses with at least one masked token (``seq_mean_token_mean``), or N * T
+    (``dr_grpo``). Data-parallel training scales each process's loss by its share of the global normaliser,
+    so that the average over processes equals the loss of the whole batch (harness/distributed.py)."""
+    m = mask.float()
+    if mode == "token_mean":
+        return m.sum()
+    if mode == "seq_mean_token_mean":
+        return (m.sum(dim=-1) > 0).float().sum()
+    if mode == "dr_grpo":
+        return torch.tensor(float(m.shape[0] * m.shape[1]))
+    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
+
+
 def _per_token(x: torch.Tensor | float, shape: torch.Size, like: torch.Tensor, what: str) -> torch.Tensor:
     """Broadcast a per-response ``[N]`` (or per-token ``[N, T]``, or scalar) quantity to ``[N, T]``."""
     x = torch.as_tensor(x, dtype=like.dtype, device=like.device)

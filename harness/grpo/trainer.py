@@ -26,7 +26,15 @@ import torch
 from tqdm.auto import tqdm
 
 from harness.config import RLConfig, TrainConfig
-from harness.grpo.core import group_advantages, policy_loss, response_mean, token_entropy, token_logprobs
+from harness.distributed import Dist, shard
+from harness.grpo.core import (
+    aggregation_normalizer,
+    group_advantages,
+    policy_loss,
+    response_mean,
+    token_entropy,
+    token_logprobs,
+)
 from harness.grpo.rollout import Rollout, response_logits, sample_rollout
 from harness.grpo.validation import validation_score
 from harness.records import RunDir
@@ -69,14 +77,20 @@ def build_reference_from(rl: RLConfig):
 class GRPOTrainer:
     def __init__(self, model, processor, rl: RLConfig, train_cfg: TrainConfig, run: RunDir, train: PromptSet,
                  val: PromptSet | None, *, seed: int, validate: Callable[[object], dict] | None = None,
-                 progress: bool = True):
+                 progress: bool = True, dist: Dist | None = None):
         self.model, self.processor, self.rl, self.tcfg, self.run = model, processor, rl, train_cfg, run
         self.train_set, self.val_set, self.seed, self.progress = train, val, seed, progress
+        self.dist = dist or Dist()
+        if rl.prompts_per_step % self.dist.world:
+            raise ValueError(f"rl.prompts_per_step = {rl.prompts_per_step} must be a multiple of the number of "
+                             f"processes ({self.dist.world}): each process takes an equal share of the prompts")
         self.validate_fn = validate
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("no trainable parameters: call set_trainable(model, 'rl') first")
-        self.store = SnapshotStore(model)
+        self.dist.broadcast_parameters(self.params)  # every process starts from rank 0's values
+        # Snapshots live beside the model (GPU memory holds them easily; swaps then never cross PCIe).
+        self.store = SnapshotStore(model, device=self.params[0].device)
         self.regularizer = build_regularizer_from(rl)
         self.reference = build_reference_from(rl)
         if rl.regularizer == "none" and rl.reference != "static":
@@ -101,6 +115,11 @@ class GRPOTrainer:
         return self.run.path / "checkpoint" / "rl_state.pt"
 
     def save_checkpoint(self) -> None:
+        if self.dist.main:  # the state is identical on every process; rank 0 writes it
+            self._write_checkpoint()
+        self.dist.barrier()
+
+    def _write_checkpoint(self) -> None:
         path = self.ckpt_path
         path.parent.mkdir(parents=True, exist_ok=True)
         state = {"step": self.step, "live": {n: p.detach().cpu() for n, p in
@@ -137,8 +156,8 @@ class GRPOTrainer:
 
     def _rollout(self, idx: list[int]) -> Rollout:
         rl = self.rl
-        # One seed per step: a resumed run samples exactly what an uninterrupted one would.
-        torch.manual_seed(self.seed * 1_000_003 + self.step)
+        # One seed per step (and process): a resumed run samples exactly what an uninterrupted one would.
+        torch.manual_seed(self.seed * 1_000_003 + self.step + 7_919 * self.dist.rank)
         with self.store.use("old"):
             return sample_rollout(self.model, self.processor, [self.train_set.images[i] for i in idx],
                                   [self.train_set.instructions[i] for i in idx], group_size=rl.group_size,
@@ -158,7 +177,7 @@ class GRPOTrainer:
     def train_step(self) -> dict:
         rl, G = self.rl, self.rl.group_size
         t0 = time.time()
-        idx = self._batch_indices(self.step)
+        idx = shard(self._batch_indices(self.step), self.dist)  # this process's prompts
         B = len(idx)
         self.model.eval()  # dropout off everywhere in the loop (see module docstring)
         ro = self._rollout(idx)
@@ -191,26 +210,38 @@ class GRPOTrainer:
                                   aggregation=rl.aggregation, entropy=ent, entropy_coef=rl.entropy_coef)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"RL loss is {float(loss)} at step {self.step}")
+        n_tokens = float(mask.sum())
+        if self.dist.active:
+            # Scale to this process's share of the global normaliser: the mean of the scaled losses (and of
+            # their gradients, averaged below) is then the loss of the whole batch in one process.
+            loss = loss * self.dist.loss_scale(aggregation_normalizer(mask, rl.aggregation))
+            stats = self.dist.reduce_stats(stats, n_tokens)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        self.dist.average_gradients(self.params)
         gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.tcfg.grad_clip) if self.tcfg.grad_clip > 0 else None
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        self.regularizer.after_step(stats["kl_mean"], B * G)
+        self.regularizer.after_step(stats["kl_mean"], B * G * self.dist.world)
         events = dict(self.reference.after_step(self.store, self.step) or {})
         if self.step % rl.old_sync_every == 0:
             self.store.capture("old")
             events["old_synced"] = True
+        all_rewards = self.dist.gather(rewards)  # [B * world, G]: the step's whole batch
+        all_zero_std = self.dist.gather(zero_std.float())
+        all_lengths = self.dist.gather(ro.lengths.float())
+        ref_entropy = None
+        if h_ref_tok is not None:
+            ref_entropy = float(self.dist.gather(response_mean(h_ref_tok, ro.response_mask.float())).mean())
         row = {
             "step": self.step, "epoch": self.step / self.steps_per_epoch,
-            "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
-            "reward_min": float(rewards.min()), "reward_max": float(rewards.max()),
-            "frac_reward_zero_std": float(zero_std.float().mean()),
-            "ref_entropy_mean": float(response_mean(h_ref_tok, ro.response_mask.float()).mean())
-            if h_ref_tok is not None else None,
-            "response_length": float(ro.lengths.float().mean()), "lr": lr,
+            "reward_mean": float(all_rewards.mean()), "reward_std": float(all_rewards.std(unbiased=False)),
+            "reward_min": float(all_rewards.min()), "reward_max": float(all_rewards.max()),
+            "frac_reward_zero_std": float(all_zero_std.float().mean()),
+            "ref_entropy_mean": ref_entropy,
+            "response_length": float(all_lengths.mean()), "lr": lr,
             "grad_norm": float(gnorm) if gnorm is not None else None, "step_time": time.time() - t0,
             **stats, **self.regularizer.log_stats(), **self.reference.log_stats(), **events,
         }

@@ -50,7 +50,7 @@ def save_stage_model(model, out_dir: str | Path, base_path: str | Path, stage: s
     """`extra` records how prompts were built (e.g. the classifier folder) so eval and RL rebuild them."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.contiguous() for k, v in trainable_state(model).items()}
+    tensors = {k: v.detach().cpu().contiguous() for k, v in trainable_state(model).items()}
     tmp = out / (WEIGHTS + ".tmp")
     save_file(tensors, str(tmp))
     tmp.replace(out / WEIGHTS)

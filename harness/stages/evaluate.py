@@ -18,6 +18,7 @@ from harness.models.presets import get_preset
 from harness.records import RunDir, atomic_write_text, dumps
 from harness.stages.classifier import instructions_for, reference_labels
 from harness.stages.common import load_images, load_splits, seed_everything
+from harness.stages.loading import model_device
 
 
 def label_with(backend: str, reports: list[str], chexbert_mode: str = "paper") -> np.ndarray:
@@ -82,6 +83,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
                    label: str | None = None, progress: bool = True) -> dict:
     seed_everything(cfg.seed)
     model, processor, spec = load_any_model(model_dir, cfg)
+    model.to(model_device(cfg))
     splits = load_splits(cfg, progress)
     if split not in splits:
         raise ValueError(f"split '{split}' not in the data set (have: {', '.join(splits)})")

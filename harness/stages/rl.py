@@ -9,10 +9,12 @@ from pathlib import Path
 
 from harness.config import RunConfig
 from harness.decoding import generate_reports
+from harness.distributed import Dist, init_distributed
 from harness.evaluation import nlg_scores
 from harness.grpo.trainer import GRPOTrainer, PromptSet
 from harness.models.checkpoint import save_stage_model
 from harness.models.trainable import add_lora, count_parameters, set_trainable
+from harness.records import FollowerRun
 from harness.stages.classifier import instructions_for
 from harness.stages.common import load_images, load_splits, seed_everything, start_run
 from harness.stages.loading import load_for_stage
@@ -24,50 +26,70 @@ def prompt_set(cfg: RunConfig, samples, spec: dict) -> PromptSet:
                      instructions_for(cfg, samples, spec), [s.report for s in samples])
 
 
-def make_validator(cfg: RunConfig, val: PromptSet, processor):
+def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None = None):
+    """validate(model) -> scores of greedy reports on `val`. Data-parallel: each process decodes its share,
+    rank 0 scores the whole set and every process gets the same scores (so VAPR decides the same way)."""
     rl, g = cfg.rl, cfg.generation
+    dist = dist or Dist()
+    mine = list(range(len(val)))[dist.rank::dist.world]
 
     def validate(model) -> dict:
-        hyps = generate_reports(model, processor, val.images, val.instructions, max_new_tokens=rl.max_new_tokens,
-                                min_new_tokens=0, repetition_penalty=g.repetition_penalty,
-                                batch_size=g.batch_size, progress=False)
-        scores = nlg_scores(dict(zip(val.ids, val.references, strict=True)),
-                            dict(zip(val.ids, hyps, strict=True)), metrics=["BLEU", "METEOR", "ROUGE_L"])
-        if rl.val_rg_metric == "entity_f1":
-            from rewards.registry import compute_reward
-
-            scores["rg"] = float(compute_reward("entity_f1", hyps, val.references).mean())
-        elif rl.val_rg_metric == "radgraph":
-            from rewards.registry import compute_reward
-
-            scores["rg"] = float(compute_reward("radgraph_f1", hyps, val.references).mean())
-        return scores
+        local = generate_reports(model, processor, [val.images[i] for i in mine],
+                                 [val.instructions[i] for i in mine], max_new_tokens=rl.max_new_tokens,
+                                 min_new_tokens=0, repetition_penalty=g.repetition_penalty,
+                                 batch_size=g.batch_size, progress=False)
+        hyps: list[str] = [""] * len(val)
+        for part in dist.gather_objects(list(zip(mine, local, strict=True))):
+            for i, text in part:
+                hyps[i] = text
+        return dist.broadcast_object(score_validation(cfg, val, hyps) if dist.main else None)
 
     return validate
 
 
+def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str]) -> dict:
+    """BLEU / METEOR / ROUGE-L of the validation reports, and the RadGraph term `rg` of Eq. 10 if configured."""
+    from rewards.registry import compute_reward
+
+    scores = nlg_scores(dict(zip(val.ids, val.references, strict=True)), dict(zip(val.ids, hyps, strict=True)),
+                        metrics=["BLEU", "METEOR", "ROUGE_L"])
+    backend = {"entity_f1": "entity_f1", "radgraph": "radgraph_f1"}.get(cfg.rl.val_rg_metric)
+    if backend:
+        scores["rg"] = float(compute_reward(backend, hyps, val.references).mean())
+    return scores
+
+
 def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
+    """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/distributed.py)."""
+    dist = init_distributed()
+    progress = progress and dist.main
     seed_everything(cfg.seed)
-    run = start_run(cfg, "rl")
-    if run.complete:
+    with dist.main_first():  # rank 0 writes the manifest and builds what is cached (stage 0, phantom data)
+        run = start_run(cfg, "rl") if dist.main else FollowerRun(cfg.out_dir)
+        complete = run.complete
+        if not complete:
+            model, processor, base_path = load_for_stage(cfg, progress)
+            splits = load_splits(cfg, progress)
+    if complete:
         return run.path / "model"
-    model, processor, base_path = load_for_stage(cfg, progress)
     from harness.models.checkpoint import read_spec
 
     spec = read_spec(cfg.init_from) if cfg.init_from else {}
     model = add_lora(model, **(spec.get("lora") or lora_settings(cfg)))
     set_trainable(model, "rl")
     n_train, n_all = count_parameters(model)
-    splits = load_splits(cfg, progress)
     train = prompt_set(cfg, splits["train"], spec)
     val_samples = splits["val"][: cfg.rl.val_max_samples] if cfg.rl.val_max_samples else splits["val"]
     val = prompt_set(cfg, val_samples, spec)
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
-                          validate=make_validator(cfg, val, processor), progress=progress)
+                          validate=make_validator(cfg, val, processor, dist), progress=progress, dist=dist)
     metrics = trainer.train()
-    extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template") if k in spec}
-    out = save_stage_model(model, run.path / "model", base_path, "rl", lora=spec.get("lora") or lora_settings(cfg),
-                           extra=extra)
-    run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all,
-                       "regularizer": cfg.rl.regularizer, "reference": cfg.rl.reference, "reward": cfg.rl.reward})
+    out = run.path / "model"
+    if dist.main:
+        extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template") if k in spec}
+        save_stage_model(model, out, base_path, "rl", lora=spec.get("lora") or lora_settings(cfg), extra=extra)
+        run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,
+                           "regularizer": cfg.rl.regularizer, "reference": cfg.rl.reference,
+                           "reward": cfg.rl.reward})
+    dist.barrier()
     return out

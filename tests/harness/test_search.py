@@ -237,6 +237,15 @@ def test_failed_trials_are_recorded_and_counted(tmp_path, calls, monkeypatch):
     assert {t["state"] for t in trials} == {"fail", "complete"}  # the seed draws both kinds
 
 
+def test_a_broken_setup_stops_the_search_after_three_failures_in_a_row(tmp_path, calls, monkeypatch):
+    monkeypatch.setenv("REGBENCH_TEST_FAIL_BETA", "0.0")  # every trial fails
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="3 trials in a row failed, the last with: stage rl: RuntimeError: fake"):
+        run_search(write_search(tmp_path, n_trials=10), out, functions=SEARCH_FAKES, log=lambda s: None)
+    trials = read_json(out / "search.json")["trials"]
+    assert [t["state"] for t in trials] == ["fail"] * 3
+
+
 def test_a_trial_left_running_is_requeued_with_its_values(tmp_path, calls):
     path = write_search(tmp_path, n_trials=2)
     search = load_search(path)

@@ -7,6 +7,7 @@ import torch
 
 from harness.grpo import (
     aggregate,
+    aggregation_normalizer,
     group_advantages,
     kl_penalty,
     policy_loss,
@@ -146,6 +147,17 @@ def test_aggregations_hand_computed(mode, expected):
     loss, stats = policy_loss(X * 0, X * 0, None, -X, torch.zeros(2), MASK.bool(), aggregation=mode)
     assert loss.item() == pytest.approx(expected)
     assert stats["pg_loss"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("mode", "normalizer"), [("token_mean", 3.0), ("seq_mean_token_mean", 2.0), ("dr_grpo", 6.0)])
+def test_aggregation_normalizer_is_the_denominator(mode, normalizer):
+    assert aggregation_normalizer(MASK, mode).item() == normalizer
+    # aggregate = (sum of what it averages) / normalizer
+    numerator = {"token_mean": 7.0, "seq_mean_token_mean": 5.5, "dr_grpo": 7.0}[mode]
+    assert aggregate(X, MASK, mode).item() == pytest.approx(numerator / normalizer)
+    assert aggregation_normalizer(torch.tensor([[1, 0], [0, 0]]), "seq_mean_token_mean").item() == 1.0
+    with pytest.raises(ValueError, match="aggregation"):
+        aggregation_normalizer(MASK, "sum")
 
 
 def test_seq_mean_skips_empty_rows_and_bad_mode():

@@ -1,0 +1,184 @@
+"""Data-parallel RL (harness/distributed.py) with two CPU processes on gloo.
+
+- The scaled per-process losses, with gradients averaged over processes, give exactly the gradient of the
+  whole batch's loss in one process, for every aggregation (hand-made tensors).
+- A 2-process `regbench train rl` on the tiny model: both processes end with identical trainable parameters
+  (equal to the saved model's), rank 0 alone writes the run records, once per step.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from harness.config import load_config
+from harness.distributed import Dist, shard
+from harness.grpo.core import AGGREGATIONS, aggregation_normalizer, policy_loss
+from harness.records import read_jsonl
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(fn, world: int, *args) -> None:
+    """Run fn(rank, world, port, *args) in `world` spawned processes, as torchrun would set them up."""
+    port = _free_port()
+    mp.start_processes(fn, args=(world, port, *args), nprocs=world, start_method="spawn", join=True)
+
+
+def _env(rank: int, world: int, port: int) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gradients
+
+
+def _batch(seed: int = 0, n: int = 8, t: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, t, generator=g)
+    logp_old = -torch.rand(n, t, generator=g) * 3
+    logp_ref = -torch.rand(n, t, generator=g) * 3
+    adv = torch.randn(n, generator=g)
+    beta = torch.rand(n, generator=g) * 0.2
+    mask = (torch.rand(n, t, generator=g) > 0.3).float()
+    mask[3] = 0.0  # a response with no token
+    mask[5, 1:] = 0.0  # a one-token response
+    return x, logp_old, logp_ref, adv, beta, mask
+
+
+def _loss(theta: torch.Tensor, rows: list[int], aggregation: str) -> tuple[torch.Tensor, torch.Tensor]:
+    x, logp_old, logp_ref, adv, beta, mask = (v[rows] for v in _batch())
+    logp = -torch.nn.functional.softplus(x * theta[0] + theta[1])  # a policy with two shared parameters
+    loss, _ = policy_loss(logp, logp_old, logp_ref, adv, beta, mask, aggregation=aggregation,
+                          entropy=-logp, entropy_coef=0.01)
+    return loss, mask
+
+
+def _gradient_worker(rank: int, world: int, port: int, out: str) -> None:
+    try:
+        _env(rank, world, port)
+        from harness.distributed import init_distributed
+
+        d = init_distributed()
+        results = {}
+        for aggregation in AGGREGATIONS:
+            theta = torch.tensor([0.7, -0.2], requires_grad=True)
+            full, _ = _loss(theta, list(range(8)), aggregation)
+            (expected,) = torch.autograd.grad(full, theta)
+            theta.grad = None
+            loss, mask = _loss(theta, shard(list(range(8)), d), aggregation)
+            loss = loss * d.loss_scale(aggregation_normalizer(mask, aggregation))  # as the trainer does
+            loss.backward()
+            d.average_gradients([theta])
+            results[aggregation] = (theta.grad.clone(), expected)
+        torch.save(results, Path(out) / f"grads{rank}.pt")
+        from harness.distributed import finalize
+
+        finalize()
+    except BaseException:
+        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+def test_scaled_losses_with_averaged_gradients_equal_the_whole_batch(tmp_path):
+    _launch(_gradient_worker, 2, str(tmp_path))
+    for rank in (0, 1):
+        for aggregation, (got, expected) in torch.load(tmp_path / f"grads{rank}.pt").items():
+            torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7, msg=aggregation)
+
+
+def test_a_single_process_is_a_no_op():
+    d = Dist()
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.full((3,), 2.0)
+    d.average_gradients([p])
+    assert torch.equal(p.grad, torch.full((3,), 2.0))
+    assert d.reduce_stats({"kl_mean": 0.5, "beta_min": 0.1}, 10.0) == {"kl_mean": 0.5, "beta_min": 0.1}
+    assert d.broadcast_object({"a": 1}) == {"a": 1} and d.gather_objects(3) == [3]
+    assert shard(list(range(5)), d) == [0, 1, 2, 3, 4]
+    assert shard(list(range(5)), Dist(rank=1, world=2)) == [1, 3]
+
+
+def test_prompts_per_step_must_split_evenly(tiny_model, tiny_processor, tmp_path):
+    from harness.grpo.trainer import GRPOTrainer, PromptSet
+    from harness.records import RunDir
+
+    cfg = load_config(None, ["rl.prompts_per_step=3"])
+    for p in tiny_model.parameters():
+        p.requires_grad_(True)
+    with pytest.raises(ValueError, match=r"rl.prompts_per_step = 3 must be a multiple of the number of processes"):
+        GRPOTrainer(tiny_model, tiny_processor, cfg.rl, cfg.train, RunDir(tmp_path), PromptSet([], [], [], []),
+                    None, seed=0, dist=Dist(rank=0, world=2))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A real 2-process RL stage
+
+TINY = [
+    "model.tiny_text_hidden=32", "model.tiny_text_layers=1", "model.tiny_vision_hidden=16",
+    "model.tiny_vision_depth=1", "model.tiny_vocab_size=400", "model.image_size=56",
+    "data.synth_n=40", "data.synth_image_size=64", "data.max_val=6", "data.max_test=6",
+    "pretrain.n=40", "pretrain.epochs=1", "pretrain.batch_size=8",
+    "prompt.max_report_tokens=24", "generation.max_new_tokens=12", "generation.batch_size=8",
+]
+
+
+def _rl_worker(rank: int, world: int, port: int, args: list[str], out: str) -> None:
+    try:
+        _env(rank, world, port)
+        from harness.grpo import trainer as trainer_module
+
+        original = trainer_module.GRPOTrainer.train
+
+        def train_and_keep_parameters(self):
+            result = original(self)
+            torch.save([p.detach().clone() for p in self.params], Path(out) / f"params{rank}.pt")
+            return result
+
+        trainer_module.GRPOTrainer.train = train_and_keep_parameters
+        from harness.cli import main
+
+        (Path(out) / f"rc{rank}").write_text(str(main(["train", "rl", *args, "--no-progress"])))
+    except BaseException:
+        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+@pytest.mark.slow
+def test_two_process_rl_keeps_the_processes_identical(tmp_path):
+    from harness.cli import main
+
+    common = TINY + [f"data.synth_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}"]
+    # Stage 0 and the data set first (as a launch would find them cached), then a 2-process RL stage 3.
+    assert main(["train", "pretrain", *common, f"out_dir={tmp_path / 'pre'}", "--no-progress"]) == 0
+    args = common + [f"out_dir={tmp_path / 'rl'}", "train.max_steps=2", "rl.prompts_per_step=2", "rl.group_size=2",
+                     "rl.max_new_tokens=8", "rl.min_new_tokens=2", "rl.regularizer=rer", "rl.reference=vapr",
+                     "rl.val_max_samples=5", "train.lr=1e-3", "train.scheduler=constant", "model.lora_r=4"]
+    _launch(_rl_worker, 2, args, str(tmp_path))
+    assert [(tmp_path / f"rc{r}").read_text() for r in (0, 1)] == ["0", "0"]
+    p0, p1 = (torch.load(tmp_path / f"params{r}.pt") for r in (0, 1))
+    assert all(torch.equal(a, b) for a, b in zip(p0, p1, strict=True))  # identical on both processes
+    steps = read_jsonl(tmp_path / "rl" / "steps.jsonl")
+    assert [s["step"] for s in steps] == [1, 2]  # written once, by rank 0
+    assert all(s["reward_mean"] is not None for s in steps)
+    evals = read_jsonl(tmp_path / "rl" / "evals.jsonl")
+    assert [e["step"] for e in evals] == [0, 2] and all("val_score" in e for e in evals)
+    from safetensors.torch import load_file
+
+    saved = load_file(str(tmp_path / "rl" / "model" / "trainable.safetensors"))
+    assert sorted(t.numel() for t in saved.values()) == sorted(t.numel() for t in p0)
+    from harness.records import read_json
+
+    assert read_json(tmp_path / "rl" / "metrics.json")["processes"] == 2
