@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from harness.batching import encode_sft, lm_loss
 from harness.config import TrainConfig
+from harness.distributed import Dist, shard
 from harness.models.trainable import unwrap
 from harness.records import RunDir
 
@@ -73,7 +74,15 @@ def _ckpt_path(run: RunDir) -> Path:
     return run.path / "checkpoint" / "state.pt"
 
 
-def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int) -> None:
+def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: Dist | None = None) -> None:
+    """Rank 0 writes (the trainable state is the same on every process); the others wait for it."""
+    dist = dist or Dist()
+    if dist.main:
+        _write_checkpoint(run, model, optimizer, scheduler, step)
+    dist.barrier()
+
+
+def _write_checkpoint(run: RunDir, model, optimizer, scheduler, step: int) -> None:
     path = _ckpt_path(run)
     path.parent.mkdir(parents=True, exist_ok=True)
     params = {n: p.detach().cpu() for n, p in unwrap(model).named_parameters() if p.requires_grad}
@@ -104,24 +113,36 @@ def load_checkpoint(run: RunDir, model, optimizer, scheduler) -> int:
 
 
 @torch.no_grad()
-def eval_loss(model, processor, data: LMData, batch_size: int, max_report_tokens: int) -> float:
+def eval_loss(model, processor, data: LMData, batch_size: int, max_report_tokens: int,
+              dist: Dist | None = None) -> float:
+    """Token-mean LM loss over `data` (data-parallel: each process takes its share, the sums are combined)."""
+    dist = dist or Dist()
+    mine = shard(list(range(len(data))), dist)
+    device = next(model.parameters()).device
     was = model.training
     model.eval()
     total, count = 0.0, 0
-    for s in range(0, len(data), batch_size):
-        part = data.take(range(s, min(len(data), s + batch_size)))
+    for s in range(0, len(mine), batch_size):
+        part = data.take(mine[s:s + batch_size])
         batch = encode_sft(processor, part.images, part.instructions, part.reports, max_report_tokens)
-        loss, n = lm_loss(model, batch)
+        loss, n = lm_loss(model, {k: v.to(device) for k, v in batch.items()})
         total += float(loss) * n
         count += n
     model.train(was)
-    return total / max(1, count)
+    total, count = dist.sum(torch.tensor([total, float(count)])).tolist()
+    return total / max(1.0, count)
 
 
 def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConfig, run: RunDir, *,
              seed: int, max_report_tokens: int, desc: str = "train",
-             on_epoch_end: Callable[[int, int], dict] | None = None, progress: bool = True) -> dict:
-    """Train the currently trainable parameters; returns final metrics (losses, steps, wall time)."""
+             on_epoch_end: Callable[[int, int], dict] | None = None, progress: bool = True,
+             dist: Dist | None = None) -> dict:
+    """Train the currently trainable parameters; returns final metrics (losses, steps, wall time).
+
+    Data-parallel under a torchrun / accelerate launch (`dist`, harness/distributed.py): each process takes
+    its share of every batch, its loss is scaled by its share of the batch's report tokens and the gradients
+    are averaged, so each step is the step one process would take on the whole batch."""
+    dist = dist or Dist()
     if len(train) == 0:
         raise ValueError("training set is empty")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -136,6 +157,7 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     step = load_checkpoint(run, model, optimizer, scheduler)
     if step:
         run.truncate_logs_after(step)
+    dist.broadcast_parameters(params)
     device = next(model.parameters()).device
     model.train()
     t_start = time.time()
@@ -144,38 +166,47 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     while step < total:
         epoch, pos = divmod(step, steps_per_epoch)
         order = epoch_order(len(train), seed, epoch)
-        idx = order[pos * cfg.batch_size:(pos + 1) * cfg.batch_size]
-        part = train.take(idx)
+        idx = shard(order[pos * cfg.batch_size:(pos + 1) * cfg.batch_size], dist)
         t0 = time.time()
-        batch = encode_sft(processor, part.images, part.instructions, part.reports, max_report_tokens)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        loss, ntok = lm_loss(model, batch)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"{desc}: loss is {float(loss)} at step {step}; lower train.lr?")
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, ntok = None, 0
+        if idx:  # the last batch of an epoch may leave a process without samples
+            part = train.take(idx)
+            batch = encode_sft(processor, part.images, part.instructions, part.reports, max_report_tokens)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            loss, ntok = lm_loss(model, batch)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{desc}: loss is {float(loss)} at step {step}; lower train.lr?")
+            (loss * dist.loss_scale(torch.tensor(float(ntok)))).backward()
+        elif dist.active:
+            dist.loss_scale(torch.tensor(0.0))  # take part in the collective the others are in
+        if dist.active:
+            dist.average_gradients(params)
+            loss_sum, ntok = dist.sum(torch.tensor([float(loss.detach()) * ntok if loss is not None else 0.0,
+                                                    float(ntok)]))
+            loss, ntok = float(loss_sum) / max(float(ntok), 1.0), int(ntok)  # the batch's token mean
         gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip) if cfg.grad_clip > 0 else torch.tensor(0.)
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         scheduler.step()
         step += 1
-        last_loss = float(loss.detach())
+        last_loss = float(loss.detach()) if torch.is_tensor(loss) else float(loss)
         run.log_step({"step": step, "epoch": epoch, "loss": last_loss, "lr": lr, "grad_norm": float(gnorm),
                       "tokens": ntok, "step_time": time.time() - t0})
         bar.update(1)
         bar.set_postfix(loss=f"{last_loss:.3f}")
         epoch_done = step % steps_per_epoch == 0 or step == total
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint(run, model, optimizer, scheduler, step)
+            save_checkpoint(run, model, optimizer, scheduler, step, dist)
         if epoch_done:
             row = {"step": step, "epoch": epoch + 1, "split": "val"}
             if val is not None and len(val):
-                row["loss"] = eval_loss(model, processor, val, cfg.batch_size, max_report_tokens)
+                row["loss"] = eval_loss(model, processor, val, cfg.batch_size, max_report_tokens, dist)
             if on_epoch_end is not None:
                 row.update(on_epoch_end(epoch + 1, step))
             run.log_eval(row)
     bar.close()
-    save_checkpoint(run, model, optimizer, scheduler, step)
+    save_checkpoint(run, model, optimizer, scheduler, step, dist)
     final = {"steps": step, "train_loss": last_loss, "wall_time_s": time.time() - t_start}
     evals = [e for e in run.evals() if "loss" in e]
     if evals:

@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import ConfigError, RunConfig
+from harness.distributed import init_distributed
 from harness.models.checkpoint import save_stage_model
 from harness.models.trainable import add_lora, count_parameters, set_trainable
+from harness.records import FollowerRun
 from harness.stages.classifier import predicted_diseases
 from harness.stages.common import disease_instructions, load_images, load_splits, seed_everything, start_run
 from harness.stages.lm_train import LMData, train_lm
@@ -23,15 +25,20 @@ def lora_settings(cfg: RunConfig) -> dict:
 def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     if not cfg.classifier.dir:
         raise ConfigError("stage 2 (sft) needs 'classifier.dir': the folder written by `regbench classifier train`")
+    dist = init_distributed()  # data-parallel under torchrun / accelerate launch (harness/distributed.py)
+    progress = progress and dist.main
     seed_everything(cfg.seed)
-    run = start_run(cfg, "sft")
-    if run.complete:
+    with dist.main_first():  # rank 0 writes the manifest and builds what is cached (stage 0, phantom data)
+        run = start_run(cfg, "sft") if dist.main else FollowerRun(cfg.out_dir)
+        complete = run.complete
+        if not complete:
+            model, processor, base_path = load_for_stage(cfg, progress)
+            splits = load_splits(cfg, progress)
+    if complete:
         return run.path / "model"
-    model, processor, base_path = load_for_stage(cfg, progress)
     model = add_lora(model, **lora_settings(cfg))
     set_trainable(model, "sft")
     n_train, n_all = count_parameters(model)
-    splits = load_splits(cfg, progress)
     size = cfg.model.image_size
     data = {}
     for split in ("train", "val"):
@@ -40,9 +47,13 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
         data[split] = LMData(load_images(samples, size), disease_instructions(cfg, names),
                              [s.report for s in samples])
     metrics = train_lm(model, processor, data["train"], data["val"], cfg.train, run, seed=cfg.seed,
-                       max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 2 SFT", progress=progress)
+                       max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 2 SFT", progress=progress,
+                       dist=dist)
     extra = {"classifier_dir": str(Path(cfg.classifier.dir).resolve()),
              "disease_template": cfg.prompt.disease_template, "instruction": cfg.prompt.instruction}
-    out = save_stage_model(model, run.path / "model", base_path, "sft", lora=lora_settings(cfg), extra=extra)
-    run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all})
+    out = run.path / "model"
+    if dist.main:
+        save_stage_model(model, out, base_path, "sft", lora=lora_settings(cfg), extra=extra)
+        run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world})
+    dist.barrier()
     return out

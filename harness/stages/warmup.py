@@ -9,29 +9,40 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.distributed import init_distributed
 from harness.models.checkpoint import save_stage_model
 from harness.models.trainable import count_parameters, set_trainable
+from harness.records import FollowerRun
 from harness.stages.common import load_images, load_splits, plain_instructions, seed_everything, start_run
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.loading import load_for_stage
 
 
 def run_warmup(cfg: RunConfig, progress: bool = True) -> Path:
+    dist = init_distributed()  # data-parallel under torchrun / accelerate launch (harness/distributed.py)
+    progress = progress and dist.main
     seed_everything(cfg.seed)
-    run = start_run(cfg, "warmup")
-    if run.complete:
+    with dist.main_first():  # rank 0 writes the manifest and builds what is cached (stage 0, phantom data)
+        run = start_run(cfg, "warmup") if dist.main else FollowerRun(cfg.out_dir)
+        complete = run.complete
+        if not complete:
+            model, processor, base_path = load_for_stage(cfg, progress)
+            splits = load_splits(cfg, progress)
+    if complete:
         return run.path / "model"
-    model, processor, base_path = load_for_stage(cfg, progress)
     set_trainable(model, "warmup")
     n_train, n_all = count_parameters(model)
-    splits = load_splits(cfg, progress)
     size = cfg.model.image_size
     train = LMData(load_images(splits["train"], size), plain_instructions(cfg, len(splits["train"])),
                    [s.report for s in splits["train"]])
     val = LMData(load_images(splits["val"], size), plain_instructions(cfg, len(splits["val"])),
                  [s.report for s in splits["val"]])
     metrics = train_lm(model, processor, train, val, cfg.train, run, seed=cfg.seed,
-                       max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 1 warm-up", progress=progress)
-    out = save_stage_model(model, run.path / "model", base_path, "warmup")
-    run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all})
+                       max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 1 warm-up", progress=progress,
+                       dist=dist)
+    out = run.path / "model"
+    if dist.main:
+        save_stage_model(model, out, base_path, "warmup")
+        run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world})
+    dist.barrier()
     return out

@@ -21,6 +21,7 @@ from harness.config import load_config
 from harness.distributed import Dist, shard
 from harness.grpo.core import AGGREGATIONS, aggregation_normalizer, policy_loss
 from harness.records import read_jsonl
+from tests.tiny_sizes import TINY
 
 
 def _free_port() -> int:
@@ -126,13 +127,6 @@ def test_prompts_per_step_must_split_evenly(tiny_model, tiny_processor, tmp_path
 # ---------------------------------------------------------------------------------------------------------
 # A real 2-process RL stage
 
-TINY = [
-    "model.tiny_text_hidden=32", "model.tiny_text_layers=1", "model.tiny_vision_hidden=16",
-    "model.tiny_vision_depth=1", "model.tiny_vocab_size=400", "model.image_size=56",
-    "data.synth_n=40", "data.synth_image_size=64", "data.max_val=6", "data.max_test=6",
-    "pretrain.n=40", "pretrain.epochs=1", "pretrain.batch_size=8",
-    "prompt.max_report_tokens=24", "generation.max_new_tokens=12", "generation.batch_size=8",
-]
 
 
 def _rl_worker(rank: int, world: int, port: int, args: list[str], out: str) -> None:
@@ -182,3 +176,43 @@ def test_two_process_rl_keeps_the_processes_identical(tmp_path):
     from harness.records import read_json
 
     assert read_json(tmp_path / "rl" / "metrics.json")["processes"] == 2
+
+
+def _warmup_worker(rank: int, world: int, port: int, args: list[str], out: str) -> None:
+    try:
+        _env(rank, world, port)
+        from harness.cli import main
+
+        (Path(out) / f"rc{rank}").write_text(str(main(["train", "warmup", *args, "--no-progress"])))
+    except BaseException:
+        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+@pytest.mark.slow
+def test_two_process_warmup_takes_the_steps_of_one_process(tmp_path):
+    """Warm-up has no sampling and no dropout: two processes must reach the parameters one process does."""
+    from safetensors.torch import load_file
+
+    from harness.cli import main
+
+    common = TINY + [f"data.synth_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}",
+                     "train.max_steps=3", "train.batch_size=4", "train.lr=1e-2", "train.scheduler=constant",
+                     "prompt.max_report_tokens=200"]  # untruncated reports: the processes get unequal token counts
+    torch.set_num_threads(1)
+    assert main(["train", "warmup", *common, f"out_dir={tmp_path / 'one'}", "--no-progress"]) == 0
+    _launch(_warmup_worker, 2, common + [f"out_dir={tmp_path / 'two'}"], str(tmp_path))
+    assert [(tmp_path / f"rc{r}").read_text() for r in (0, 1)] == ["0", "0"]
+    one = load_file(str(tmp_path / "one" / "model" / "trainable.safetensors"))
+    two = load_file(str(tmp_path / "two" / "model" / "trainable.safetensors"))
+    assert one.keys() == two.keys()
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-6, msg=name)
+    steps_one, steps_two = (read_jsonl(tmp_path / d / "steps.jsonl") for d in ("one", "two"))
+    assert [s["step"] for s in steps_two] == [1, 2, 3]
+    for a, b in zip(steps_one, steps_two, strict=True):
+        assert b["tokens"] == a["tokens"] and b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    evals_one, evals_two = (read_jsonl(tmp_path / d / "evals.jsonl") for d in ("one", "two"))
+    assert evals_two[-1]["loss"] == pytest.approx(evals_one[-1]["loss"], rel=1e-5)  # sharded validation loss
+    # ... and training moved the parameters (the comparison above is not between two untouched models).
+    assert all(s["grad_norm"] > 0 for s in steps_one) and steps_one[0]["loss"] != steps_one[-1]["loss"]

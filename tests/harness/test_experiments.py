@@ -25,6 +25,7 @@ from harness.experiments import (
     run_experiment,
 )
 from harness.records import atomic_write_json, read_json
+from tests.tiny_sizes import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "experiments"
@@ -32,14 +33,6 @@ PRESETS = sorted((EXPERIMENTS / "presets").glob("*.yaml"))
 STUDIES = sorted(EXPERIMENTS.glob("*.yaml"))
 TINY_PRESET = EXPERIMENTS / "presets" / "tiny.yaml"
 
-# The tiny sizes of tests/harness/stages/test_pipeline.py (TINY), as study overrides of `common`.
-TINY = [
-    "model.tiny_text_hidden=32", "model.tiny_text_layers=1", "model.tiny_vision_hidden=16",
-    "model.tiny_vision_depth=1", "model.tiny_vocab_size=400", "model.image_size=56",
-    "data.synth_n=40", "data.synth_image_size=64", "data.max_val=6", "data.max_test=6",
-    "pretrain.n=40", "pretrain.epochs=1", "pretrain.batch_size=8",
-    "prompt.max_report_tokens=24", "generation.max_new_tokens=12", "generation.batch_size=8",
-]
 
 
 def write_study(tmp_path: Path, arms: str, seeds="[0, 1]", name="toy", extra="") -> Path:

@@ -28,7 +28,8 @@ from harness.search import (
     suggest,
     trial_arm,
 )
-from tests.harness.test_experiments import FAKES, TINY, TINY_PRESET, _record
+from tests.harness.test_experiments import FAKES, TINY_PRESET, _record
+from tests.tiny_sizes import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 SEARCHES = sorted((ROOT / "experiments" / "searches").glob("*.yaml"))
