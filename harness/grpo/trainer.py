@@ -182,7 +182,9 @@ class GRPOTrainer:
         self.model.eval()  # dropout off everywhere in the loop (see module docstring)
         ro = self._rollout(idx)
         refs = [self.train_set.references[i] for i in idx for _ in range(G)]
-        rewards = torch.tensor(compute_reward(rl.reward, ro.texts, refs), dtype=torch.float32).view(B, G)
+        # Rewards (and so advantages and betas) on the model's device, beside the log-probs they weigh.
+        rewards = torch.tensor(compute_reward(rl.reward, ro.texts, refs), dtype=torch.float32,
+                               device=ro.response_mask.device).view(B, G)
         adv = group_advantages(rewards)
         zero_std = (rewards.max(dim=1).values == rewards.min(dim=1).values)
         mask = ro.response_mask.float()
