@@ -46,7 +46,7 @@ from harness.config import (
     read_yaml_mapping,
     to_dict,
 )
-from harness.records import atomic_write_json, git_commit, read_json
+from harness.records import atomic_write_json, atomic_write_text, git_commit, read_json
 
 INDEX_FORMAT = "regbench.experiment-index/1"
 STAGES = ("warmup", "classifier", "sft", "rl")
@@ -532,16 +532,47 @@ def _init_worker() -> None:
         pass
 
 
-def execute_node(kind: str, function: str, config: dict, model_dir: str | None) -> dict:
+# Stages a launcher (`--launcher "torchrun --nproc_per_node 8"`) runs across processes; the classifier, the
+# evaluation, stage 0 and the data set stay in the runner's worker.
+LAUNCHED_STAGES = ("warmup", "sft", "rl")
+
+
+def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
+    """Run a model stage as `<launcher> -m harness.cli train <stage> <out_dir>/launch_config.yaml`, e.g. under
+    torchrun over the machine's GPUs (harness/distributed.py); its output goes to <out_dir>/launch.log."""
+    import shlex
+    import subprocess
+
+    import yaml
+
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = out / "launch_config.yaml"
+    atomic_write_text(config_path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    cmd = [*shlex.split(launcher), "-m", "harness.cli", "train", kind, str(config_path), "--no-progress"]
+    log_path = out / "launch.log"
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    if rc != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"`{shlex.join(cmd)}` exited with status {rc}; the end of {log_path}:\n{tail}")
+    return out / "model"
+
+
+def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
+                 launcher: str | None = None) -> dict:
     """Run one node; never raises (the error and traceback come back in the result)."""
     t0 = time.time()
     try:
         cfg = from_dict(RunConfig, config)
-        fn = _resolve_function(function)
-        if kind == "eval":
-            result = fn(cfg, model_dir, progress=False)
+        if launcher and kind in LAUNCHED_STAGES:
+            result = str(launch_stage(kind, cfg, launcher))
+        elif kind == "eval":
+            result = _resolve_function(function)(cfg, model_dir, progress=False)
         else:
-            result = str(fn(cfg, progress=False))
+            result = str(_resolve_function(function)(cfg, progress=False))
         return {"ok": True, "result": result, "elapsed_s": time.time() - t0}
     except Exception as e:  # noqa: BLE001 - recorded in the index; other arms go on
         return {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
@@ -654,8 +685,14 @@ class ExperimentResult:
 def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, workers: int = 2,
                    seeds: list[int] | None = None, arms: list[str] | None = None,
                    functions: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
-                   argv: list[str] | None = None) -> ExperimentResult:
-    """Run the selected arms x seeds of a study (all by default); see the module docstring."""
+                   argv: list[str] | None = None, launcher: str | None = None) -> ExperimentResult:
+    """Run the selected arms x seeds of a study (all by default); see the module docstring.
+
+    `launcher` (e.g. "torchrun --nproc_per_node 8") runs the warm-up, SFT and RL stages as launched
+    multi-process commands, one at a time (so `workers` must be 1); see `launch_stage`."""
+    if launcher and workers > 1:
+        raise ConfigError(f"--launcher runs each stage over all the machine's processes: use --workers 1, not "
+                          f"{workers}")
     if not isinstance(study, Study):
         study = load_study(study)
     out = Path(out) if out else Path("runs") / f"{study.name}-{study.preset}"
@@ -749,7 +786,8 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                     remaining.remove(nid)
                     if node.kind in STAGES or node.kind == "eval":
                         node.run_dir.mkdir(parents=True, exist_ok=True)
-                    fut = executor.submit(execute_node, node.kind, fns[node.kind], node.config, node.model_dir)
+                    fut = executor.submit(execute_node, node.kind, fns[node.kind], node.config, node.model_dir,
+                                          launcher)
                     running[fut] = nid
                     log(f"[experiment {study.name}] started {node.kind} ({_node_label(node)})")
                     progressed = True

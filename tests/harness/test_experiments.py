@@ -432,3 +432,49 @@ def test_real_tiny_study_end_to_end(tmp_path):
     assert read_json(out / b["dir"] / "rl" / "metrics.json")["regularizer"] == "constant"
     assert elapsed < 90, f"tiny 2-arm study took {elapsed:.0f}s"
     print(f"tiny 2-arm x 1-seed study: {elapsed:.1f}s")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Launched stages (--launcher "torchrun ...")
+
+
+def test_a_failing_launch_fails_its_stage_with_the_log_tail(tmp_path, calls):
+    import sys
+
+    launcher = f"{sys.executable} -c \"import sys; print('launched', sys.argv[1:]); sys.exit(3)\""
+    study = load_study(write_study(tmp_path, "  - name: a\n    pipeline: [warmup, rl]\n", seeds="[0]"))
+    res = run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None,
+                         launcher=launcher)
+    assert not res.ok
+    run = res.index["runs"][0]
+    assert run["failed_stage"] == "warmup" and "exited with status 3" in run["error"]
+    stage_dir = tmp_path / "out" / run["stages"]["warmup"]["dir"]
+    assert "launched ['-m', 'harness.cli', 'train', 'warmup'" in (stage_dir / "launch.log").read_text()
+    assert (stage_dir / "launch_config.yaml").is_file()
+    assert not any(r["stage"] == "warmup" for r in calls())  # the in-process stage function never ran
+    with pytest.raises(ConfigError, match="--workers 1"):
+        run_experiment(study, tmp_path / "out", workers=2, functions=FAKES, launcher=launcher)
+
+
+@pytest.mark.slow
+def test_stages_launched_under_torchrun_on_two_processes(tmp_path):
+    import socket
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher = f"{sys.executable} -m torch.distributed.run --nproc_per_node 2 --master_port {port}"
+    sizes = ", ".join(t.replace("=", ": ") for t in TINY)
+    extra = (f"common: {{{sizes}}}\n"
+             "stages: {warmup: {train: {max_steps: 2, batch_size: 4}}, rl: {train: {max_steps: 2}, rl: "
+             "{prompts_per_step: 2, group_size: 2, max_new_tokens: 8, min_new_tokens: 2, val_max_samples: 4}}}\n")
+    study = load_study(write_study(tmp_path, "  - name: a\n    pipeline: [warmup, rl]\n", seeds="[0]", extra=extra))
+    res = run_experiment(study, tmp_path / "out", workers=1, log=lambda s: None, launcher=launcher)
+    assert res.ok, res.index["runs"][0]["error"]
+    run = res.index["runs"][0]
+    for stage in ("warmup", "rl"):
+        stage_dir = tmp_path / "out" / run["stages"][stage]["dir"]
+        assert read_json(stage_dir / "metrics.json")["processes"] == 2, stage
+        assert (stage_dir / "launch.log").is_file() and (stage_dir / "model" / "spec.json").is_file()
+    assert read_json(tmp_path / "out" / run["metrics"])["n"] == 6
