@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from pathlib import Path
@@ -30,6 +31,17 @@ def default_cache_dir(cfg: RunConfig) -> Path:
 def phantom_dir(cfg: RunConfig) -> Path:
     d = cfg.data
     return Path(d.synth_dir) / f"n{d.synth_n}-seed{d.synth_seed}-px{d.synth_image_size}"
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run the block with `n` torch threads (float sums, and so trained weights, depend on the count)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def ensure_phantom(out_dir: Path, n: int, seed: int, image_size: int, progress: bool = True) -> Path:

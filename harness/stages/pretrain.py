@@ -20,7 +20,7 @@ from harness.constants import OBSERVATIONS
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
 from harness.records import RunDir, atomic_write_json
-from harness.stages.common import default_cache_dir, ensure_phantom, load_images, seed_everything
+from harness.stages.common import default_cache_dir, ensure_phantom, load_images, seed_everything, torch_threads
 from harness.stages.lm_train import LMData, train_lm
 
 # Bump when the generator or this recipe changes in a way the config does not show.
@@ -135,9 +135,12 @@ def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = Fals
                        scheduler="cosine", warmup_steps=p.warmup_steps, checkpoint_every=50, log_every=10,
                        vision_lr_mult=p.vision_lr_mult)
     run = RunDir(work / "run")
-    metrics = train_lm(model, processor, train_data, val_data, tcfg, run, seed=cfg.seed,
-                       max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 0 pretrain",
-                       progress=progress)
+    # The cached base must not depend on which command built it first: the weights depend on the thread
+    # count, so stage 0 always trains on one thread (as in the experiment runner's worker processes).
+    with torch_threads(1):
+        metrics = train_lm(model, processor, train_data, val_data, tcfg, run, seed=cfg.seed,
+                           max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 0 pretrain",
+                           progress=progress)
     staging = out.parent / f"{out.name}.staging"
     if staging.exists():
         shutil.rmtree(staging)

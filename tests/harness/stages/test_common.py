@@ -66,3 +66,17 @@ def test_load_splits_applies_the_subset_to_train_only(tmp_path):
     splits = load_splits(cfg, progress=False)
     assert [s.id for s in splits["train"]] == ["train0", "train2"]
     assert [s.id for s in splits["val"]] == ["val0", "val1"] and len(splits["test"]) == 1
+
+
+def test_torch_threads_sets_and_restores():
+    import torch
+
+    from harness.stages.common import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), torch_threads(1):
+        raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
