@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from harness.config import RunConfig
+from harness.distributed import Dist, init_distributed
 from harness.models.checkpoint import load_base, load_stage_model
 from harness.models.presets import get_preset
 
@@ -46,3 +48,36 @@ def load_for_stage(cfg: RunConfig, progress: bool = True):
     path = base_path(cfg, progress)
     model, processor = load_base(path, cfg.model.dtype, cfg.model.image_size, attn)
     return model.to(device), processor, path
+
+
+@dataclass
+class StageStart:
+    """What a model stage (warm-up, SFT, RL) starts from; `model` etc. are None when the run is complete."""
+
+    dist: Dist
+    run: object  # RunDir on rank 0, FollowerRun on the other processes
+    progress: bool
+    complete: bool
+    model: object = None
+    processor: object = None
+    base_path: Path | str | None = None
+    splits: dict | None = None
+
+
+def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
+    """Seed, join the process group of a torchrun / accelerate launch (if any), open the run directory and,
+    unless the run is complete, load the model and the data. Rank 0 goes first: it writes the manifest and
+    builds what is cached (stage 0, the phantom set); the other processes then read them."""
+    from harness.records import FollowerRun
+    from harness.stages.common import load_splits, seed_everything, start_run
+
+    dist = init_distributed()
+    progress = progress and dist.main
+    seed_everything(cfg.seed)
+    with dist.main_first():
+        run = start_run(cfg, stage) if dist.main else FollowerRun(cfg.out_dir)
+        start = StageStart(dist, run, progress, run.complete)
+        if not start.complete:
+            start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
+            start.splits = load_splits(cfg, progress)
+    return start

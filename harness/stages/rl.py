@@ -9,15 +9,14 @@ from pathlib import Path
 
 from harness.config import RunConfig
 from harness.decoding import generate_reports
-from harness.distributed import Dist, init_distributed
+from harness.distributed import Dist
 from harness.evaluation import nlg_scores
 from harness.grpo.trainer import GRPOTrainer, PromptSet
 from harness.models.checkpoint import save_stage_model
 from harness.models.trainable import add_lora, count_parameters, set_trainable
-from harness.records import FollowerRun
 from harness.stages.classifier import instructions_for
-from harness.stages.common import load_images, load_splits, seed_everything, start_run
-from harness.stages.loading import load_for_stage
+from harness.stages.common import load_images
+from harness.stages.loading import begin_stage
 from harness.stages.sft import lora_settings
 
 
@@ -61,17 +60,11 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str]) -> dict:
 
 def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
     """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/distributed.py)."""
-    dist = init_distributed()
-    progress = progress and dist.main
-    seed_everything(cfg.seed)
-    with dist.main_first():  # rank 0 writes the manifest and builds what is cached (stage 0, phantom data)
-        run = start_run(cfg, "rl") if dist.main else FollowerRun(cfg.out_dir)
-        complete = run.complete
-        if not complete:
-            model, processor, base_path = load_for_stage(cfg, progress)
-            splits = load_splits(cfg, progress)
-    if complete:
-        return run.path / "model"
+    start = begin_stage(cfg, "rl", progress)  # data-parallel under torchrun / accelerate launch
+    if start.complete:
+        return start.run.path / "model"
+    dist, run, progress, splits = start.dist, start.run, start.progress, start.splits
+    model, processor, base_path = start.model, start.processor, start.base_path
     from harness.models.checkpoint import read_spec
 
     spec = read_spec(cfg.init_from) if cfg.init_from else {}

@@ -8,14 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import ConfigError, RunConfig
-from harness.distributed import init_distributed
 from harness.models.checkpoint import save_stage_model
 from harness.models.trainable import add_lora, count_parameters, set_trainable
-from harness.records import FollowerRun
 from harness.stages.classifier import predicted_diseases
-from harness.stages.common import disease_instructions, load_images, load_splits, seed_everything, start_run
+from harness.stages.common import disease_instructions, load_images
 from harness.stages.lm_train import LMData, train_lm
-from harness.stages.loading import load_for_stage
+from harness.stages.loading import begin_stage
 
 
 def lora_settings(cfg: RunConfig) -> dict:
@@ -25,17 +23,11 @@ def lora_settings(cfg: RunConfig) -> dict:
 def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     if not cfg.classifier.dir:
         raise ConfigError("stage 2 (sft) needs 'classifier.dir': the folder written by `regbench classifier train`")
-    dist = init_distributed()  # data-parallel under torchrun / accelerate launch (harness/distributed.py)
-    progress = progress and dist.main
-    seed_everything(cfg.seed)
-    with dist.main_first():  # rank 0 writes the manifest and builds what is cached (stage 0, phantom data)
-        run = start_run(cfg, "sft") if dist.main else FollowerRun(cfg.out_dir)
-        complete = run.complete
-        if not complete:
-            model, processor, base_path = load_for_stage(cfg, progress)
-            splits = load_splits(cfg, progress)
-    if complete:
-        return run.path / "model"
+    start = begin_stage(cfg, "sft", progress)  # data-parallel under torchrun / accelerate launch
+    if start.complete:
+        return start.run.path / "model"
+    dist, run, progress, splits = start.dist, start.run, start.progress, start.splits
+    model, processor, base_path = start.model, start.processor, start.base_path
     model = add_lora(model, **lora_settings(cfg))
     set_trainable(model, "sft")
     n_train, n_all = count_parameters(model)

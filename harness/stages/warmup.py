@@ -9,27 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import RunConfig
-from harness.distributed import init_distributed
 from harness.models.checkpoint import save_stage_model
 from harness.models.trainable import count_parameters, set_trainable
-from harness.records import FollowerRun
-from harness.stages.common import load_images, load_splits, plain_instructions, seed_everything, start_run
+from harness.stages.common import load_images, plain_instructions
 from harness.stages.lm_train import LMData, train_lm
-from harness.stages.loading import load_for_stage
+from harness.stages.loading import begin_stage
 
 
 def run_warmup(cfg: RunConfig, progress: bool = True) -> Path:
-    dist = init_distributed()  # data-parallel under torchrun / accelerate launch (harness/distributed.py)
-    progress = progress and dist.main
-    seed_everything(cfg.seed)
-    with dist.main_first():  # rank 0 writes the manifest and builds what is cached (stage 0, phantom data)
-        run = start_run(cfg, "warmup") if dist.main else FollowerRun(cfg.out_dir)
-        complete = run.complete
-        if not complete:
-            model, processor, base_path = load_for_stage(cfg, progress)
-            splits = load_splits(cfg, progress)
-    if complete:
-        return run.path / "model"
+    start = begin_stage(cfg, "warmup", progress)  # data-parallel under torchrun / accelerate launch
+    if start.complete:
+        return start.run.path / "model"
+    dist, run, progress, splits = start.dist, start.run, start.progress, start.splits
+    model, processor, base_path = start.model, start.processor, start.base_path
     set_trainable(model, "warmup")
     n_train, n_all = count_parameters(model)
     size = cfg.model.image_size
