@@ -135,9 +135,10 @@ def cmd_experiment(ns) -> int:
     if ns.experiment_command == "list":
         for a in arms or []:
             study.arm(a)
-        print(describe_plan(build_plan(study, out, seeds), seeds=seeds, arms=arms))
+        print(describe_plan(build_plan(study, out, seeds, ns.stages_dir), seeds=seeds, arms=arms))
         return 0
-    result = run_experiment(study, out, workers=ns.workers, seeds=seeds, arms=arms, launcher=ns.launcher)
+    result = run_experiment(study, out, workers=ns.workers, seeds=seeds, arms=arms, launcher=ns.launcher,
+                            stages_dir=ns.stages_dir)
     return 0 if result.ok else 1
 
 
@@ -153,7 +154,8 @@ def cmd_search(ns) -> int:
     search = load_search(ns.file, preset=ns.preset, sets=ns.set)
     out = Path(ns.out) if ns.out else Path("runs") / f"{search.name}-{search.preset}"
     try:
-        result = run_search(search, out, n_trials=ns.n_trials, workers=ns.workers, launcher=ns.launcher)
+        result = run_search(search, out, n_trials=ns.n_trials, workers=ns.workers, launcher=ns.launcher,
+                            stages_dir=ns.stages_dir)
     except RuntimeError as e:  # trials failing in a row: the message says why and how to continue
         print(f"regbench: error: {e}", file=sys.stderr)
         return 1
@@ -222,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--preset", default=None, help="preset YAML replacing the study's base: preset")
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a key of the merged study, e.g. common.data.annotation=/x.json (repeatable)")
+        p.add_argument("--stages-dir", default=None, metavar="DIR",
+                       help="keep stage runs in DIR (default OUT/stages); studies given the same DIR share every "
+                            "stage run whose key agrees, e.g. one warm-up and SFT per seed for all tables")
         if name == "run":
             p.add_argument("--workers", type=int, default=2, help="parallel worker processes (default 2)")
             p.add_argument("--launcher", default=None, metavar="CMD",
@@ -241,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a key of the merged search file, e.g. seeds=[0,1] (repeatable)")
     p.add_argument("--launcher", default=None, metavar="CMD",
                    help='run warm-up, SFT and RL under CMD, e.g. "torchrun --nproc_per_node 8" (see experiment run)')
+    p.add_argument("--stages-dir", default=None, metavar="DIR",
+                   help="keep stage runs in DIR, shared with studies given the same DIR (see experiment run)")
     p.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
     p.set_defaults(func=cmd_search)
     p = search_sub.add_parser("report", help="trials table and Optuna plots of a search folder")

@@ -335,6 +335,7 @@ class Plan:
     seeds: list[int]
     nodes: dict[str, Node]
     runs: dict[tuple[str, int], RunPlan]
+    stages_root: Path | None = None
 
     def stage_nodes(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind in STAGES]
@@ -358,9 +359,14 @@ def _pretrain_node(cfg: RunConfig) -> tuple[str, str] | None:
     return "pretrain:" + hashlib.sha256(where.encode()).hexdigest()[:10], where
 
 
-def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None) -> Plan:
-    """Every (arm, seed) of the study with its stage nodes (shared where the keys agree) and its eval node."""
+def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
+               stages_dir: str | Path | None = None) -> Plan:
+    """Every (arm, seed) of the study with its stage nodes (shared where the keys agree) and its eval node.
+
+    Stage runs live in `<out>/stages/`, or in `stages_dir` when given: studies pointed at one stages folder
+    share every stage run whose key agrees (e.g. one warm-up / SFT per seed for Tables 3, 4 and S5)."""
     out = Path(out).resolve()
+    stages_root = Path(stages_dir).resolve() if stages_dir else out / "stages"
     seeds = sorted(set(study.seeds) | set(seeds or []))
     nodes: dict[str, Node] = {}
     runs: dict[tuple[str, int], RunPlan] = {}
@@ -422,7 +428,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None) ->
                     raise ConfigError(f"{study.path.name}, arm '{arm.name}': stage sft needs 'classifier' in the "
                                       "pipeline or classifier.dir set")
                 key = config_key(stage, probe, inputs, tuple(runner_paths))
-                stage_dir = out / "stages" / f"{stage}-seed{seed}-{key}"
+                stage_dir = stages_root / f"{stage}-seed{seed}-{key}"
                 cfg = probe
                 cfg.out_dir = str(stage_dir)
                 deps = support_nodes(cfg, needs_base, user) + deps
@@ -445,7 +451,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None) ->
                               model_dir=str(prev_model.run_dir / "model") if prev_model else None, users=[user])
             runs[user] = RunPlan(arm.name, seed, run_dir, stage_ids, eid,
                                  prev_model.kind if prev_model else None, init_from)
-    return Plan(study, out, seeds, nodes, runs)
+    return Plan(study, out, seeds, nodes, runs, stages_root)
 
 
 def _node_done(node: Node) -> bool:
@@ -468,6 +474,51 @@ def _node_done(node: Node) -> bool:
 
         return (base_dir(from_dict(RunConfig, node.config)) / "DONE").is_file()
     return False
+
+
+LOCK_NAME = ".regbench.lock"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def acquire_lock(run_dir: Path) -> str | None:
+    """Mark a stage run as being executed by this process; None, or why another runner holds it.
+
+    The lock file holds "host pid". A lock of this host whose process is gone (a killed runner) is stale and
+    taken over; a lock of another host is trusted (a shared disk: its process cannot be checked from here)."""
+    import socket
+
+    lock = run_dir / LOCK_NAME
+    me = f"{socket.gethostname()} {os.getpid()}"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                host, pid = lock.read_text().split()
+            except (OSError, ValueError):
+                host, pid = "?", "0"
+            if host == socket.gethostname() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
+                lock.unlink(missing_ok=True)  # stale (or ours from an earlier run in this process)
+                continue
+            return (f"{run_dir} is being run by another process ({host} pid {pid}, lock {lock}); run this again "
+                    "when it has finished (the stage run is then reused), or delete the lock if that process is gone")
+        with os.fdopen(fd, "w") as f:
+            f.write(me + "\n")
+        return None
+    return f"could not lock {lock}"
+
+
+def release_lock(run_dir: Path) -> None:
+    (run_dir / LOCK_NAME).unlink(missing_ok=True)
 
 
 def _link_stages(plan: Plan) -> None:
@@ -661,7 +712,8 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
         "format": INDEX_FORMAT, "study": study.name, "title": study.title, "study_file": str(study.path),
         "preset": study.preset, "preset_file": str(study.preset_file), "reproduces": study.reproduces,
         "reference_arm": study.reference, "seeds": plan.seeds, "arms": [a.describe() for a in study.arms],
-        "runs": runs, "summary": summary, "created": created, "updated": _now(), "git_commit": git_commit(),
+        "stages_dir": _rel(plan, plan.stages_root), "runs": runs, "summary": summary, "created": created,
+        "updated": _now(), "git_commit": git_commit(),
         "argv": list(argv if argv is not None else sys.argv),
     }
 
@@ -685,8 +737,12 @@ class ExperimentResult:
 def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, workers: int = 2,
                    seeds: list[int] | None = None, arms: list[str] | None = None,
                    functions: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
-                   argv: list[str] | None = None, launcher: str | None = None) -> ExperimentResult:
+                   argv: list[str] | None = None, launcher: str | None = None,
+                   stages_dir: str | Path | None = None) -> ExperimentResult:
     """Run the selected arms x seeds of a study (all by default); see the module docstring.
+
+    `stages_dir` puts the stage runs in a folder shared with other studies (see `build_plan`); a stage run
+    another runner is executing (its lock file names a live process) fails here with a message saying so.
 
     `launcher` (e.g. "torchrun --nproc_per_node 8") runs the warm-up, SFT and RL stages as launched
     multi-process commands, one at a time (so `workers` must be 1); see `launch_stage`."""
@@ -700,7 +756,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     fns = {**DEFAULT_FUNCTIONS, **(functions or {})}
     for a in arms or []:
         study.arm(a)  # unknown names are errors
-    plan = build_plan(study, out, seeds)
+    plan = build_plan(study, out, seeds, stages_dir)
     selected = [k for k in plan.runs if (not arms or k[0] in arms) and (k[1] in (seeds or study.seeds))]
     index_path = plan.out / "index.json"
     created = _now()
@@ -782,10 +838,17 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                     progressed = True
                     continue
                 if all(s == "complete" for s in dep_status) and len(running) < limit:
-                    node.status = "running"
                     remaining.remove(nid)
+                    progressed = True
                     if node.kind in STAGES or node.kind == "eval":
                         node.run_dir.mkdir(parents=True, exist_ok=True)
+                    if node.kind in STAGES:
+                        held = acquire_lock(node.run_dir)
+                        if held:
+                            node.status, node.error = "failed", held
+                            log(f"[experiment {study.name}] FAILED {node.kind} ({_node_label(node)}): {held}")
+                            continue
+                    node.status = "running"
                     fut = executor.submit(execute_node, node.kind, fns[node.kind], node.config, node.model_dir,
                                           launcher)
                     running[fut] = nid
@@ -817,6 +880,8 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                     scores.update(eval_key=node.key, final_stage=plan.runs[node.users[0]].final_stage,
                                   model_dir=node.model_dir)
                     atomic_write_json(node.run_dir / "metrics.json", scores)
+                if node.kind in STAGES:
+                    release_lock(node.run_dir)
                 log(f"[experiment {study.name}] {'finished' if res['ok'] else 'FAILED'} {node.kind} "
                     f"({_node_label(node)}) in {res.get('elapsed_s') or 0:.0f}s")
                 if res["ok"]:
@@ -836,6 +901,8 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
         executor.shutdown(wait=True, cancel_futures=True)
         for nid in running.values():
             plan.nodes[nid].status = "pending"
+            if plan.nodes[nid].kind in STAGES:
+                release_lock(plan.nodes[nid].run_dir)
         index = write_index()
     failed = [(r["arm"], r["seed"]) for r in index["runs"] if r["status"] == "failed"
               and (r["arm"], r["seed"]) in selected]

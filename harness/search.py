@@ -421,7 +421,7 @@ class SearchResult:
 def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_trials: int | None = None,
                workers: int = 1, functions: dict[str, str] | None = None,
                log: Callable[[str], None] | None = None, argv: list[str] | None = None,
-               launcher: str | None = None) -> SearchResult:
+               launcher: str | None = None, stages_dir: str | Path | None = None) -> SearchResult:
     """Run trials until `n_trials` (default: the file's) have finished; see the module docstring."""
     import optuna
     from optuna.trial import TrialState
@@ -455,7 +455,8 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
         log(f"[search {search.name}] trial {trial.number} ({done + 1}/{target}): {arm.label.split(': ', 1)[1]}")
         t0 = time.time()
         result = run_experiment(experiment_study(search, arms_so_far()), out, workers=workers,
-                                arms=[arm.name], functions=functions, log=log, argv=argv, launcher=launcher)
+                                arms=[arm.name], functions=functions, log=log, argv=argv, launcher=launcher,
+                                stages_dir=stages_dir)
         runs = [r for r in result.index["runs"] if r["arm"] == arm.name]
         failed = [r for r in runs if r["status"] != "complete"]
         per_seed, error = {}, None

@@ -478,3 +478,47 @@ def test_stages_launched_under_torchrun_on_two_processes(tmp_path):
         assert read_json(stage_dir / "metrics.json")["processes"] == 2, stage
         assert (stage_dir / "launch.log").is_file() and (stage_dir / "model" / "spec.json").is_file()
     assert read_json(tmp_path / "out" / run["metrics"])["n"] == 6
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A stages folder shared by several studies, and its locks
+
+
+def test_studies_sharing_a_stages_dir_share_their_stage_runs(tmp_path, calls):
+    shared = tmp_path / "shared_stages"
+    one = load_study(write_study(tmp_path, ARMS, seeds="[0]", name="one"))
+    two = load_study(write_study(tmp_path, "  - name: a\n    overrides: {rl: [rl.regularizer=none]}\n",
+                                 seeds="[0]", name="two"))
+    assert run_experiment(one, tmp_path / "out1", workers=1, functions=FAKES, log=lambda s: None,
+                          stages_dir=shared).ok
+    assert sum(r["stage"] == "sft" for r in calls()) == 1  # (reading the calls empties the record)
+    res = run_experiment(two, tmp_path / "out2", workers=1, functions=FAKES, log=lambda s: None, stages_dir=shared)
+    assert res.ok
+    new = [r for r in calls() if r["stage"] != "support"]
+    # Study two's warm-up, classifier and SFT resolve to study one's keys: only its RL stage and eval run.
+    assert sorted(r["stage"] for r in new) == ["eval", "rl"]
+    run = res.index["runs"][0]
+    assert run["stages"]["sft"]["dir"].startswith("../shared_stages/sft-seed0-")
+    assert res.index["stages_dir"] == "../shared_stages"
+    assert (tmp_path / "out2" / "a" / "seed0" / "sft" / "metrics.json").is_file()  # the link resolves
+    assert not list(shared.glob("*/.regbench.lock"))  # locks are released
+
+
+def test_a_stage_run_locked_by_a_live_process_fails_with_a_clear_error(tmp_path, calls):
+    import socket
+
+    from harness.experiments import LOCK_NAME
+
+    study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]"))
+    plan = build_plan(study, tmp_path / "out")
+    warmup = next(n for n in plan.nodes.values() if n.kind == "warmup")
+    warmup.run_dir.mkdir(parents=True)
+    (warmup.run_dir / LOCK_NAME).write_text(f"{socket.gethostname()} 1\n")  # pid 1 is always alive
+    res = run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None)
+    assert not res.ok
+    assert "is being run by another process" in res.index["runs"][0]["error"]
+    assert not any(r["stage"] == "warmup" for r in calls())
+    # A lock whose process is gone (a killed runner) is stale: the next run takes it over.
+    (warmup.run_dir / LOCK_NAME).write_text(f"{socket.gethostname()} 999999999\n")
+    assert run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None).ok
+    assert not (warmup.run_dir / LOCK_NAME).exists()
