@@ -47,11 +47,12 @@ from harness.experiments import (
     run_experiment,
     yaml_scalar,
 )
+from harness.grpo import trainer as trainer_module
 from harness.records import atomic_write_json, read_json, read_jsonl
 
 SEARCH_FORMAT = "regbench.search/1"
 _SEARCH_KEYS = {"search", "title", "description", "seeds", "pipeline", "n_trials", "objective", "sampler",
-                "fixed", "space", "preset", "common", "stages"}
+                "pruner", "fixed", "space", "preset", "common", "stages"}
 _PARAM_KEYS = {"type", "low", "high", "log", "step", "choices", "stage"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 # Objectives read from the RL stage's evals.jsonl (validation rows after the first optimizer step) ...
@@ -107,6 +108,7 @@ class Search:
     n_trials: int
     objective: Objective
     sampler: dict
+    pruner: dict
     fixed: dict[str, Any]
     params: list[Param]
     common: dict
@@ -183,6 +185,7 @@ def load_search(path: str | Path, preset: str | Path | None = None, sets: list[s
     bad = sorted(set(sampler) - {"name", "seed", "n_startup_trials"})
     if bad:
         raise ConfigError(f"{where}: sampler: unknown field '{bad[0]}'; valid: name, seed, n_startup_trials")
+    pruner = _parse_pruner(doc.get("pruner"), objective, seeds, where)
     fixed = check_overrides(doc.get("fixed"), f"{where}: fixed")
     space = doc.get("space")
     if not isinstance(space, dict) or not space:
@@ -195,7 +198,7 @@ def load_search(path: str | Path, preset: str | Path | None = None, sets: list[s
         raise ConfigError(f"{where}: a parameter sets stage '{missing[0]}', which is not in the pipeline {pipeline}")
     search = Search(name=name, title=str(doc.get("title", name)), path=path, preset=preset_name,
                     preset_file=preset_file, seeds=seeds, pipeline=pipeline, n_trials=n_trials,
-                    objective=objective, sampler=sampler, fixed=fixed, params=list(params.values()),
+                    objective=objective, sampler=sampler, pruner=pruner, fixed=fixed, params=list(params.values()),
                     common=doc.get("common") or {}, stages=doc.get("stages") or {})
     # Every key must be a real config field: resolve one trial's configs at the middle of the space.
     from harness.experiments import build_plan
@@ -203,6 +206,24 @@ def load_search(path: str | Path, preset: str | Path | None = None, sets: list[s
     probe = trial_arm(search, 0, midpoint(search.params))
     build_plan(experiment_study(search, [probe]), path.parent / "_probe_never_written", [search.seeds[0]])
     return search
+
+
+def _parse_pruner(spec: Any, objective: Objective, seeds: list[int], where: str) -> dict:
+    """`pruner: {name: median, n_startup_trials: 3, n_warmup_steps: 1}` (Optuna's MedianPruner) or none."""
+    spec = spec or {"name": "none"}
+    if not isinstance(spec, dict) or spec.get("name", "none") not in ("none", "median"):
+        raise ConfigError(f"{where}: 'pruner' must be a mapping with name none or median, got {spec!r}")
+    bad = sorted(set(spec) - {"name", "n_startup_trials", "n_warmup_steps"})
+    if bad:
+        raise ConfigError(f"{where}: pruner: unknown field '{bad[0]}'; valid: name, n_startup_trials, n_warmup_steps")
+    if spec.get("name", "none") == "median":
+        if objective.metric not in VAL_OBJECTIVES or objective.direction != "maximize":
+            raise ConfigError(f"{where}: pruning compares RL validation scores as they come, so it needs a "
+                              f"maximized val_* objective, not {objective.metric} ({objective.direction})")
+        if len(seeds) != 1:
+            raise ConfigError(f"{where}: pruning needs one seed per trial (its intermediate values are one run's "
+                              f"validation scores), got seeds {seeds}")
+    return {"name": "none", **spec}
 
 
 def _parse_objective(spec: Any, pipeline: list[str], where: str) -> Objective:
@@ -342,6 +363,17 @@ def _sampler(search: Search, resumed_at: int = 0):
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=int(spec.get("n_startup_trials", 5)))
 
 
+def _pruner(search: Search):
+    import optuna
+
+    spec = search.pruner
+    if spec.get("name") != "median":
+        return optuna.pruners.NopPruner()
+    # Steps are RL optimizer steps; a trial is compared with the others at the steps it has reported.
+    return optuna.pruners.MedianPruner(n_startup_trials=int(spec.get("n_startup_trials", 3)),
+                                       n_warmup_steps=int(spec.get("n_warmup_steps", 0)))
+
+
 def open_study(out: Path, search: Search | None = None, *, create: bool = True):
     """The Optuna study in `<out>/optuna.journal` (created when `create`), and its storage."""
     import optuna
@@ -355,7 +387,8 @@ def open_study(out: Path, search: Search | None = None, *, create: bool = True):
     storage = JournalStorage(JournalFileBackend(str(journal)))
     if create:
         study = optuna.create_study(study_name=search.name, storage=storage, load_if_exists=True,
-                                    direction=search.objective.direction, sampler=_sampler(search))
+                                    direction=search.objective.direction, sampler=_sampler(search),
+                                    pruner=_pruner(search))
     else:
         names = optuna.get_all_study_names(storage)
         study = optuna.load_study(study_name=names[0], storage=storage)
@@ -375,6 +408,23 @@ def _requeue_stale(study, storage, log: Callable[[str], None]) -> None:
         log(f"trial {t.number} was left running by an interrupted search: enqueued again with the same values")
 
 
+PRUNED_MARK = "TrialPruned"
+
+
+def _pruning_hook(trial):
+    """A trainer validation hook: report the score as the trial's intermediate value; stop if Optuna prunes."""
+    import optuna
+
+    def hook(step: int, score: float) -> None:
+        if step == 0:  # the starting policy, the same in every trial (and it would count as "best so far")
+            return
+        trial.report(score, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"at RL step {step}, validation score {score:.4f} is below the median of "
+                                     "earlier trials at that step")
+    return hook
+
+
 def _finished(study) -> list:
     from optuna.trial import TrialState
 
@@ -389,8 +439,10 @@ def search_summary(search: Search, study, out: Path) -> dict:
     trials = []
     for t in study.get_trials(deepcopy=False):
         trials.append({"number": t.number, "arm": arm_name(t.number), "state": t.state.name.lower(),
-                       "values": t.params, "objective": t.value,
+                       # (Optuna gives a pruned trial its last intermediate value; it has no objective.)
+                       "values": t.params, "objective": t.value if t.state == TrialState.COMPLETE else None,
                        "per_seed": t.user_attrs.get("per_seed"), "error": t.user_attrs.get("error"),
+                       "pruned": t.user_attrs.get("pruned"),
                        "requeued": bool(t.system_attrs.get("regbench_requeued")),
                        "duration_s": t.duration.total_seconds() if t.duration else None})
     complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
@@ -402,7 +454,7 @@ def search_summary(search: Search, study, out: Path) -> dict:
             "preset": search.preset, "seeds": search.seeds, "n_trials": search.n_trials,
             "objective": {"metric": search.objective.metric, "direction": search.objective.direction,
                           "description": search.objective.description},
-            "sampler": search.sampler or {"name": "tpe"},
+            "sampler": search.sampler or {"name": "tpe"}, "pruner": search.pruner,
             "space": {p.key: {k: v for k, v in vars(p).items() if k != "key" and v not in (None, False)}
                       for p in search.params},
             "trials": trials, "best": best, "index": "index.json", "journal": "optuna.journal"}
@@ -428,6 +480,10 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
 
     if not isinstance(search, Search):
         search = load_search(search)
+    pruning = search.pruner.get("name") == "median"
+    if pruning and (launcher or workers > 1):
+        raise ConfigError("pruning follows the RL stage's validations in this process: run the search with "
+                          "--workers 1 and without --launcher, or set pruner: {name: none}")
     out = Path(out) if out else Path("runs") / f"{search.name}-{search.preset}"
     log = log or (lambda s: print(s, flush=True))
     target = n_trials or search.n_trials
@@ -454,9 +510,16 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
         done = len(_finished(study))
         log(f"[search {search.name}] trial {trial.number} ({done + 1}/{target}): {arm.label.split(': ', 1)[1]}")
         t0 = time.time()
-        result = run_experiment(experiment_study(search, arms_so_far()), out, workers=workers,
-                                arms=[arm.name], functions=functions, log=log, argv=argv, launcher=launcher,
-                                stages_dir=stages_dir)
+        hook = _pruning_hook(trial) if pruning else None
+        if hook:
+            trainer_module.VALIDATION_HOOKS.append(hook)
+        try:
+            result = run_experiment(experiment_study(search, arms_so_far()), out, workers=workers,
+                                    arms=[arm.name], functions=functions, log=log, argv=argv, launcher=launcher,
+                                    stages_dir=stages_dir)
+        finally:
+            if hook:
+                trainer_module.VALIDATION_HOOKS.remove(hook)
         runs = [r for r in result.index["runs"] if r["arm"] == arm.name]
         failed = [r for r in runs if r["status"] != "complete"]
         per_seed, error = {}, None
@@ -467,7 +530,13 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
                 per_seed = {str(r["seed"]): run_objective(out, r, search.objective.metric) for r in runs}
             except (ValueError, OSError, KeyError) as e:
                 error = f"objective: {e}"
-        if error:
+        if error and PRUNED_MARK in error:
+            why = error.split(PRUNED_MARK, 1)[1].strip(": ")
+            trial.set_user_attr("pruned", why)
+            study.tell(trial, state=TrialState.PRUNED)
+            failures_in_a_row = 0
+            log(f"[search {search.name}] trial {trial.number} pruned {why}")
+        elif error:
             trial.set_user_attr("error", error)
             study.tell(trial, state=TrialState.FAIL)
             log(f"[search {search.name}] trial {trial.number} failed: {error}")

@@ -43,6 +43,11 @@ from harness.stages.lm_train import epoch_order, make_scheduler
 from regularizers import build_reference, build_regularizer
 from rewards.registry import compute_reward
 
+# Called as hook(step, val_score) after every validation (on every process), e.g. by an Optuna search that
+# reports intermediate values and may stop the run by raising (optuna.TrialPruned). Add and remove hooks
+# around a run; they are process-wide.
+VALIDATION_HOOKS: list[Callable[[int, float], None]] = []
+
 
 @dataclass
 class PromptSet:
@@ -270,6 +275,8 @@ class GRPOTrainer:
         row = {"step": self.step, "epoch": epoch, "split": "val", "val_score": score, "end_of_epoch": end_of_epoch,
                **scores, **(event or {})}
         self.run.log_eval(row)
+        for hook in list(VALIDATION_HOOKS):
+            hook(self.step, score)
         return row
 
     # -- the loop ---------------------------------------------------------------------------------------

@@ -46,6 +46,11 @@ def fake_rl(cfg, progress=False):
             {"step": 5, "split": "val", "val_score": final + 0.5},
             {"step": 10, "split": "val", "val_score": final}]
     (out / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from harness.grpo.trainer import VALIDATION_HOOKS
+
+    for row in rows:  # as the trainer calls them after each validation (a hook may stop the run)
+        for hook in list(VALIDATION_HOOKS):
+            hook(row["step"], row["val_score"])
     if os.environ.get("REGBENCH_TEST_FAIL_BETA") and cfg.rl.beta_base > float(os.environ["REGBENCH_TEST_FAIL_BETA"]):
         raise RuntimeError("fake RL diverged")
     atomic_write_json(out / "metrics.json", {"stage": "rl"})
@@ -245,6 +250,38 @@ def test_a_broken_setup_stops_the_search_after_three_failures_in_a_row(tmp_path,
         run_search(write_search(tmp_path, n_trials=10), out, functions=SEARCH_FAKES, log=lambda s: None)
     trials = read_json(out / "search.json")["trials"]
     assert [t["state"] for t in trials] == ["fail"] * 3
+
+
+def test_median_pruning_stops_weak_trials_before_their_evaluation(tmp_path, calls):
+    text = write_search(tmp_path).read_text().replace(
+        "sampler: {name: random, seed: 3}",
+        "sampler: {name: random, seed: 3}\npruner: {name: median, n_startup_trials: 2, n_warmup_steps: 1}")
+    out = tmp_path / "out"
+    run_search(write_search(tmp_path, text, name="p"), out, n_trials=8, functions=SEARCH_FAKES, log=lambda s: None)
+    trials = read_json(out / "search.json")["trials"]
+    pruned = [t for t in trials if t["state"] == "pruned"]
+    complete = [t for t in trials if t["state"] == "complete"]
+    assert pruned and complete and len(pruned) + len(complete) == 8
+    assert all("below the median" in t["pruned"] and t["objective"] is None for t in pruned), pruned
+    rows = calls()
+    assert sum(r["stage"] == "rl" for r in rows) == 8 and sum(r["stage"] == "eval" for r in rows) == len(complete)
+    # Pruning is decided at the first validation after step 0 (score final + 0.5): a pruned trial's was below
+    # the median of the earlier trials' at that step.
+    for t in pruned:
+        earlier = [expected_objective(u["values"]) + 0.5 for u in trials if u["number"] < t["number"]]
+        assert expected_objective(t["values"]) + 0.5 < sorted(earlier)[len(earlier) // 2] + 1e-9
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("seeds: [0]", "pruning needs one seed per trial"),
+    ("metric: val_final", "needs a maximized val_\\* objective"),
+])
+def test_pruning_needs_one_seed_and_a_validation_objective(tmp_path, change, message):
+    text = write_search(tmp_path).read_text().replace(
+        "sampler: {name: random, seed: 3}", "sampler: {name: random, seed: 3}\npruner: {name: median}")
+    text = text.replace(change, {"seeds: [0]": "seeds: [0, 1]", "metric: val_final": "metric: test:BLEU_4"}[change])
+    with pytest.raises(ConfigError, match=message):
+        load_search(write_search(tmp_path, text, name="bad"))
 
 
 def test_a_trial_left_running_is_requeued_with_its_values(tmp_path, calls):

@@ -73,6 +73,30 @@ def test_every_combination_runs(regularizer, reference, tiny_model, tiny_process
     assert (tmp_path / "checkpoint" / "rl_state.pt").is_file()
 
 
+def test_validation_hooks_see_every_score_and_can_stop_the_run(tiny_model, tiny_processor, tmp_path, prompt_set,
+                                                                monkeypatch):
+    from harness.grpo import trainer as trainer_module
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def hook(step, score):
+        seen.append((step, score))
+        if step >= 2:
+            raise Stop("enough")
+
+    monkeypatch.setattr(trainer_module, "VALIDATION_HOOKS", [hook])
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, scores=[0.3, 0.5, 0.4], val_every_steps=1,
+                  reset_every_epochs=1)
+    tr.total_steps = 3
+    with pytest.raises(Stop):
+        tr.train()
+    assert [s for s, _ in seen] == [0, 1, 2] and [round(v, 6) for _, v in seen] == [
+        round(e["val_score"], 6) for e in tr.run.evals()]
+
+
 def test_ratio_is_one_when_current_equals_old(tiny_model, tiny_processor, tmp_path, prompt_set):
     tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="constant")
     tr.reference.on_start(tr.store)
