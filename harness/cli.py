@@ -155,7 +155,7 @@ def cmd_search(ns) -> int:
     out = Path(ns.out) if ns.out else Path("runs") / f"{search.name}-{search.preset}"
     try:
         result = run_search(search, out, n_trials=ns.n_trials, workers=ns.workers, launcher=ns.launcher,
-                            stages_dir=ns.stages_dir)
+                            stages_dir=ns.stages_dir, parallel_trials=ns.parallel_trials)
     except RuntimeError as e:  # trials failing in a row: the message says why and how to continue
         print(f"regbench: error: {e}", file=sys.stderr)
         return 1
@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default runs/<search>-<preset>)")
     p.add_argument("--n-trials", type=int, default=None, help="finished trials to reach (default: the file's)")
     p.add_argument("--workers", type=int, default=1, help="worker processes for a trial's seeds (default 1)")
+    p.add_argument("--parallel-trials", type=int, default=1, metavar="K",
+                   help="run K trials at a time, in K worker processes (one GPU each where there are several)")
     p.add_argument("--preset", default=None, help="preset YAML replacing the search's base: preset")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of the merged search file, e.g. seeds=[0,1] (repeatable)")

@@ -572,8 +572,24 @@ def _resolve_function(spec: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def _init_worker() -> None:
+def gpu_slots(workers: int) -> list[str | None]:
+    """The GPU each worker process gets: round robin over the visible GPUs (CUDA_VISIBLE_DEVICES, else all),
+    so that `--workers 8` on an 8-GPU machine runs eight stage runs side by side, one per GPU."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+    else:
+        import torch
+
+        ids = [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return [ids[i % len(ids)] for i in range(workers)] if ids else [None] * workers
+
+
+def _init_worker(slots=None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    gpu = slots.get() if slots is not None else None
+    if gpu is not None:  # before torch touches CUDA: this worker then sees one GPU, as cuda:0
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     import torch
 
     torch.set_num_threads(1)
@@ -654,8 +670,12 @@ def _node_label(node: Node) -> str:
 def _make_executor(workers: int):
     if workers <= 1:
         return _InlineExecutor()
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker)
+    context = multiprocessing.get_context("spawn")
+    slots = context.Queue()
+    for gpu in gpu_slots(workers):
+        slots.put(gpu)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                               initargs=(slots,))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -351,16 +351,18 @@ def run_objective(out: Path, run: dict, metric: str) -> float:
 # Running
 
 
-def _sampler(search: Search, resumed_at: int = 0):
+def _sampler(search: Search, resumed_at: int = 0, parallel: bool = False):
     """The file's sampler. A resumed search (`resumed_at` trials already in the journal) seeds it with
-    seed + resumed_at: re-using the seed would replay the first proposals, i.e. re-run finished trials."""
+    seed + resumed_at: re-using the seed would replay the first proposals, i.e. re-run finished trials.
+    Parallel trials use TPE's constant liar (running trials count as bad), so one batch spreads out."""
     import optuna
 
     spec = search.sampler
     seed = spec.get("seed", 0) + resumed_at
     if spec.get("name", "tpe") == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=int(spec.get("n_startup_trials", 5)))
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=int(spec.get("n_startup_trials", 5)),
+                                      constant_liar=parallel)
 
 
 def _pruner(search: Search):
@@ -374,7 +376,7 @@ def _pruner(search: Search):
                                        n_warmup_steps=int(spec.get("n_warmup_steps", 0)))
 
 
-def open_study(out: Path, search: Search | None = None, *, create: bool = True):
+def open_study(out: Path, search: Search | None = None, *, create: bool = True, parallel: bool = False):
     """The Optuna study in `<out>/optuna.journal` (created when `create`), and its storage."""
     import optuna
     from optuna.storages import JournalStorage
@@ -387,7 +389,8 @@ def open_study(out: Path, search: Search | None = None, *, create: bool = True):
     storage = JournalStorage(JournalFileBackend(str(journal)))
     if create:
         study = optuna.create_study(study_name=search.name, storage=storage, load_if_exists=True,
-                                    direction=search.objective.direction, sampler=_sampler(search),
+                                    direction=search.objective.direction,
+                                    sampler=_sampler(search, parallel=parallel),
                                     pruner=_pruner(search))
     else:
         names = optuna.get_all_study_names(storage)
@@ -471,29 +474,35 @@ class SearchResult:
 
 
 def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_trials: int | None = None,
-               workers: int = 1, functions: dict[str, str] | None = None,
+               workers: int = 1, parallel_trials: int = 1, functions: dict[str, str] | None = None,
                log: Callable[[str], None] | None = None, argv: list[str] | None = None,
                launcher: str | None = None, stages_dir: str | Path | None = None) -> SearchResult:
-    """Run trials until `n_trials` (default: the file's) have finished; see the module docstring."""
+    """Run trials until `n_trials` (default: the file's) have finished; see the module docstring.
+
+    `parallel_trials` K asks Optuna for K trials at a time and runs them as K arms of one experiment in K
+    worker processes (each on its own GPU where there are several; TPE then uses its constant-liar mode)."""
     import optuna
-    from optuna.trial import TrialState
 
     if not isinstance(search, Search):
         search = load_search(search)
+    if parallel_trials < 1:
+        raise ConfigError(f"--parallel-trials must be >= 1, got {parallel_trials}")
     pruning = search.pruner.get("name") == "median"
-    if pruning and (launcher or workers > 1):
+    if pruning and (launcher or workers > 1 or parallel_trials > 1):
         raise ConfigError("pruning follows the RL stage's validations in this process: run the search with "
-                          "--workers 1 and without --launcher, or set pruner: {name: none}")
+                          "--workers 1, --parallel-trials 1 and without --launcher, or set pruner: {name: none}")
+    if launcher and parallel_trials > 1:
+        raise ConfigError("--launcher runs one stage at a time over all processes: use --parallel-trials 1")
     out = Path(out) if out else Path("runs") / f"{search.name}-{search.preset}"
     log = log or (lambda s: print(s, flush=True))
     target = n_trials or search.n_trials
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study, storage = open_study(out, search)
+    study, storage = open_study(out, search, parallel=parallel_trials > 1)
     if study.trials:
-        study.sampler = _sampler(search, resumed_at=len(study.trials))
+        study.sampler = _sampler(search, resumed_at=len(study.trials), parallel=parallel_trials > 1)
     _requeue_stale(study, storage, log)
 
-    def arms_so_far() -> list[Arm]:  # every trial with values, the one being asked included
+    def arms_so_far() -> list[Arm]:  # every trial with values, the ones being asked included
         return [trial_arm(search, t.number, t.params) for t in study.get_trials(deepcopy=False)
                 if t.params and not t.system_attrs.get("regbench_requeued")]
 
@@ -504,56 +513,39 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
 
     failures_in_a_row = 0
     while len(_finished(study)) < target:
-        trial = study.ask()
-        values = suggest(trial, search.params)
-        arm = trial_arm(search, trial.number, values)
         done = len(_finished(study))
-        log(f"[search {search.name}] trial {trial.number} ({done + 1}/{target}): {arm.label.split(': ', 1)[1]}")
+        batch = []
+        for _ in range(min(parallel_trials, target - done)):
+            trial = study.ask()
+            arm = trial_arm(search, trial.number, suggest(trial, search.params))
+            batch.append((trial, arm))
+            log(f"[search {search.name}] trial {trial.number} ({done + len(batch)}/{target}): "
+                f"{arm.label.split(': ', 1)[1]}")
         t0 = time.time()
-        hook = _pruning_hook(trial) if pruning else None
+        hook = _pruning_hook(batch[0][0]) if pruning else None
         if hook:
             trainer_module.VALIDATION_HOOKS.append(hook)
         try:
-            result = run_experiment(experiment_study(search, arms_so_far()), out, workers=workers,
-                                    arms=[arm.name], functions=functions, log=log, argv=argv, launcher=launcher,
-                                    stages_dir=stages_dir)
+            result = run_experiment(experiment_study(search, arms_so_far()), out,
+                                    workers=max(workers, len(batch)) if len(batch) > 1 else workers,
+                                    arms=[arm.name for _, arm in batch], functions=functions, log=log, argv=argv,
+                                    launcher=launcher, stages_dir=stages_dir)
         finally:
             if hook:
                 trainer_module.VALIDATION_HOOKS.remove(hook)
-        runs = [r for r in result.index["runs"] if r["arm"] == arm.name]
-        failed = [r for r in runs if r["status"] != "complete"]
-        per_seed, error = {}, None
-        if failed:
-            error = failed[0]["error"] or f"seed {failed[0]['seed']}: {failed[0]['status']}"
-        else:
-            try:
-                per_seed = {str(r["seed"]): run_objective(out, r, search.objective.metric) for r in runs}
-            except (ValueError, OSError, KeyError) as e:
-                error = f"objective: {e}"
-        if error and PRUNED_MARK in error:
-            why = error.split(PRUNED_MARK, 1)[1].strip(": ")
-            trial.set_user_attr("pruned", why)
-            study.tell(trial, state=TrialState.PRUNED)
-            failures_in_a_row = 0
-            log(f"[search {search.name}] trial {trial.number} pruned {why}")
-        elif error:
-            trial.set_user_attr("error", error)
-            study.tell(trial, state=TrialState.FAIL)
-            log(f"[search {search.name}] trial {trial.number} failed: {error}")
-            failures_in_a_row += 1
+        for trial, arm in batch:
+            outcome = _tell(search, study, trial, [r for r in result.index["runs"] if r["arm"] == arm.name], out)
+            if outcome.startswith("failed"):
+                failures_in_a_row += 1
+            else:
+                failures_in_a_row = 0
+            log(f"[search {search.name}] trial {trial.number} {outcome} ({time.time() - t0:.0f}s)")
             if failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
                 write_summary()
+                last = outcome.removeprefix("failed ")
                 raise RuntimeError(f"search {search.name}: {failures_in_a_row} trials in a row failed, the last "
-                                   f"with: {error}. Stopped (a broken setup, not a bad region of the space); "
-                                   f"fix it and run the same command to continue ({out / 'search.json'})")
-        else:
-            failures_in_a_row = 0
-            value = sum(per_seed.values()) / len(per_seed)
-            trial.set_user_attr("per_seed", per_seed)
-            study.tell(trial, value)
-            best = study.best_trial
-            log(f"[search {search.name}] trial {trial.number}: {search.objective.metric} = {value:.4f} "
-                f"({time.time() - t0:.0f}s); best so far: trial {best.number} = {best.value:.4f}")
+                                   f"{last}. Stopped (a broken setup, not a bad region of the space); fix it and "
+                                   f"run the same command to continue ({out / 'search.json'})")
         write_summary()
     summary = write_summary()
     if summary["best"]:
@@ -561,3 +553,32 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
         log(f"[search {search.name}] best: trial {b['number']} ({search.objective.metric} = {b['objective']:.4f}) "
             f"{b['values']}")
     return SearchResult(out, summary)
+
+
+def _tell(search: Search, study, trial, runs: list[dict], out: Path) -> str:
+    """Tell Optuna how a trial's runs (its rows of the experiment index) went; a line for the log."""
+    from optuna.trial import TrialState
+
+    failed = [r for r in runs if r["status"] != "complete"]
+    per_seed, error = {}, None
+    if failed:
+        error = failed[0]["error"] or f"seed {failed[0]['seed']}: {failed[0]['status']}"
+    else:
+        try:
+            per_seed = {str(r["seed"]): run_objective(out, r, search.objective.metric) for r in runs}
+        except (ValueError, OSError, KeyError) as e:
+            error = f"objective: {e}"
+    if error and PRUNED_MARK in error:
+        why = error.split(PRUNED_MARK, 1)[1].strip(": ")
+        trial.set_user_attr("pruned", why)
+        study.tell(trial, state=TrialState.PRUNED)
+        return f"pruned {why}"
+    if error:
+        trial.set_user_attr("error", error)
+        study.tell(trial, state=TrialState.FAIL)
+        return f"failed with: {error}"
+    value = sum(per_seed.values()) / len(per_seed)
+    trial.set_user_attr("per_seed", per_seed)
+    study.tell(trial, value)
+    best = study.best_trial
+    return f"{search.objective.metric} = {value:.4f}; best so far: trial {best.number} = {best.value:.4f}"

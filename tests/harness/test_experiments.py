@@ -522,3 +522,14 @@ def test_a_stage_run_locked_by_a_live_process_fails_with_a_clear_error(tmp_path,
     (warmup.run_dir / LOCK_NAME).write_text(f"{socket.gethostname()} 999999999\n")
     assert run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None).ok
     assert not (warmup.run_dir / LOCK_NAME).exists()
+
+
+def test_gpu_slots_round_robin_over_the_visible_gpus(monkeypatch):
+    from harness.experiments import gpu_slots
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert gpu_slots(3) == ["3", "5", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_slots(2) == [None, None]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert gpu_slots(1) == [None]

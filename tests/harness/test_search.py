@@ -349,3 +349,18 @@ def test_real_two_trial_search_on_the_tiny_model(tmp_path):
         manifest = read_json(rl_dir / "manifest.json")
         assert manifest["config"]["rl"]["beta_base"] == pytest.approx(t["values"]["rl.beta_base"])
     assert res.best is not None
+
+
+def test_parallel_trials_run_side_by_side_in_worker_processes(tmp_path, calls):
+    out = tmp_path / "out"
+    res = run_search(write_search(tmp_path), out, n_trials=4, parallel_trials=2, functions=SEARCH_FAKES,
+                     log=lambda s: None)
+    trials = read_json(out / "search.json")["trials"]
+    assert [t["state"] for t in trials] == ["complete"] * 4
+    for t in trials:
+        assert t["objective"] == pytest.approx(expected_objective(t["values"]), abs=1e-12)
+    rows = calls()
+    assert sum(r["stage"] == "sft" for r in rows) == 1 and sum(r["stage"] == "rl" for r in rows) == 4
+    assert res.best is not None
+    with pytest.raises(ConfigError, match="--parallel-trials 1"):
+        run_search(write_search(tmp_path), out, parallel_trials=2, launcher="torchrun", functions=SEARCH_FAKES)
