@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from harness.models.precision import autocast_for
+
 IGNORE = -100
 END = "<|im_end|>"
 # Special tokens that a report must never contain; generation suppresses them (vision/control tokens).
@@ -93,7 +95,8 @@ def model_inputs(batch: dict) -> dict:
 
 def lm_loss(model, batch: dict) -> tuple[torch.Tensor, int]:
     """Eq. 1: mean negative log-likelihood over report tokens (token-mean over the batch)."""
-    out = model(**model_inputs(batch))
+    with autocast_for(model):
+        out = model(**model_inputs(batch))
     logits = out.logits[:, :-1].float()
     labels = batch["labels"][:, 1:]
     mask = labels != IGNORE

@@ -8,6 +8,7 @@ import torch
 from tqdm.auto import tqdm
 
 from harness.batching import encode_prompts, suppressed_token_ids
+from harness.models.precision import autocast_for
 
 
 @torch.no_grad()
@@ -35,7 +36,8 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else None)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        seqs = model.generate(**batch, **kwargs)
+        with autocast_for(model):
+            seqs = model.generate(**batch, **kwargs)
         new = seqs[:, batch["input_ids"].shape[1]:]
         out.extend(t.strip() for t in tok.batch_decode(new, skip_special_tokens=True))
     model.train(was_training)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.batching import END, encode_prompts, suppressed_token_ids
+from harness.models.precision import autocast_for
 
 
 @dataclass
@@ -57,8 +58,9 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
     eos = tok.convert_tokens_to_ids(END)
     was = model.training
     model.eval()
-    seqs = model.generate(
-        **batch, do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else None,
+    with autocast_for(model):
+        seqs = model.generate(
+            **batch, do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else None,
         max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty,
         suppress_tokens=suppressed_token_ids(tok), pad_token_id=tok.pad_token_id, eos_token_id=eos,
     )
@@ -75,6 +77,7 @@ def response_logits(model, ro: Rollout) -> torch.Tensor:
     """Logits [N, L, V] that predict the response tokens, computed only for the response positions."""
     L = ro.response_mask.shape[1]
     attn = torch.cat([ro.prompt_mask, ro.response_mask.to(ro.prompt_mask.dtype)], dim=1)
-    out = model(input_ids=ro.sequences, attention_mask=attn, pixel_values=ro.pixel_values,
-                image_grid_thw=ro.image_grid_thw, logits_to_keep=L + 1)
+    with autocast_for(model):
+        out = model(input_ids=ro.sequences, attention_mask=attn, pixel_values=ro.pixel_values,
+                    image_grid_thw=ro.image_grid_thw, logits_to_keep=L + 1)
     return out.logits[:, :-1]

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.models.trainable import add_lora, has_lora, trainable_state, unwrap
+from harness.models.trainable import add_lora, has_lora, trainable_state, unwrap, upcast_stage_parameters
 from harness.records import atomic_write_json
 
 SPEC = "spec.json"
@@ -76,6 +76,7 @@ def load_stage_model(model_dir: str | Path, dtype: str = "float32", image_size: 
     model, processor = load_base(spec["base"], dtype, image_size, attn_implementation)
     if spec.get("lora"):
         model = add_lora(model, **spec["lora"])
+    upcast_stage_parameters(model)  # the saved tensors are fp32 master weights: load them exactly
     apply_tensors(model, load_file(str(model_dir / WEIGHTS)), source=str(model_dir / WEIGHTS))
     return model, processor, spec
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from harness.models.precision import upcast
+
 MERGER = "model.visual.merger."
 # Linear layers of Qwen2.5-VL's vision blocks and LLM decoder layers (module names as in transformers 4.57).
 LORA_TARGETS = (
@@ -51,7 +53,7 @@ def set_trainable(model: nn.Module, stage: str) -> list[str]:
     inner = unwrap(model)
     if stage in ("sft", "rl") and not has_lora(inner):
         raise ValueError(f"stage '{stage}' trains LoRA adapters: call add_lora first")
-    names = []
+    names, trained = [], []
     for name, p in inner.named_parameters():
         train = (
             stage == "pretrain"
@@ -61,7 +63,14 @@ def set_trainable(model: nn.Module, stage: str) -> list[str]:
         p.requires_grad_(train)
         if train:
             names.append(name)
+            trained.append(p)
+    upcast(trained)  # fp32 master weights for what trains (harness/models/precision.py)
     return names
+
+
+def upcast_stage_parameters(model: nn.Module) -> None:
+    """Merger and LoRA in fp32 (before loading a stage's saved fp32 tensors into them, exactly)."""
+    upcast(p for n, p in unwrap(model).named_parameters() if n.startswith(MERGER) or "lora_" in n)
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
