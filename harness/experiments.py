@@ -572,6 +572,10 @@ def _resolve_function(spec: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
+# Torch threads of every stage run the runner executes (worker processes and workers = 1 alike).
+WORKER_THREADS = 1
+
+
 def gpu_slots(workers: int) -> list[str | None]:
     """The GPU each worker process gets: round robin over the visible GPUs (CUDA_VISIBLE_DEVICES, else all),
     so that `--workers 8` on an 8-GPU machine runs eight stage runs side by side, one per GPU."""
@@ -592,7 +596,7 @@ def _init_worker(slots=None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(WORKER_THREADS)
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:
@@ -647,14 +651,22 @@ def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
 
 
 class _InlineExecutor:
-    """The executor interface, running each task at once in this process (workers = 1)."""
+    """The executor interface, running each task at once in this process (workers = 1), on WORKER_THREADS torch
+    threads like the worker processes: a stage run's numbers depend on the thread count, and stage runs are
+    shared by key, so they must not depend on `--workers`."""
 
     def submit(self, fn, *args) -> Future:
+        import torch
+
         f: Future = Future()
+        before = torch.get_num_threads()
+        torch.set_num_threads(WORKER_THREADS)
         try:
             f.set_result(fn(*args))
         except BaseException as e:  # noqa: BLE001
             f.set_exception(e)
+        finally:
+            torch.set_num_threads(before)
         return f
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:

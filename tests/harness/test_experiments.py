@@ -533,3 +533,30 @@ def test_gpu_slots_round_robin_over_the_visible_gpus(monkeypatch):
     assert gpu_slots(2) == [None, None]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     assert gpu_slots(1) == [None]
+
+
+def _threads_stage(stage: str):
+    def run(cfg, progress=False):
+        import torch
+
+        with open(os.environ["REGBENCH_TEST_CALLS"], "a") as f:
+            f.write(json.dumps({"stage": stage, "threads": torch.get_num_threads()}) + "\n")
+        out = Path(cfg.out_dir)
+        (out / "model").mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "metrics.json", {"stage": stage})
+        return out / "model"
+    return run
+
+
+threads_warmup = _threads_stage("warmup")
+
+
+def test_in_process_runs_use_the_worker_thread_count(tmp_path, calls):
+    import torch
+
+    torch.set_num_threads(2)
+    study = load_study(write_study(tmp_path, "  - name: a\n    pipeline: [warmup]\n", seeds="[0]"))
+    fns = {**FAKES, "warmup": "tests.harness.test_experiments:threads_warmup"}
+    assert run_experiment(study, tmp_path / "out", workers=1, functions=fns, log=lambda s: None).ok
+    assert [r["threads"] for r in calls() if r["stage"] == "warmup"] == [1]
+    assert torch.get_num_threads() == 2  # restored
