@@ -167,8 +167,14 @@ class _MeteorService:
             _INHERITED_SCORERS.append(self._scorer)
             self._scorer, self._owner_pid = None, None
         if self._scorer is None:
+            import shutil
+
             from pycocoevalcap.meteor.meteor import Meteor
 
+            if shutil.which("java") is None:
+                raise RuntimeError("METEOR (pycocoevalcap) runs a Java program, and no 'java' is on PATH: install a "
+                                   "Java runtime (e.g. apt-get install default-jre-headless). METEOR is one of the "
+                                   "reported metrics and part of the RL validation score (Eq. 10)")
             self._scorer, self._owner_pid = Meteor(), os.getpid()
             if not self._atexit_registered:
                 atexit.register(self.close)

@@ -270,3 +270,12 @@ def test_ce_scores_agree_with_sklearn_zero_division_0():
 def test_ce_scores_shape_errors(hyp_shape, ref_shape, match):
     with pytest.raises(ValueError, match=match):
         ce_scores(np.zeros(hyp_shape), np.zeros(ref_shape))
+
+
+def test_meteor_without_java_says_what_to_install(monkeypatch):
+    import shutil
+
+    service = evaluation._MeteorService()
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match=r"no 'java' is on PATH: install a Java runtime"):
+        service.scorer()
