@@ -43,21 +43,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from proc_status import status_kb  # noqa: E402
 
 DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}
 
 
 # ------------------------------------------------------------------------------------------- worker side
-
-
-def _status_kb(field: str) -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 class _PeakMeter:
@@ -76,7 +69,7 @@ class _PeakMeter:
             self.base = torch.cuda.memory_allocated()
             self.method = "cuda max_memory_allocated"
             return
-        self.base_rss = _status_kb("VmRSS")
+        self.base_rss = status_kb("VmRSS")
         try:
             Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (peak RSS) to the current RSS
             self.method = "RSS: VmHWM after clear_refs"
@@ -91,7 +84,7 @@ class _PeakMeter:
             torch.cuda.synchronize()
             return torch.cuda.max_memory_allocated() - self.base
         if self.method.startswith("RSS: VmHWM"):
-            return (_status_kb("VmHWM") - self.base_rss) * 1024
+            return (status_kb("VmHWM") - self.base_rss) * 1024
         return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - self.base_maxrss) * 1024
 
 

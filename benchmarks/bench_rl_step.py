@@ -30,19 +30,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from proc_status import status_kb  # noqa: E402
 
 VARIANTS = ("rer", "constant")
 PARTS = ("rollout", "reward", "old_fwd", "ref_fwd", "rest")
-
-
-def _status_kb(field: str) -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 class PeakMeter:
@@ -60,7 +53,7 @@ class PeakMeter:
             torch.cuda.reset_peak_memory_stats()
             self.base = torch.cuda.memory_allocated()
             return
-        self.base = _status_kb("VmRSS") or 0
+        self.base = status_kb("VmRSS") or 0
         try:
             Path("/proc/self/clear_refs").write_text("5")  # peak RSS := current RSS
         except OSError:
@@ -74,7 +67,7 @@ class PeakMeter:
             return float(torch.cuda.max_memory_allocated() - self.base)
         if not self.rss_ok:
             return None
-        return float(((_status_kb("VmHWM") or 0) - self.base) * 1024)
+        return float(((status_kb("VmHWM") or 0) - self.base) * 1024)
 
     @property
     def method(self) -> str:
