@@ -9,6 +9,7 @@
   regbench experiment list FILE [--out DIR] [--preset P] [--set k=v]
   regbench search run FILE [--n-trials N] [--out DIR] [--workers 1] [--preset P] [--set k=v]
   regbench search report OUT [--dest DIR]
+  regbench search confirm OUT [--top 3] [--seeds 0,1,2] [--workers 2]
 
 CONFIG is a YAML file over the defaults of harness/config.py (see experiments/); `key.sub=value` overrides
 any field (value parsed as YAML), e.g. `train.epochs=2 out_dir=runs/x`.
@@ -149,6 +150,16 @@ def cmd_search(ns) -> int:
         dest = build_search_report(Path(ns.out), ns.dest)
         print(f"search report: {dest / 'README.md'}")
         return 0
+    if ns.search_command == "confirm":
+        from harness.search import run_confirmation
+
+        result = run_confirmation(Path(ns.out), ns.top, _int_list(ns.seeds), workers=ns.workers,
+                                  launcher=ns.launcher)
+        if ns.report:
+            from reports.build import build_report
+
+            print(f"report: {build_report(result.index_path.parent)}")
+        return 0 if result.ok else 1
     from harness.search import load_search, run_search
 
     search = load_search(ns.file, preset=ns.preset, sets=ns.set)
@@ -250,6 +261,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help='run warm-up, SFT and RL under CMD, e.g. "torchrun --nproc_per_node 8" (see experiment run)')
     p.add_argument("--stages-dir", default=None, metavar="DIR",
                    help="keep stage runs in DIR, shared with studies given the same DIR (see experiment run)")
+    p.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
+    p.set_defaults(func=cmd_search)
+    p = search_sub.add_parser("confirm", help="rerun the best trials and the preset's values over several seeds "
+                                               "(OUT/confirm: an experiment with paired tests against the preset)")
+    p.add_argument("out", help="the search's output folder")
+    p.add_argument("--top", type=int, default=3, help="how many of the best complete trials (default 3)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    p.add_argument("--workers", type=int, default=2, help="parallel worker processes (default 2)")
+    p.add_argument("--launcher", default=None, metavar="CMD", help="as for experiment run (needs --workers 1)")
     p.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
     p.set_defaults(func=cmd_search)
     p = search_sub.add_parser("report", help="trials table and Optuna plots of a search folder")

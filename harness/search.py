@@ -113,6 +113,7 @@ class Search:
     params: list[Param]
     common: dict
     stages: dict = field(default_factory=dict)
+    sets: list[str] = field(default_factory=list)  # the --set overrides it was loaded with (for `confirm`)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -199,7 +200,7 @@ def load_search(path: str | Path, preset: str | Path | None = None, sets: list[s
     search = Search(name=name, title=str(doc.get("title", name)), path=path, preset=preset_name,
                     preset_file=preset_file, seeds=seeds, pipeline=pipeline, n_trials=n_trials,
                     objective=objective, sampler=sampler, pruner=pruner, fixed=fixed, params=list(params.values()),
-                    common=doc.get("common") or {}, stages=doc.get("stages") or {})
+                    common=doc.get("common") or {}, stages=doc.get("stages") or {}, sets=list(sets or []))
     # Every key must be a real config field: resolve one trial's configs at the middle of the space.
     from harness.experiments import build_plan
 
@@ -454,7 +455,8 @@ def search_summary(search: Search, study, out: Path) -> dict:
         b = study.best_trial
         best = {"number": b.number, "arm": arm_name(b.number), "values": b.params, "objective": b.value}
     return {"format": SEARCH_FORMAT, "search": search.name, "title": search.title, "search_file": str(search.path),
-            "preset": search.preset, "seeds": search.seeds, "n_trials": search.n_trials,
+            "preset": search.preset, "preset_file": str(search.preset_file), "sets": search.sets,
+            "seeds": search.seeds, "n_trials": search.n_trials,
             "objective": {"metric": search.objective.metric, "direction": search.objective.direction,
                           "description": search.objective.description},
             "sampler": search.sampler or {"name": "tpe"}, "pruner": search.pruner,
@@ -582,3 +584,47 @@ def _tell(search: Search, study, trial, runs: list[dict], out: Path) -> str:
     study.tell(trial, value)
     best = study.best_trial
     return f"{search.objective.metric} = {value:.4f}; best so far: trial {best.number} = {best.value:.4f}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Confirming the best trials over several seeds
+
+
+PRESET_ARM = "preset"
+
+
+def confirmation_study(out: str | Path, top: int = 3, seeds: list[int] | None = None) -> Study:
+    """A study of the search's `top` best complete trials plus arm `preset` (the fixed overrides on the
+    preset's own values of the searched keys, e.g. the paper's beta bounds: the reference), over `seeds`."""
+    out = Path(out)
+    summary = read_json(out / "search.json")
+    search = load_search(summary["search_file"], preset=summary.get("preset_file"), sets=summary.get("sets"))
+    direction = summary["objective"]["direction"]
+    complete = [t for t in summary["trials"] if t["state"] == "complete" and t["objective"] is not None]
+    if not complete:
+        raise ValueError(f"{out / 'search.json'}: no complete trial to confirm")
+    complete.sort(key=lambda t: t["objective"], reverse=direction == "maximize")
+    arms = [Arm(name=PRESET_ARM, label=f"preset ({search.preset}) values of the searched keys",
+                pipeline=list(search.pipeline), overrides=copy.deepcopy(search.fixed), factors={})]
+    for t in complete[:top]:
+        arm = trial_arm(search, t["number"], t["values"])
+        arm.label = f"{arm.label} (search {summary['objective']['metric']} {t['objective']:.4f})"
+        arms.append(arm)
+    study = experiment_study(search, arms)
+    study.name, study.title = f"{search.name}_confirm", f"{search.title}: the best {len(arms) - 1} trials, confirmed"
+    study.reference = PRESET_ARM
+    study.seeds = list(seeds or [0, 1, 2])
+    return study
+
+
+def run_confirmation(out: str | Path, top: int = 3, seeds: list[int] | None = None, *, workers: int = 2,
+                     functions: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
+                     launcher: str | None = None):
+    """Run `confirmation_study` into `<out>/confirm`, sharing the search's stage runs (so the searched seed's
+    warm-up, SFT and trial RL runs are reused); returns the ExperimentResult."""
+    out = Path(out)
+    study = confirmation_study(out, top, seeds)
+    index = read_json(out / "index.json")
+    stages_dir = (out / index.get("stages_dir", "stages")).resolve()
+    return run_experiment(study, out / "confirm", workers=workers, functions=functions, log=log,
+                          launcher=launcher, stages_dir=stages_dir)

@@ -364,3 +364,29 @@ def test_parallel_trials_run_side_by_side_in_worker_processes(tmp_path, calls):
     assert res.best is not None
     with pytest.raises(ConfigError, match="--parallel-trials 1"):
         run_search(write_search(tmp_path), out, parallel_trials=2, launcher="torchrun", functions=SEARCH_FAKES)
+
+
+def test_confirm_reruns_the_best_trials_and_the_preset_over_seeds(tmp_path, calls, monkeypatch, capsys):
+    from harness import experiments
+
+    out = tmp_path / "out"
+    run_search(write_search(tmp_path), out, n_trials=4, functions=SEARCH_FAKES, log=lambda s: None)
+    trials = read_json(out / "search.json")["trials"]
+    best_two = [t["arm"] for t in sorted(trials, key=lambda t: -t["objective"])[:2]]
+    before = len(calls())
+    for kind, fn in SEARCH_FAKES.items():
+        monkeypatch.setitem(experiments.DEFAULT_FUNCTIONS, kind, fn)
+    assert main(["search", "confirm", str(out), "--top", "2", "--seeds", "0,1", "--workers", "1"]) == 0
+    assert "report:" in capsys.readouterr().out
+    index = read_json(out / "confirm" / "index.json")
+    assert [a["name"] for a in index["arms"]] == ["preset", *best_two] and index["reference_arm"] == "preset"
+    assert index["summary"]["complete"] == 6
+    rows = calls()[before:]
+    # Seed 0's warm-up, SFT and the trials' RL runs come from the search; seed 1 and the preset arm are new.
+    assert sum(r["stage"] == "sft" for r in rows) == 1 and sum(r["stage"] == "rl" for r in rows) == 4
+    from harness.search import confirmation_study
+
+    study = confirmation_study(out, top=2)
+    rl = resolve_config(study, study.arm("preset"), "rl", 0).rl  # the preset's (the paper's) bounds
+    assert (rl.beta_min, rl.beta_base, rl.beta_max, rl.regularizer) == (0.05, 0.10, 0.12, "rer")
+    assert (out / "confirm" / "report" / "index.html").is_file()
