@@ -142,6 +142,8 @@ def instrument(trainer, sync) -> dict:
 def make_trainer(variant: str, model_state, model, processor, mcfg, prompts, args, run_dir: Path):
     import copy
 
+    import torch
+
     from harness.config import RLConfig, TrainConfig
     from harness.grpo.trainer import GRPOTrainer
     from harness.models.trainable import add_lora, set_trainable
@@ -149,6 +151,7 @@ def make_trainer(variant: str, model_state, model, processor, mcfg, prompts, arg
 
     model = copy.deepcopy(model)
     model.load_state_dict(model_state)
+    model.to(getattr(torch, args.dtype))  # bf16: the real presets' dtype (fp32 master weights for what trains)
     model = add_lora(model, r=mcfg.lora_r, alpha=mcfg.lora_alpha, dropout=mcfg.lora_dropout)
     set_trainable(model, "rl")
     model.to(args.device)
@@ -173,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-prompts", type=int, default=32, help="size of the synthetic PromptSet")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="the frozen base's dtype (bfloat16 as on the real presets; what trains stays fp32)")
     args = parser.parse_args(argv)
 
     import torch
@@ -193,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts = build_prompts(args.n_prompts, ModelConfig().image_size, args.seed)
     model, processor, mcfg = build_model_and_processor(args.seed)
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    print(f"setup {time.perf_counter() - t0:.1f} s; device {args.device}; tiny preset (text {mcfg.tiny_text_hidden}x"
+    print(f"setup {time.perf_counter() - t0:.1f} s; device {args.device}, base {args.dtype}; "
+          f"tiny preset (text {mcfg.tiny_text_hidden}x"
           f"{mcfg.tiny_text_layers}, vision {mcfg.tiny_vision_hidden}x{mcfg.tiny_vision_depth}, vocab "
           f"{len(processor.tokenizer)}, image {mcfg.image_size}px); B={args.prompts} x G={args.group_size}, "
           f"new tokens {args.min_new_tokens}..{args.max_new_tokens}; reward bleu4; reference static")
