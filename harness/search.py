@@ -1,6 +1,6 @@
 """Optuna searches over a study's knobs (RER's beta bounds, VAPR's M, the old-policy period N, ...).
 
-A search file (experiments/search_*.yaml, format in experiments/README.md) names a preset, the stages every
+A search file (experiments/searches/*.yaml, format in experiments/README.md) names a preset, the stages every
 trial runs, fixed overrides, a search space of dotted RunConfig keys and an objective. Each trial is one arm
 of an ordinary experiment (harness/experiments.py) in the search's output folder:
 
@@ -18,7 +18,10 @@ of an ordinary experiment (harness/experiments.py) in the search's output folder
   resume from their checkpoints;
 - `<out>/search.json` (format `regbench.search/1`) lists every trial with its values, objective, per-seed
   values, state and arm, and the best trial; `<out>/index.json` is the experiment index of all trial arms, so
-  `regbench report` works on a search folder too. `regbench search report OUT` draws the Optuna plots.
+  `regbench report` works on a search folder too. `regbench search report OUT` draws the Optuna plots;
+- optional median pruning stops a trial at an RL validation (through the trainer's validation hooks);
+  `parallel_trials` runs several trials at once; `run_confirmation` (`regbench search confirm`) reruns the
+  best trials and the preset's values over several seeds, the step that turns a one-seed ranking into a claim.
 
 The sampler is seeded (`sampler.seed`), so an uninterrupted search proposes the same trials every time. A
 resumed search seeds it with `seed + trials so far` (the same seed would replay the first proposals), so its
