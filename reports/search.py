@@ -137,8 +137,9 @@ def build_search_report(out: str | Path, dest: str | Path | None = None) -> Path
         lines += [f"**Best: trial {best['number']}** (arm `{best['arm']}`), {objective['metric']} = "
                   f"{best['objective']:.4f}: {values}.", ""]
     if len(summary["seeds"]) < 2:
-        lines += ["One seed per trial: differences between trials include seed noise; rerun the best few values "
-                  "over several seeds (a study with those arms) before trusting the ranking.", ""]
+        lines += ["One seed per trial: differences between trials include seed noise. Before trusting the ranking, "
+                  f"rerun the best few against the preset's values over several seeds: `regbench search confirm "
+                  f"{out} --top 3 --seeds 0,1,2` (paired tests in its report).", ""]
     lines += ["## Trials", "", table, "## Figures", ""]
     lines += [f"![{name}]({name})" for name in figures] or ["(no complete trials yet)"]
     atomic_write_text(dest / "README.md", "\n".join(lines) + "\n")
