@@ -131,7 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-size", type=int, default=4, help="RL case: candidates per reference (G)")
     parser.add_argument("--repeats", type=int, default=11, help="interleaved runs per implementation")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--block-chars", type=int, default=None,
+                        help="override rewards.bleu._BLOCK_CHARS (characters per block of pairs) for this run")
     args = parser.parse_args(argv)
+    if args.block_chars:
+        import rewards.bleu as bleu_module
+
+        bleu_module._BLOCK_CHARS = args.block_chars
 
     cases = {
         f"plain ({args.n} distinct pairs)": make_pairs(args.n, args.seed),

@@ -71,7 +71,7 @@ DEFAULT_FUNCTIONS = {
 _STUDY_KEYS = {"study", "title", "description", "reproduces", "reference", "seeds", "pipeline", "arms", "preset",
                "common", "stages"}
 _ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -139,6 +139,13 @@ def check_pipeline(pipeline: Any, where: str) -> list[str]:
     return list(pipeline)
 
 
+def check_seeds(seeds: Any, where: str) -> list[int]:
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           for s in seeds):
+        raise ConfigError(f"{where}: 'seeds' must be a non-empty list of integers, got {seeds!r}")
+    return list(seeds)
+
+
 def check_overrides(overrides: Any, where: str) -> dict[str, Any]:
     if overrides is None:
         return {}
@@ -193,10 +200,7 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
     path = Path(path).resolve()
     doc, preset_file, preset_name = merge_over_preset(path, preset, sets, _STUDY_KEYS)
     name = doc.get("study") or path.stem
-    seeds = doc.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                           for s in seeds):
-        raise ConfigError(f"{path}: 'seeds' must be a non-empty list of integers, got {seeds!r}")
+    seeds = check_seeds(doc.get("seeds", [0]), str(path))
     default_pipeline = check_pipeline(doc.get("pipeline", list(STAGES)), str(path))
     arms = []
     for i, a in enumerate(doc.get("arms") or []):
@@ -207,7 +211,7 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
         if bad:
             raise ConfigError(f"{where}: unknown key '{bad[0]}'; valid keys: {', '.join(sorted(_ARM_KEYS))}")
         arm_name = a.get("name")
-        if not isinstance(arm_name, str) or not _NAME.match(arm_name):
+        if not isinstance(arm_name, str) or not NAME_PATTERN.match(arm_name):
             raise ConfigError(f"{where}: 'name' must match [a-z0-9_]+ (it names a folder), got {arm_name!r}")
         presets = a.get("presets")
         if presets is not None and (not isinstance(presets, list) or not all(isinstance(p, str) for p in presets)):

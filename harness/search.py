@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,11 +40,13 @@ from typing import Any
 
 from harness.config import ConfigError
 from harness.experiments import (
+    NAME_PATTERN,
     STAGES,
     Arm,
     Study,
     check_overrides,
     check_pipeline,
+    check_seeds,
     merge_over_preset,
     run_experiment,
     yaml_scalar,
@@ -57,7 +58,6 @@ SEARCH_FORMAT = "regbench.search/1"
 _SEARCH_KEYS = {"search", "title", "description", "seeds", "pipeline", "n_trials", "objective", "sampler",
                 "pruner", "fixed", "space", "preset", "common", "stages"}
 _PARAM_KEYS = {"type", "low", "high", "log", "step", "choices", "stage"}
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 # Objectives read from the RL stage's evals.jsonl (validation rows after the first optimizer step) ...
 VAL_OBJECTIVES = {
     "val_final": "validation score (Eq. 10) of the final RL policy",
@@ -172,12 +172,9 @@ def load_search(path: str | Path, preset: str | Path | None = None, sets: list[s
     doc, preset_file, preset_name = merge_over_preset(path, preset, sets, _SEARCH_KEYS, what="search")
     where = str(path)
     name = doc.get("search") or path.stem
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ConfigError(f"{where}: 'search' must match [a-z0-9_]+, got {name!r}")
-    seeds = doc.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                           for s in seeds):
-        raise ConfigError(f"{where}: 'seeds' must be a non-empty list of integers, got {seeds!r}")
+    seeds = check_seeds(doc.get("seeds", [0]), where)
     n_trials = doc.get("n_trials", 20)
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
         raise ConfigError(f"{where}: 'n_trials' must be a positive integer, got {n_trials!r}")
@@ -490,6 +487,8 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
 
     if not isinstance(search, Search):
         search = load_search(search)
+    if n_trials is not None and n_trials < 1:
+        raise ConfigError(f"--n-trials must be >= 1, got {n_trials}")
     if parallel_trials < 1:
         raise ConfigError(f"--parallel-trials must be >= 1, got {parallel_trials}")
     pruning = search.pruner.get("name") == "median"
@@ -573,6 +572,8 @@ def _tell(search: Search, study, trial, runs: list[dict], out: Path) -> str:
             per_seed = {str(r["seed"]): run_objective(out, r, search.objective.metric) for r in runs}
         except (ValueError, OSError, KeyError) as e:
             error = f"objective: {e}"
+    if not error and not all(math.isfinite(v) for v in per_seed.values()):
+        error = f"objective {search.objective.metric} is not a number: {per_seed} (a diverged run?)"
     if error and PRUNED_MARK in error:
         why = error.split(PRUNED_MARK, 1)[1].strip(": ")
         trial.set_user_attr("pruned", why)
@@ -599,6 +600,8 @@ PRESET_ARM = "preset"
 def confirmation_study(out: str | Path, top: int = 3, seeds: list[int] | None = None) -> Study:
     """A study of the search's `top` best complete trials plus arm `preset` (the fixed overrides on the
     preset's own values of the searched keys, e.g. the paper's beta bounds: the reference), over `seeds`."""
+    if top < 1:
+        raise ConfigError(f"--top must be >= 1, got {top}")
     out = Path(out)
     summary = read_json(out / "search.json")
     search = load_search(summary["search_file"], preset=summary.get("preset_file"), sets=summary.get("sets"))

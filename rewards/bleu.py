@@ -35,8 +35,9 @@ How it is fast (all exact: words and n-grams are compared by exact integer codes
    they fit.
 3. Blocks. Pairs are scored in blocks of about 56k characters: every temporary array then stays below
    glibc's mmap threshold and is recycled by the allocator. Larger blocks make fresh pages, and the page
-   faults cost more than the per-block numpy calls they save (measured: 2000 pairs take 11 ms in 56k
-   blocks, 20 ms in 72k ones).
+   faults cost more than the per-block numpy calls they save. `python benchmarks/bench_bleu.py --block-chars
+   N` on 2000 distinct pairs: 11.3 ms at 56k, 10.6 ms at 72k, 18.9 ms at 96k. Where that cliff falls depends
+   on the process's allocation history (a bare timing loop hit it at 72k already), hence the margin.
 
 Measured with `python benchmarks/bench_bleu.py` (2000 ~50-word pairs, one core): 22x NLTK on distinct
 pairs, 26x on RL-shaped groups (G = 4); on batches of 256 pairs the fixed per-block cost brings it to 16-19x.
@@ -61,7 +62,7 @@ _VALUE_LIMIT = 1 << 62  # long-word values are re-coded before they could pass t
 # Pairs are scored in blocks of about _BLOCK_CHARS characters (at most _CHUNK_PAIRS pairs): every temporary
 # array then stays small (< 128 kB), cache-resident and recycled by the allocator, instead of being fresh
 # pages from the OS on every call (thousands of page faults per batch otherwise, which cost more than the
-# per-block numpy call overhead). 56k keeps a margin below the cliff, which is near 70k on report text.
+# per-block numpy call overhead). 56k keeps a margin below that cliff (72k-96k on report text, see above).
 _BLOCK_CHARS = 56_000
 _CHUNK_PAIRS = 4096
 

@@ -129,7 +129,9 @@ def test_prompts_per_step_must_split_evenly(tiny_model, tiny_processor, tmp_path
 
 
 
-def _rl_worker(rank: int, world: int, port: int, args: list[str], out: str) -> None:
+def _train_worker(rank: int, world: int, port: int, stage: str, args: list[str], out: str) -> None:
+    """`regbench train <stage> ARGS` as one process of a torchrun launch; each process also saves the trainable
+    parameters its RL trainer ends with (params<rank>.pt), so that the processes can be compared."""
     try:
         _env(rank, world, port)
         from harness.grpo import trainer as trainer_module
@@ -144,7 +146,7 @@ def _rl_worker(rank: int, world: int, port: int, args: list[str], out: str) -> N
         trainer_module.GRPOTrainer.train = train_and_keep_parameters
         from harness.cli import main
 
-        (Path(out) / f"rc{rank}").write_text(str(main(["train", "rl", *args, "--no-progress"])))
+        (Path(out) / f"rc{rank}").write_text(str(main(["train", stage, *args, "--no-progress"])))
     except BaseException:
         (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
         raise
@@ -160,7 +162,7 @@ def test_two_process_rl_keeps_the_processes_identical(tmp_path):
     args = common + [f"out_dir={tmp_path / 'rl'}", "train.max_steps=2", "rl.prompts_per_step=2", "rl.group_size=2",
                      "rl.max_new_tokens=8", "rl.min_new_tokens=2", "rl.regularizer=rer", "rl.reference=vapr",
                      "rl.val_max_samples=5", "train.lr=1e-3", "train.scheduler=constant", "model.lora_r=4"]
-    _launch(_rl_worker, 2, args, str(tmp_path))
+    _launch(_train_worker, 2, "rl", args, str(tmp_path))
     assert [(tmp_path / f"rc{r}").read_text() for r in (0, 1)] == ["0", "0"]
     p0, p1 = (torch.load(tmp_path / f"params{r}.pt") for r in (0, 1))
     assert all(torch.equal(a, b) for a, b in zip(p0, p1, strict=True))  # identical on both processes
@@ -178,17 +180,6 @@ def test_two_process_rl_keeps_the_processes_identical(tmp_path):
     assert read_json(tmp_path / "rl" / "metrics.json")["processes"] == 2
 
 
-def _warmup_worker(rank: int, world: int, port: int, args: list[str], out: str) -> None:
-    try:
-        _env(rank, world, port)
-        from harness.cli import main
-
-        (Path(out) / f"rc{rank}").write_text(str(main(["train", "warmup", *args, "--no-progress"])))
-    except BaseException:
-        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
-        raise
-
-
 @pytest.mark.slow
 def test_two_process_warmup_takes_the_steps_of_one_process(tmp_path):
     """Warm-up has no sampling and no dropout: two processes must reach the parameters one process does."""
@@ -199,9 +190,13 @@ def test_two_process_warmup_takes_the_steps_of_one_process(tmp_path):
     common = TINY + [f"data.synth_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}",
                      "train.max_steps=3", "train.batch_size=4", "train.lr=1e-2", "train.scheduler=constant",
                      "prompt.max_report_tokens=200"]  # untruncated reports: the processes get unequal token counts
-    torch.set_num_threads(1)
-    assert main(["train", "warmup", *common, f"out_dir={tmp_path / 'one'}", "--no-progress"]) == 0
-    _launch(_warmup_worker, 2, common + [f"out_dir={tmp_path / 'two'}"], str(tmp_path))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the launched processes (_env): the same float sums
+    try:
+        assert main(["train", "warmup", *common, f"out_dir={tmp_path / 'one'}", "--no-progress"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    _launch(_train_worker, 2, "warmup", common + [f"out_dir={tmp_path / 'two'}"], str(tmp_path))
     assert [(tmp_path / f"rc{r}").read_text() for r in (0, 1)] == ["0", "0"]
     one = load_file(str(tmp_path / "one" / "model" / "trainable.safetensors"))
     two = load_file(str(tmp_path / "two" / "model" / "trainable.safetensors"))

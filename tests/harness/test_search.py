@@ -42,6 +42,8 @@ def fake_rl(cfg, progress=False):
     out = Path(cfg.out_dir)
     (out / "model").mkdir(parents=True, exist_ok=True)
     final = 1.0 - (cfg.rl.beta_base - 0.1) ** 2 - cfg.rl.beta_min + 0.01 * cfg.seed
+    if os.environ.get("REGBENCH_TEST_NAN_BETA") and cfg.rl.beta_base > float(os.environ["REGBENCH_TEST_NAN_BETA"]):
+        final = float("nan")  # a run whose validation score diverged
     rows = [{"step": 0, "split": "val", "val_score": 5.0},  # the starting policy: never part of the objective
             {"step": 5, "split": "val", "val_score": final + 0.5},
             {"step": 10, "split": "val", "val_score": final}]
@@ -243,6 +245,18 @@ def test_failed_trials_are_recorded_and_counted(tmp_path, calls, monkeypatch):
     assert {t["state"] for t in trials} == {"fail", "complete"}  # the seed draws both kinds
 
 
+def test_a_nan_objective_fails_its_trial_and_the_search_goes_on(tmp_path, calls, monkeypatch):
+    monkeypatch.setenv("REGBENCH_TEST_NAN_BETA", "0.08")
+    out = tmp_path / "out"
+    run_search(write_search(tmp_path), out, n_trials=5, functions=SEARCH_FAKES, log=lambda s: None)
+    trials = read_json(out / "search.json")["trials"]
+    nan = [t for t in trials if t["values"]["rl.beta_base"] > 0.08]
+    assert nan and all(t["state"] == "fail" and "is not a number" in t["error"] for t in nan)
+    assert all(t["state"] == "complete" for t in trials if t not in nan)
+    with pytest.raises(ConfigError, match="--n-trials must be >= 1"):
+        run_search(write_search(tmp_path), out, n_trials=0, functions=SEARCH_FAKES)
+
+
 def test_a_broken_setup_stops_the_search_after_three_failures_in_a_row(tmp_path, calls, monkeypatch):
     monkeypatch.setenv("REGBENCH_TEST_FAIL_BETA", "0.0")  # every trial fails
     out = tmp_path / "out"
@@ -386,6 +400,8 @@ def test_confirm_reruns_the_best_trials_and_the_preset_over_seeds(tmp_path, call
     assert sum(r["stage"] == "sft" for r in rows) == 1 and sum(r["stage"] == "rl" for r in rows) == 4
     from harness.search import confirmation_study
 
+    with pytest.raises(ConfigError, match="--top must be >= 1"):
+        confirmation_study(out, top=0)
     study = confirmation_study(out, top=2)
     rl = resolve_config(study, study.arm("preset"), "rl", 0).rl  # the preset's (the paper's) bounds
     assert (rl.beta_min, rl.beta_base, rl.beta_max, rl.regularizer) == (0.05, 0.10, 0.12, "rer")
