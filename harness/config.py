@@ -153,7 +153,9 @@ class RLConfig:
     beta_min: float = 0.05
     beta_base: float = 0.10
     beta_max: float = 0.12
-    # Adaptive PPO controller (Ziegler et al. 2019): initial beta = beta_base, target KL, horizon.
+    # Adaptive PPO controller (Ziegler et al. 2019, Sec. 2.2): initial beta = beta_base; kl_target in per-token
+    # nats of the loop's KL estimate (their 6 nats per sequence over ~120 report tokens = 0.05; a project choice,
+    # regularizers/adaptive.py); kl_horizon in samples, > 0.2 x prompts_per_step x group_size so beta stays > 0.
     kl_target: float = 0.05
     kl_horizon: int = 10000
     # Reference strategy (regularizers/reference/): static | ema | vapr.
@@ -164,8 +166,18 @@ class RLConfig:
     reset_every_epochs: int = 3
     # Optional validation every K optimizer steps in addition to each epoch end (None = epoch ends only).
     val_every_steps: int | None = None
-    # Old policy synced to the current one every N optimizer steps (N = 16, Supp. D.2).
+    # Old policy synced to the current one every N optimizer steps (N = 16, Supp. D.2). old_sync: "per_epoch"
+    # counts N within each epoch and re-syncs at each epoch start (Algorithm 1 lines 4 and 10: `step` runs
+    # 1..S in every epoch; the official code does the same); "global" counts optimizer steps over the whole run.
     old_sync_every: int = 16
+    old_sync: str = "per_epoch"
+    # Which RL policy is saved and tested, the same rule for every arm: "best_val" (the policy with the best
+    # validation score s_val, Eq. 10, as the official runner tests) or "final" (the last policy). The run
+    # records the step it came from (metrics.json: selected_step). best_includes_start: whether the starting
+    # policy (validation at step 0) may be "best"; official: no (best starts at -inf, so VAPR's first reset
+    # always lands on a trained policy). Both also define VAPR's anchor (harness/grpo/selection.py).
+    select: str = "best_val"
+    best_includes_start: bool = False
     # Rollouts: G candidates per prompt from the old policy (G 4, T 0.7, top-p 0.9, top-k off).
     group_size: int = 4
     prompts_per_step: int = 8
@@ -179,9 +191,14 @@ class RLConfig:
     eps_low: float = 0.2
     eps_high: float = 0.28
     dual_clip: float | None = 10.0
-    # KL estimator per token (k3 = Eq. 6) and loss aggregation (token_mean = Eq. 3).
+    # KL estimator per token (k3 = Eq. 6) and loss aggregation (harness/grpo/core.py aggregate): token_mean
+    # (all tokens of the step; the official code, DAPO), group_token_mean (Eq. 3 as written: per group, then the
+    # mean over groups), seq_mean_token_mean (original GRPO), dr_grpo (Liu et al. 2025: token sum / (N x
+    # max_new_tokens); needs advantage_scale none, as Dr. GRPO also drops the std division).
     kl_estimator: str = "k3"
     aggregation: str = "token_mean"
+    # Advantage scale (Eq. 2): "std" divides by the group's std (+1e-6); "none" keeps R - mean (Dr. GRPO).
+    advantage_scale: str = "std"
     # Entropy bonus (0 for MIMIC-CXR, 0.001 for IU-Xray).
     entropy_coef: float = 0.0
     # Temperature of the logits used for log-probs/KL/entropy; None = the sampling temperature (official
@@ -464,8 +481,18 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
         need(rl.min_new_tokens <= rl.max_new_tokens, "rl.min_new_tokens", rl.min_new_tokens,
              "must be <= rl.max_new_tokens")
         need(rl.kl_estimator in ("k1", "k2", "k3"), "rl.kl_estimator", rl.kl_estimator, "must be k1, k2 or k3")
-        need(rl.aggregation in ("token_mean", "seq_mean_token_mean", "dr_grpo"), "rl.aggregation",
-             rl.aggregation, "must be token_mean, seq_mean_token_mean or dr_grpo")
+        need(rl.aggregation in ("token_mean", "group_token_mean", "seq_mean_token_mean", "dr_grpo"), "rl.aggregation",
+             rl.aggregation, "must be token_mean, group_token_mean, seq_mean_token_mean or dr_grpo")
+        need(rl.advantage_scale in ("std", "none"), "rl.advantage_scale", rl.advantage_scale, "must be std or none")
+        need(rl.aggregation != "dr_grpo" or rl.advantage_scale == "none", "rl.advantage_scale", rl.advantage_scale,
+             "must be none with rl.aggregation=dr_grpo (Liu et al.'s Dr. GRPO also drops the std division)")
+        need(rl.select in ("best_val", "final"), "rl.select", rl.select, "must be best_val or final")
+        need(rl.old_sync in ("per_epoch", "global"), "rl.old_sync", rl.old_sync, "must be per_epoch or global")
+        need(rl.kl_target > 0, "rl.kl_target", rl.kl_target, "must be > 0")
+        samples = rl.prompts_per_step * rl.group_size
+        need(rl.regularizer != "adaptive" or rl.kl_horizon > 0.2 * samples, "rl.kl_horizon", rl.kl_horizon,
+             f"must exceed 0.2 x prompts_per_step x group_size = {0.2 * samples:g}, or one adaptive update "
+             "could make beta negative")
         need(rl.zero_std_groups in ("keep", "drop"), "rl.zero_std_groups", rl.zero_std_groups,
              "must be keep or drop")
         need(rl.val_score in ("paper", "official"), "rl.val_score", rl.val_score, "must be paper or official")

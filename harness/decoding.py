@@ -11,6 +11,13 @@ from harness.batching import encode_prompts, suppressed_token_ids
 from harness.models.precision import autocast_for
 
 
+def greedy_settings(generation) -> dict:
+    """The decoding of every evaluation, validation included, from the generation config (greedy, as the
+    official code): one place, so the RL stage picks "best" on exactly the decoding the test reports."""
+    return {"max_new_tokens": generation.max_new_tokens, "min_new_tokens": generation.min_new_tokens,
+            "repetition_penalty": generation.repetition_penalty, "batch_size": generation.batch_size}
+
+
 @torch.no_grad()
 def generate_reports(model, processor, images: Sequence[Sequence], instructions: Sequence[str], *,
                      max_new_tokens: int = 100, min_new_tokens: int = 0, repetition_penalty: float = 1.0,

@@ -46,9 +46,10 @@ def reward_curve_summary(run: RunDir, window: int = 5) -> str:
     resets = sum(1 for e in vals if e.get("reset"))
     val = (f"; val score {vals[0]['val_score']:.4f} -> {vals[-1]['val_score']:.4f}"
            f" ({len(vals)} validations, {resets} resets)") if len(vals) >= 2 else ""
+    kl = (f"KL {mean(first, 'kl_mean'):.5f} -> {mean(last, 'kl_mean'):.5f}"
+          if any(isinstance(r.get("kl_mean"), int | float) for r in steps) else "KL not computed (no reference)")
     return (f"{len(steps)} steps: reward {mean(first, 'reward_mean'):.4f} (first {len(first)}) -> "
-            f"{mean(last, 'reward_mean'):.4f} (last {len(last)}); KL {mean(first, 'kl_mean'):.5f} -> "
-            f"{mean(last, 'kl_mean'):.5f}{val}")
+            f"{mean(last, 'reward_mean'):.4f} (last {len(last)}); {kl}{val}")
 
 
 def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
@@ -84,7 +85,10 @@ def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
     curves = []
     for arm in study.arms:
         r = runs[arm.name]
-        rows.append((f"RL: {arm.label}", read_json(out / r["eval_dir"] / "metrics.json")))
+        rl_metrics = read_json(out / r["stages"]["rl"]["dir"] / "metrics.json")
+        # Every arm is tested at the policy rl.select picks (the same rule for all): say which step that was.
+        where = f"step {rl_metrics.get('selected_step')}/{rl_metrics.get('final_step')}"
+        rows.append((f"RL: {arm.label} @ {where}", read_json(out / r["eval_dir"] / "metrics.json")))
         curves.append(f"- {arm.label}: {reward_curve_summary(RunDir(out / r['stages']['rl']['dir']))}")
     table = format_table(rows)
     curve_text = "RL reward curves (BLEU-4 reward):\n" + "\n".join(curves)

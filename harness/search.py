@@ -9,8 +9,9 @@ of an ordinary experiment (harness/experiments.py) in the search's output folder
 - the trial becomes arm `t0003` with those values as overrides of its stage, and runs over the search's seeds
   through `run_experiment`: stages that do not depend on the searched values (warm-up, classifier, SFT) resolve
   to the same keys in every trial, so they run once per seed and are shared by all trials;
-- the objective is read from the run records: by default the validation score (Eq. 10) of the final RL
-  policy, `val_final`, averaged over seeds. The test split is never used for selection unless the file asks
+- the objective is read from the run records: by default the validation score (Eq. 10) of the RL policy
+  the arm saves and tests (rl.select: best-validation or final), `val_selected`, averaged over seeds, so a
+  search optimises the score of the policy it ships. The test split is never used for selection unless the file asks
   for a `test:<metric>` objective;
 - the Optuna study lives in `<out>/optuna.journal` (Optuna's file journal), so a search is resumable: run the
   command again and it continues up to `n_trials` finished trials. A trial left running by a killed process is
@@ -60,6 +61,7 @@ _SEARCH_KEYS = {"search", "title", "description", "seeds", "pipeline", "n_trials
 _PARAM_KEYS = {"type", "low", "high", "log", "step", "choices", "stage"}
 # Objectives read from the RL stage's evals.jsonl (validation rows after the first optimizer step) ...
 VAL_OBJECTIVES = {
+    "val_selected": "validation score (Eq. 10) of the RL policy the arm saves and tests (rl.select)",
     "val_final": "validation score (Eq. 10) of the final RL policy",
     "val_best": "best validation score during RL",
     "val_mean": "mean validation score during RL (rewards stable runs)",
@@ -233,7 +235,7 @@ def _parse_objective(spec: Any, pipeline: list[str], where: str) -> Objective:
     bad = sorted(set(spec) - {"metric", "direction"})
     if bad:
         raise ConfigError(f"{where}: objective: unknown field '{bad[0]}'; valid: metric, direction")
-    metric = spec.get("metric", "val_final")
+    metric = spec.get("metric", "val_selected")
     direction = spec.get("direction", "maximize")
     if direction not in ("maximize", "minimize"):
         raise ConfigError(f"{where}: objective.direction must be maximize or minimize, got {direction!r}")
@@ -341,6 +343,13 @@ def run_objective(out: Path, run: dict, metric: str) -> float:
         if not _number(scores.get(key)):
             raise ValueError(f"{out / run['metrics']}: no numeric '{key}' (objective {metric})")
         return float(scores[key])
+    if metric == "val_selected":
+        # The policy the RL stage saved: its score as recorded with the selection (metrics.json).
+        path = out / run["stages"]["rl"]["dir"] / "metrics.json"
+        value = read_json(path).get("selected_score")
+        if not _number(value):
+            raise ValueError(f"{path}: no numeric 'selected_score' (objective val_selected)")
+        return float(value)
     evals = out / run["stages"]["rl"]["dir"] / "evals.jsonl"
     try:
         return objective_from_evals(read_jsonl(evals), metric)

@@ -32,6 +32,7 @@ __all__ = [
     "available_regularizers",
     "build_reference",
     "build_regularizer",
+    "config_fields",
     "register_reference",
     "register_regularizer",
 ]
@@ -76,9 +77,12 @@ class ReferenceStrategy:
     - ``on_start(store)`` at the start of RL (not on resume: then the loop loads the store's and the
       strategy's state instead);
     - ``after_step(store, step)`` after each optimizer step (``step`` = optimizer steps done so far, from 1);
-    - ``after_validation(store, optimizer, score, epoch, step, end_of_epoch=True)`` after each validation
-      (``epoch`` = epochs done so far, from 1); returns an event dict that the loop logs.
-    The snapshot names used by every strategy: ``"ref"`` (reference), ``"old"`` (sampling policy).
+    - ``after_validation(store, optimizer, epoch, step, end_of_epoch=True, final=False)`` after each validation
+      (``epoch`` = epochs done so far, from 1), once the loop has updated ``"best"`` (the best-validation
+      snapshot, harness/grpo/selection.py); ``final`` = no training step follows; returns an event dict that
+      the loop logs.
+    The snapshot names used by every strategy: ``"ref"`` (reference), ``"old"`` (sampling policy), ``"best"``
+    (kept by the loop, read-only here).
     """
 
     name: ClassVar[str] = ""
@@ -97,10 +101,10 @@ class ReferenceStrategy:
         self,
         store: SnapshotStore,
         optimizer: torch.optim.Optimizer | None,
-        score: float,
         epoch: int,
         step: int,
         end_of_epoch: bool = True,
+        final: bool = False,
     ) -> dict[str, Any]:
         return {}
 
@@ -170,6 +174,18 @@ def _build(table: dict, name: str, cfg: dict[str, Any], kind: str):
                 f"{kind} {name!r} got unknown option(s) {unknown}; its options: {sorted(fields)}"
             )
     return cls(**cfg)
+
+
+def config_fields(kind: str, name: str, section: Any) -> dict[str, Any]:
+    """The values of ``section`` (a config dataclass, e.g. RLConfig) for the fields of the class registered as
+    ``name``: a class's field names are the config's, so one builder serves every regularizer and reference."""
+    _ensure_builtins()
+    table = {"regularizer": REGULARIZERS, "reference strategy": REFERENCES}[kind]
+    if name not in table:
+        raise ValueError(f"unknown {kind} {name!r}; available: {sorted(table)}")
+    cls = table[name]
+    names = [f.name for f in dataclasses.fields(cls) if f.init] if dataclasses.is_dataclass(cls) else []
+    return {n: getattr(section, n) for n in names if hasattr(section, n)}
 
 
 def build_regularizer(name: str, **cfg: Any) -> Regularizer:

@@ -225,11 +225,17 @@ def fig3_curves(exp: Experiment, out_dir, window: int | None = None) -> dict[str
 def fig_all_arms(exp: Experiment, out_dir, key: str, name: str, ylabel: str, title: str,
                  window: int | None = None) -> list[Path] | None:
     """Every arm's curve of one steps.jsonl key (e.g. reward_mean, kl_mean, entropy_mean)."""
-    groups = [(a.label, [a.name]) for a in exp.arms if any(len(r.steps) for r in exp.runs_of(a.name))]
+    def logged(arm) -> bool:
+        return any(is_number(s.get(key)) for r in exp.runs_of(arm.name) for s in r.steps)
+
+    ran = [a for a in exp.arms if any(len(r.steps) for r in exp.runs_of(a.name))]
+    groups = [(a.label, [a.name]) for a in ran if logged(a)]
     if not groups:
         return None
-    if not any(any(is_number(s.get(key)) for s in r.steps) for a in exp.arms for r in exp.runs_of(a.name)):
-        return None
+    # An arm that never measured the quantity (e.g. no KL: no reference pass) is named, never drawn as 0.
+    missing = [a.label for a in ran if not logged(a)]
+    if missing:
+        title = f"{title}\nnot computed: {', '.join(missing)}"
     fig = curves_figure(exp, groups, key, ylabel, title, window, resets=key in ("kl_loss", "kl_mean"))
     return save_figure(fig, out_dir, name)
 

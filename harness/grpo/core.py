@@ -36,24 +36,32 @@ LOG_RATIO_CLAMP = 20.0
 K3_MAX = 10.0
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
-AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "dr_grpo")
+AGGREGATIONS = ("token_mean", "group_token_mean", "seq_mean_token_mean", "dr_grpo")
+ADVANTAGE_SCALES = ("std", "none")
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Advantages (Eq. 2)
 # ----------------------------------------------------------------------------------------------------------
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, scale: str = "std") -> torch.Tensor:
     """Group-relative advantages, REVA-PO Eq. 2: ``A = (R - mean_G R) / (std_G R + eps)``.
 
-    ``rewards`` is ``[B, G]``; the std is the population std (divide by G, not G - 1). A group whose rewards
-    are all equal gets exactly 0 (its numerator is 0), and so does a group of one sample (G = 1).
+    ``rewards`` is ``[B, G]``; the std is the population std (divide by G, not G - 1). ``scale="none"`` drops
+    the division (Dr. GRPO, Liu et al. 2025, Sec. 3.1: ``A = R - mean_G R``).
+
+    A group whose rewards are all equal gets exactly 0. That needs an explicit zero: the float mean of G equal
+    values is not always that value (in float32, eight rewards of 0.7 leave a residue of 6e-8), and dividing the
+    residue by ``std + eps`` gives every sample of the group the same sign and |A| up to ~0.06 (0.7, G = 8), so
+    RER would take its A > 0 or A < 0 branch instead of ``beta_base``.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"advantage scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
     r = rewards if rewards.is_floating_point() else rewards.float()
-    mean = r.mean(dim=1, keepdim=True)
-    std = r.std(dim=1, keepdim=True, unbiased=False)
-    return (r - mean) / (std + eps)
+    centred = r - r.mean(dim=1, keepdim=True)
+    adv = centred / (r.std(dim=1, keepdim=True, unbiased=False) + eps) if scale == "std" else centred
+    return torch.where(zero_std_groups(r).unsqueeze(1), torch.zeros_like(adv), adv)
 
 
 def zero_std_groups(rewards: torch.Tensor) -> torch.Tensor:
@@ -259,42 +267,66 @@ def response_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)
 
 
-def aggregate(x: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean") -> torch.Tensor:
+def _group_sums(x: torch.Tensor, group_size: int | None) -> torch.Tensor:
+    """``[N] -> [N / G]`` sums over consecutive groups of G rows (rows are group-major)."""
+    if group_size is None or group_size < 1 or x.shape[0] % group_size:
+        raise ValueError(f"group_token_mean needs group_size dividing the {x.shape[0]} rows, got {group_size}")
+    return x.view(-1, group_size).sum(dim=1)
+
+
+def aggregate(x: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean", *, group_size: int | None = None,
+              max_len: int | None = None) -> torch.Tensor:
     """Reduce a per-token ``[N, T]`` quantity to a scalar.
 
-    - ``token_mean`` (default, DAPO-style, REVA-PO Eq. 3): sum over all masked tokens / number of masked
-      tokens; every token weighs the same, long responses are not down-weighted.
+    - ``token_mean`` (default, DAPO-style; the official REVA-PO code): sum over all masked tokens of the step /
+      number of masked tokens; every token weighs the same, long responses are not down-weighted.
+    - ``group_token_mean`` (REVA-PO Eq. 3 as written): per group ``1 / sum_i |o_i| * sum_i sum_t``, then the
+      mean over groups (rows are group-major, ``group_size`` = G). Groups without a masked token are left out.
     - ``seq_mean_token_mean`` (original GRPO): mean over each response's tokens, then mean over responses.
       Responses with no masked token have no mean and are left out of the outer mean.
-    - ``dr_grpo`` (Dr. GRPO): sum over masked tokens / (N * T), a normaliser that does not depend on response
-      lengths. T is the padded length of the batch; the loop pads to ``max_new_tokens`` to make it constant
-      across batches.
+    - ``dr_grpo`` (Dr. GRPO, Liu et al. 2025): sum over masked tokens / (N * ``max_len``), a constant
+      normaliser (their code divides each response's token sum by the generation budget, then averages over
+      responses); ``max_len`` is the rollout's ``max_new_tokens``.
     """
     m = mask.to(x.dtype)
     if mode == "token_mean":
         return (x * m).sum() / m.sum().clamp(min=1.0)
+    if mode == "group_token_mean":
+        sums, counts = _group_sums((x * m).sum(dim=-1), group_size), _group_sums(m.sum(dim=-1), group_size)
+        has_tokens = (counts > 0).to(x.dtype)
+        return (sums / counts.clamp(min=1.0) * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
     if mode == "seq_mean_token_mean":
         lengths = m.sum(dim=-1)
         per_seq = (x * m).sum(dim=-1) / lengths.clamp(min=1.0)
         has_tokens = (lengths > 0).to(x.dtype)
         return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
     if mode == "dr_grpo":
-        return (x * m).sum() / max(x.shape[0] * x.shape[1], 1)
+        return (x * m).sum() / _dr_grpo_normalizer(x.shape[0], max_len)
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
 
 
-def aggregation_normalizer(mask: torch.Tensor, mode: str = "token_mean") -> torch.Tensor:
+def _dr_grpo_normalizer(n_rows: int, max_len: int | None) -> float:
+    if max_len is None or max_len < 1:
+        raise ValueError(f"dr_grpo needs max_len (the rollout's max_new_tokens) >= 1, got {max_len}")
+    return float(max(n_rows, 1) * max_len)
+
+
+def aggregation_normalizer(mask: torch.Tensor, mode: str = "token_mean", *, group_size: int | None = None,
+                           max_len: int | None = None) -> torch.Tensor:
     """The denominator :func:`aggregate` divides by (before its clamp at 1): the number of masked tokens
-    (``token_mean``), of responses with at least one masked token (``seq_mean_token_mean``), or N * T
-    (``dr_grpo``). Data-parallel training scales each process's loss by its share of the global normaliser,
-    so that the average over processes equals the loss of the whole batch (harness/distributed.py)."""
+    (``token_mean``), of groups (``group_token_mean``) or responses (``seq_mean_token_mean``) with at least one
+    masked token, or N * max_len (``dr_grpo``). Data-parallel training scales each process's loss by its share
+    of the global normaliser, so that the average over processes equals the loss of the whole batch
+    (harness/distributed.py); whole groups live on one process, so group means are never split."""
     m = mask.float()
     if mode == "token_mean":
         return m.sum()
+    if mode == "group_token_mean":
+        return (_group_sums(m.sum(dim=-1), group_size) > 0).float().sum()
     if mode == "seq_mean_token_mean":
         return (m.sum(dim=-1) > 0).float().sum()
     if mode == "dr_grpo":
-        return torch.tensor(float(m.shape[0] * m.shape[1]))
+        return torch.tensor(_dr_grpo_normalizer(m.shape[0], max_len))
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
 
 
@@ -330,6 +362,8 @@ def policy_loss(
     aggregation: str = "token_mean",
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    group_size: int | None = None,
+    max_len: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The negated REVA-PO objective (Eq. 3), to minimise.
 
@@ -338,17 +372,19 @@ def policy_loss(
     - ``r = exp(clamp(logp - logp_old, -20, 20))`` and the clipped surrogate
       ``l = min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)`` (asymmetric clip, DAPO);
     - dual clip: for ``A < 0`` the per-token loss ``-l`` is capped at ``dual_clip * |A|`` (``None``: off);
-    - ``KL`` from :func:`kl_penalty` (``logp_ref=None``: no KL term, its stats are 0);
-    - ``agg`` from :func:`aggregate`.
+    - ``KL`` from :func:`kl_penalty` (``logp_ref=None``: no KL term; ``kl_mean`` and ``log_ratio_ref_mean``
+      are then absent from the stats, never 0: nothing was measured);
+    - ``agg`` from :func:`aggregate` (``group_size`` for ``group_token_mean``, ``max_len`` for ``dr_grpo``).
 
     ``advantages`` and ``beta`` are per response ``[N]`` (or per token ``[N, T]``, e.g. DiTPO token weights
     folded into the advantages); ``mask`` ``[N, T]`` marks response tokens. ``entropy`` is the current
     policy's per-token entropy, with grad when the bonus is on.
 
-    Stats (floats): pg_loss, kl_loss, entropy_loss, loss; kl_mean (token mean of the estimator),
-    log_ratio_ref_mean (token mean of logp - logp_ref), entropy_mean, clip_frac (tokens where the clipped
-    branch is the one taken), clip_frac_low / clip_frac_high (the ratio below 1 - eps_low with A < 0 / above
-    1 + eps_high with A > 0), dual_clip_frac, ratio_mean, beta_mean / beta_min / beta_max (over responses).
+    Stats (floats): pg_loss, kl_loss, entropy_loss, loss; kl_mean (token mean of the estimator) and
+    log_ratio_ref_mean (token mean of logp - logp_ref) when a reference is given; entropy_mean, clip_frac
+    (tokens where the clipped branch is the one taken), clip_frac_low / clip_frac_high (the ratio below
+    1 - eps_low with A < 0 / above 1 + eps_high with A > 0), dual_clip_frac, ratio_mean, beta_mean /
+    beta_min / beta_max (over responses).
     """
     if logp.dim() != 2:
         raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
@@ -381,19 +417,20 @@ def policy_loss(
         pg_tok = torch.where(adv < 0, torch.minimum(pg_tok, cap), pg_tok)
     else:
         dual_active = torch.zeros_like(mask_f, dtype=torch.bool)
-    pg_loss = aggregate(pg_tok, mask_f, aggregation)
+    agg = {"group_size": group_size, "max_len": max_len}
+    pg_loss = aggregate(pg_tok, mask_f, aggregation, **agg)
 
     # KL to the reference, weighted per response (Eq. 3 with beta_i).
     if logp_ref is not None:
         kl_tok = kl_penalty(logp, logp_ref.detach(), kl_estimator)
-        kl_loss = aggregate(beta_tok * kl_tok, mask_f, aggregation)
+        kl_loss = aggregate(beta_tok * kl_tok, mask_f, aggregation, **agg)
     else:
         kl_tok = None
         kl_loss = torch.zeros((), dtype=logp.dtype, device=logp.device)
 
     # Entropy bonus: subtracting it from the loss rewards a higher-entropy policy.
     if entropy is not None and entropy_coef != 0.0:
-        entropy_loss = -entropy_coef * aggregate(entropy.to(logp.dtype), mask_f, aggregation)
+        entropy_loss = -entropy_coef * aggregate(entropy.to(logp.dtype), mask_f, aggregation, **agg)
     else:
         entropy_loss = torch.zeros((), dtype=logp.dtype, device=logp.device)
 
@@ -406,8 +443,6 @@ def policy_loss(
             "pg_loss": pg_loss.detach(),
             "kl_loss": kl_loss.detach(),
             "entropy_loss": entropy_loss.detach(),
-            "kl_mean": masked_mean(kl_tok, mask_f) if kl_tok is not None else zero,
-            "log_ratio_ref_mean": masked_mean(logp - logp_ref, mask_f) if logp_ref is not None else zero,
             "entropy_mean": masked_mean(entropy.to(logp.dtype), mask_f) if entropy is not None else zero,
             "clip_frac": masked_mean((loss_clipped > loss_unclipped).to(logp.dtype), mask_f),
             "clip_frac_low": masked_mean(((ratio < 1.0 - eps_low) & (adv < 0)).to(logp.dtype), mask_f),
@@ -418,6 +453,9 @@ def policy_loss(
             "beta_min": beta_rows.float().min(),
             "beta_max": beta_rows.float().max(),
         }
+        if kl_tok is not None:
+            stats_t["kl_mean"] = masked_mean(kl_tok, mask_f)
+            stats_t["log_ratio_ref_mean"] = masked_mean(logp - logp_ref, mask_f)
         # One device sync for all stats.
         values = torch.stack([v.float().reshape(()) for v in stats_t.values()]).tolist()
     return loss, dict(zip(stats_t.keys(), values, strict=True))

@@ -4,13 +4,18 @@ regularizers/, the policies are snapshots in harness.snapshots.
 Per optimizer step:
   1. take B prompts; sample G candidates each from the OLD policy (swapped in);
   2. score them with the reward; A = group-normalised rewards (Eq. 2);
-  3. log-probs of the candidates under OLD and, if the regularizer needs it, REFERENCE (+ its entropy for RER),
-     both without grad, through the same logits path as the current policy;
+  3. log-probs of the candidates under the CURRENT policy (with grad), under OLD and, if the regularizer needs
+     it, REFERENCE (+ its entropy for RER), the last two without grad through the same logits path; a frozen
+     policy whose parameters equal the current ones (old right after a sync, ref right after a reset) takes the
+     current pass's values detached instead of a second forward pass;
   4. beta[B, G] from the regularizer; loss from policy_loss (Eq. 3-6); one AdamW step on the current policy;
-  5. regularizer.after_step (adaptive controller), reference.after_step (EMA), old <- current every N steps.
-After every epoch (and every K steps if asked) the current policy decodes the validation prompts greedily;
-the score (Eq. 10) goes to the reference strategy, which may reset (VAPR). Dropout is off in every forward
-pass of the loop, so the ratio is exactly 1 when current = old.
+  5. regularizer.after_step (adaptive controller), reference.after_step (EMA), old <- current every N steps
+     (counted per epoch and re-synced at each epoch start, or over the whole run: rl.old_sync).
+After every epoch (and every K steps if asked) the current policy decodes the validation prompts greedily,
+exactly as the test does (the generation config); the score s_val (Eq. 10) updates the best-validation
+snapshot (harness/grpo/selection.py), then the reference strategy may reset to it (VAPR). At the end the
+policy chosen by rl.select (best_val or final), the same rule for every arm, is left in the model. Dropout is
+off in every forward pass of the loop, so the ratio is exactly 1 when current = old.
 """
 
 from __future__ import annotations
@@ -34,13 +39,16 @@ from harness.grpo.core import (
     response_mean,
     token_entropy,
     token_logprobs,
+    zero_std_groups,
 )
 from harness.grpo.rollout import Rollout, response_logits, sample_rollout
+from harness.grpo.selection import BestTracker
 from harness.grpo.validation import validation_score
 from harness.records import RunDir
 from harness.snapshots import SnapshotStore
 from harness.stages.lm_train import epoch_order, make_scheduler
 from regularizers import build_reference, build_regularizer
+from regularizers.registry import config_fields
 from rewards.registry import compute_reward
 
 # Called as hook(step, val_score) after every validation (on every process), e.g. by an Optuna search that
@@ -61,22 +69,13 @@ class PromptSet:
 
 
 def build_regularizer_from(rl: RLConfig):
-    name = rl.regularizer
-    if name == "none":
-        return build_regularizer("none")
-    if name == "constant":
-        return build_regularizer("constant", beta_base=rl.beta_base)
-    if name == "adaptive":
-        return build_regularizer("adaptive", init_beta=rl.beta_base, target=rl.kl_target, horizon=rl.kl_horizon)
-    return build_regularizer("rer", beta_min=rl.beta_min, beta_base=rl.beta_base, beta_max=rl.beta_max)
+    """The regularizer named by rl.regularizer, given the RL config fields its class declares."""
+    return build_regularizer(rl.regularizer, **config_fields("regularizer", rl.regularizer, rl))
 
 
 def build_reference_from(rl: RLConfig):
-    if rl.reference == "ema":
-        return build_reference("ema", rate=rl.ema_rate, period=rl.ema_period)
-    if rl.reference == "vapr":
-        return build_reference("vapr", reset_every_epochs=rl.reset_every_epochs, val_every_steps=rl.val_every_steps)
-    return build_reference("static")
+    """The reference strategy named by rl.reference, given the RL config fields its class declares."""
+    return build_reference(rl.reference, **config_fields("reference strategy", rl.reference, rl))
 
 
 class GRPOTrainer:
@@ -111,6 +110,10 @@ class GRPOTrainer:
 
             self.weighter = TokenWeighter(rl.token_weighting, processor.tokenizer, train.references,
                                           rl.token_weight_boost, rl.token_weight_max, rl.logprob_chunk_positions)
+        self.best = BestTracker(include_start=rl.best_includes_start)
+        # Steps of the epoch schedule; train.max_steps may cut it short. VAPR's "no reset after the last
+        # validation" refers to the schedule, so a cut run resumed with a larger max_steps equals an uncut one.
+        self.schedule_steps = total
         self.step = 0
         self.lp_temp = rl.logprob_temperature if rl.logprob_temperature is not None else rl.temperature
 
@@ -131,7 +134,7 @@ class GRPOTrainer:
                                              zip(self.store.param_names(), self.store.parameters(), strict=True)},
                  "store": self.store.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "regularizer": self.regularizer.state_dict(),
-                 "reference": self.reference.state_dict()}
+                 "reference": self.reference.state_dict(), "best": self.best.state_dict()}
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
         tmp.replace(path)
@@ -148,6 +151,7 @@ class GRPOTrainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.regularizer.load_state_dict(state["regularizer"])
         self.reference.load_state_dict(state["reference"])
+        self.best.load_state_dict(state.get("best") or {})
         self.step = int(state["step"])
         self.run.truncate_logs_after(self.step)
         return True
@@ -171,13 +175,17 @@ class GRPOTrainer:
                                   repetition_penalty=rl.repetition_penalty)
 
     @torch.no_grad()
-    def _frozen_logprobs(self, name: str, ro: Rollout, want_entropy: bool):
-        with self.store.use(name):
-            logits = response_logits(self.model, ro)
-            tokens = ro.responses
-            logp = token_logprobs(logits, tokens, self.lp_temp, self.rl.logprob_chunk_positions)
-            ent = token_entropy(logits, self.lp_temp, self.rl.logprob_chunk_positions) if want_entropy else None
+    def _frozen_logprobs(self, logits: torch.Tensor, ro: Rollout, want_entropy: bool):
+        """Log-probs (and entropies) of the responses from a frozen policy's logits, without grad."""
+        chunk = self.rl.logprob_chunk_positions
+        logp = token_logprobs(logits, ro.responses, self.lp_temp, chunk)
+        ent = token_entropy(logits, self.lp_temp, chunk) if want_entropy else None
         return logp, ent
+
+    @torch.no_grad()
+    def _snapshot_logits(self, name: str, ro: Rollout) -> torch.Tensor:
+        with self.store.use(name):
+            return response_logits(self.model, ro)
 
     def train_step(self) -> dict:
         rl, G = self.rl, self.rl.group_size
@@ -190,38 +198,47 @@ class GRPOTrainer:
         # Rewards (and so advantages and betas) on the model's device, beside the log-probs they weigh.
         rewards = torch.tensor(compute_reward(rl.reward, ro.texts, refs), dtype=torch.float32,
                                device=ro.response_mask.device).view(B, G)
-        adv = group_advantages(rewards)
-        zero_std = (rewards.max(dim=1).values == rewards.min(dim=1).values)
+        adv = group_advantages(rewards, scale=rl.advantage_scale)
+        zero_std = zero_std_groups(rewards)
         mask = ro.response_mask.float()
         if rl.zero_std_groups == "drop":
             mask = mask * (~zero_std).repeat_interleave(G).float().unsqueeze(1)
-        logp_old, _ = self._frozen_logprobs("old", ro, False)
-        logp_ref, h_ref_tok = None, None
-        if self.regularizer.needs_reference:
-            logp_ref, h_ref_tok = self._frozen_logprobs("ref", ro, self.regularizer.needs_reference_entropy)
-        h_ref = response_mean(h_ref_tok, ro.response_mask.float()).view(B, G) if h_ref_tok is not None else None
-        beta = self.regularizer.betas(adv, h_ref).reshape(-1)
-        advantages = adv.reshape(-1)
+        want_ent = rl.entropy_coef != 0
+        # Frozen passes first: swapping a snapshot in writes the live parameters, which the current pass's graph
+        # must not see change. A snapshot equal to the live parameters (old right after a sync, ref right after
+        # a reset) needs no pass of its own: the current pass's logits are the same numbers.
+        frozen = ["old"] + (["ref"] if self.regularizer.needs_reference else [])
+        own = {name: self._snapshot_logits(name, ro) for name in frozen if not self.store.equal_to_live(name)}
         token_w = None
         if self.weighter is not None:
             # DiTPO: A[i, t] = w[i, t] * A[i]; the gradient weighter looks through the old policy.
             with self.store.use("old"):
-                token_w = self.weighter.weights(self.model, ro).to(advantages.device)
-            advantages = advantages.unsqueeze(1) * token_w
-        want_ent = rl.entropy_coef != 0
+                token_w = self.weighter.weights(self.model, ro)
         logits = response_logits(self.model, ro)
         logp = token_logprobs(logits, ro.responses, self.lp_temp, rl.logprob_chunk_positions)
         ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=want_ent)
+        logp_old, _ = self._frozen_logprobs(own.get("old", logits.detach()), ro, False)
+        logp_ref, h_ref_tok = None, None
+        if self.regularizer.needs_reference:
+            logp_ref, h_ref_tok = self._frozen_logprobs(own.get("ref", logits.detach()), ro,
+                                                        self.regularizer.needs_reference_entropy)
+        del own
+        h_ref = response_mean(h_ref_tok, ro.response_mask.float()).view(B, G) if h_ref_tok is not None else None
+        beta = self.regularizer.betas(adv, h_ref).reshape(-1)
+        advantages = adv.reshape(-1)
+        if token_w is not None:
+            advantages = advantages.unsqueeze(1) * token_w.to(advantages.device)
+        agg = {"group_size": G, "max_len": rl.max_new_tokens}
         loss, stats = policy_loss(logp, logp_old, logp_ref, advantages, beta, mask, eps_low=rl.eps_low,
                                   eps_high=rl.eps_high, dual_clip=rl.dual_clip, kl_estimator=rl.kl_estimator,
-                                  aggregation=rl.aggregation, entropy=ent, entropy_coef=rl.entropy_coef)
+                                  aggregation=rl.aggregation, entropy=ent, entropy_coef=rl.entropy_coef, **agg)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"RL loss is {float(loss)} at step {self.step}")
         n_tokens = float(mask.sum())
         if self.dist.active:
             # Scale to this process's share of the global normaliser: the mean of the scaled losses (and of
             # their gradients, averaged below) is then the loss of the whole batch in one process.
-            loss = loss * self.dist.loss_scale(aggregation_normalizer(mask, rl.aggregation))
+            loss = loss * self.dist.loss_scale(aggregation_normalizer(mask, rl.aggregation, **agg))
             stats = self.dist.reduce_stats(stats, n_tokens)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -231,9 +248,9 @@ class GRPOTrainer:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        self.regularizer.after_step(stats["kl_mean"], B * G * self.dist.world)
+        self.regularizer.after_step(stats.get("kl_mean"), B * G * self.dist.world)
         events = dict(self.reference.after_step(self.store, self.step) or {})
-        if self.step % rl.old_sync_every == 0:
+        if self._old_sync_due():
             self.store.capture("old")
             events["old_synced"] = True
         all_rewards = self.dist.gather(rewards)  # [B * world, G]: the step's whole batch
@@ -264,16 +281,29 @@ class GRPOTrainer:
             })
         return row
 
+    def _old_sync_due(self) -> bool:
+        """After optimizer step self.step: is it the N-th step (of the epoch, or of the run)?"""
+        n = self.rl.old_sync_every
+        if self.rl.old_sync == "global":
+            return self.step % n == 0
+        step_in_epoch = (self.step - 1) % self.steps_per_epoch + 1
+        return step_in_epoch % n == 0
+
     # -- validation -------------------------------------------------------------------------------------
-    def validate(self, epoch: int, end_of_epoch: bool) -> dict:
+    def validate(self, epoch: float, end_of_epoch: bool, candidate: bool = True) -> dict:
+        """Score the live policy on the validation set; update "best" (a `candidate` validation only), then let
+        the reference strategy react (VAPR resets after epochs M, 2M, ... unless no training step follows)."""
         if self.validate_fn is None:
             return {}
         scores = self.validate_fn(self.model)
         score = validation_score(scores, self.rl.val_score, self.rl.val_lambda, scores.get("rg"))
-        event = self.reference.after_validation(self.store, self.optimizer, score, epoch, self.step,
-                                                end_of_epoch=end_of_epoch)
+        improved = self.best.observe(self.store, score, self.step, epoch, candidate=candidate)
+        final = self.step >= self.schedule_steps
+        event = self.reference.after_validation(self.store, self.optimizer, epoch, self.step,
+                                                end_of_epoch=end_of_epoch, final=final)
         row = {"step": self.step, "epoch": epoch, "split": "val", "val_score": score, "end_of_epoch": end_of_epoch,
-               **scores, **(event or {})}
+               "candidate": candidate and (self.step > 0 or self.best.include_start), "improved": improved,
+               **self.best.log_stats(), **scores, **(event or {})}
         self.run.log_eval(row)
         for hook in list(VALIDATION_HOOKS):
             hook(self.step, score)
@@ -286,30 +316,52 @@ class GRPOTrainer:
             self.reference.on_start(self.store)
             if "old" not in self.store:
                 self.store.capture("old")
-            self.validate(epoch=0, end_of_epoch=True)  # the starting policy is the first "best"
+            # Logged for the curves; a "best" candidate only with rl.best_includes_start.
+            self.validate(epoch=0, end_of_epoch=True)
         val_every = self.rl.val_every_steps
         bar = tqdm(total=self.total_steps, initial=self.step, desc="stage 3 RL", disable=not self.progress,
                    leave=False)
         t_start = time.time()
-        last = {}
         while self.step < self.total_steps:
+            if self.rl.old_sync == "per_epoch" and self.step % self.steps_per_epoch == 0:
+                self.store.capture("old")  # Algorithm 1: each epoch samples from the policy it starts with
             last = self.train_step()
             bar.update(1)
-            bar.set_postfix(reward=f"{last['reward_mean']:.3f}", kl=f"{last['kl_mean']:.4f}")
+            kl = last.get("kl_mean")
+            bar.set_postfix(reward=f"{last['reward_mean']:.3f}", kl="n/a" if kl is None else f"{kl:.4f}")
             end_of_epoch = self.step % self.steps_per_epoch == 0
+            validated = True
             if end_of_epoch:
                 self.validate(self.step // self.steps_per_epoch, True)
             elif val_every and self.step % val_every == 0:
-                self.validate(self.step // self.steps_per_epoch, False)
-            if self.tcfg.checkpoint_every and self.step % self.tcfg.checkpoint_every == 0:
+                self.validate(self.step / self.steps_per_epoch, False)
+            elif self.step == self.total_steps:
+                # A run cut by train.max_steps mid-epoch still ends with a validation line (the final policy's
+                # score), but it is not a "best" candidate: an uncut run would not have validated here.
+                self.validate(self.step / self.steps_per_epoch, False, candidate=False)
+            else:
+                validated = False
+            if validated or (self.tcfg.checkpoint_every and self.step % self.tcfg.checkpoint_every == 0) \
+                    or self.step == self.total_steps:
                 self.save_checkpoint()
         bar.close()
-        if self.step % self.steps_per_epoch != 0 and self.validate_fn is not None:
-            # a run cut by max_steps still ends with a validation line
-            self.validate(math.ceil(self.step / self.steps_per_epoch), False)
-        self.save_checkpoint()
+        selected = self.select_policy()
         steps = self.run.steps()
         rewards = [s["reward_mean"] for s in steps]
         return {"steps": self.step, "wall_time_s": time.time() - t_start,
                 "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
-                "reward_mean_last_10": float(np.mean(rewards[-10:])) if rewards else None}
+                "reward_mean_last_10": float(np.mean(rewards[-10:])) if rewards else None, **selected}
+
+    def select_policy(self) -> dict:
+        """Leave the policy that rl.select names in the model and say where it came from. best_val without any
+        candidate validation (no validation set, or a run cut before its first epoch end) keeps the final policy
+        and says so."""
+        evals = [e for e in self.run.evals() if e.get("split") == "val"]
+        final_score = evals[-1]["val_score"] if evals and evals[-1].get("step") == self.step else None
+        if self.rl.select == "best_val" and "best" in self.store:
+            self.store.restore("best")
+            return {"select": "best_val", "selected_step": self.best.step, "selected_epoch": self.best.epoch,
+                    "selected_score": self.best.score, "final_step": self.step, "final_score": final_score}
+        why = "final" if self.rl.select == "final" else "final (no candidate validation for best_val)"
+        return {"select": why, "selected_step": self.step, "selected_epoch": self.step / self.steps_per_epoch,
+                "selected_score": final_score, "final_step": self.step, "final_score": final_score}

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config import RunConfig
-from harness.decoding import generate_reports
+from harness.decoding import generate_reports, greedy_settings
 from harness.evaluation import nlg_scores
 from harness.models.checkpoint import load_base, load_stage_model
 from harness.models.presets import get_preset
@@ -89,11 +89,8 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
         raise ValueError(f"split '{split}' not in the data set (have: {', '.join(splits)})")
     samples = splits[split]
     instructions = instructions_for(cfg, samples, spec)
-    g = cfg.generation
     hyps = generate_reports(model, processor, load_images(samples, cfg.model.image_size), instructions,
-                            max_new_tokens=g.max_new_tokens, min_new_tokens=g.min_new_tokens,
-                            repetition_penalty=g.repetition_penalty, batch_size=g.batch_size, progress=progress,
-                            desc=f"decode {split}")
+                            **greedy_settings(cfg.generation), progress=progress, desc=f"decode {split}")
     refs = {s.id: s.report for s in samples}
     scores = nlg_scores(refs, {s.id: h for s, h in zip(samples, hyps, strict=True)})
     ref_labels = reference_labels(samples) if cfg.eval.ce_backend == "rules" or any(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import RunConfig
-from harness.decoding import generate_reports
+from harness.decoding import generate_reports, greedy_settings
 from harness.distributed import Dist
 from harness.evaluation import nlg_scores
 from harness.grpo.trainer import GRPOTrainer, PromptSet
@@ -26,17 +26,16 @@ def prompt_set(cfg: RunConfig, samples, spec: dict) -> PromptSet:
 
 
 def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None = None):
-    """validate(model) -> scores of greedy reports on `val`. Data-parallel: each process decodes its share,
-    rank 0 scores the whole set and every process gets the same scores (so VAPR decides the same way)."""
-    rl, g = cfg.rl, cfg.generation
+    """validate(model) -> scores of greedy reports on `val`, decoded exactly as the test split is (the generation
+    config). Data-parallel: each process decodes its share, rank 0 scores the whole set and every process gets
+    the same scores (so "best" and VAPR decide the same way everywhere)."""
     dist = dist or Dist()
     mine = list(range(len(val)))[dist.rank::dist.world]
 
     def validate(model) -> dict:
         local = generate_reports(model, processor, [val.images[i] for i in mine],
-                                 [val.instructions[i] for i in mine], max_new_tokens=rl.max_new_tokens,
-                                 min_new_tokens=0, repetition_penalty=g.repetition_penalty,
-                                 batch_size=g.batch_size, progress=False)
+                                 [val.instructions[i] for i in mine], **greedy_settings(cfg.generation),
+                                 progress=False)
         hyps: list[str] = [""] * len(val)
         for part in dist.gather_objects(list(zip(mine, local, strict=True))):
             for i, text in part:
@@ -47,14 +46,19 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
 
 
 def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str]) -> dict:
-    """BLEU / METEOR / ROUGE-L of the validation reports, and the RadGraph term `rg` of Eq. 10 if configured."""
+    """BLEU / METEOR / ROUGE-L of the validation reports, and the RadGraph term `rg` of Eq. 10 if configured.
+
+    `rg` averages over the pairs whose hypothesis and reference are both non-empty, as the official code's
+    s_val does (radgraph's F1RadGraph would count an empty pair as 0 in its mean); `rg_pairs` says how many."""
     from rewards.registry import compute_reward
 
     scores = nlg_scores(dict(zip(val.ids, val.references, strict=True)), dict(zip(val.ids, hyps, strict=True)),
                         metrics=["BLEU", "METEOR", "ROUGE_L"])
     backend = {"entity_f1": "entity_f1", "radgraph": "radgraph_f1"}.get(cfg.rl.val_rg_metric)
     if backend:
-        scores["rg"] = float(compute_reward(backend, hyps, val.references).mean())
+        pairs = [(h, r) for h, r in zip(hyps, val.references, strict=True) if h.strip() and r.strip()]
+        scores["rg_pairs"] = len(pairs)
+        scores["rg"] = float(compute_reward(backend, *map(list, zip(*pairs, strict=True))).mean()) if pairs else 0.0
     return scores
 
 

@@ -1,13 +1,13 @@
-"""Validation-Anchored Policy Reset (VAPR), REVA-PO Sec. 3.3.
+"""Validation-Anchored Policy Reset (VAPR), REVA-PO Sec. 3.3.3 and Algorithm 1 lines 15-18.
 
-Keeps the best-scoring policy seen at validation; every M epochs it resets the reference, the current and
-the old policy to that best snapshot and clears the optimizer state, so the accumulated KL pressure drops
-to zero and exploration restarts from the best anchor.
+Every M epochs it resets the reference, the current and the old policy to the best-validation snapshot and
+clears the optimizer state, so the accumulated KL pressure drops to zero and exploration restarts from the best
+anchor. Which policy is "best" is decided by the RL loop (harness/grpo/selection.py), by the same rule that
+selects every arm's test checkpoint.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,18 +23,17 @@ if TYPE_CHECKING:
 @register_reference("vapr")
 @dataclass
 class VAPRReference(ReferenceStrategy):
-    """Reset to the best validation snapshot every ``reset_every_epochs`` epochs (M = 3 in the paper).
+    """Reset to the best validation snapshot after epochs M, 2M, ... (M = ``reset_every_epochs`` = 3 in the
+    paper), i.e. at the start of the epoch that follows, and never after the last validation: a reset there
+    would only replace the trained policy by the best one, which is the checkpoint rule's job (``rl.select``),
+    not the reference strategy's.
 
     ``val_every_steps``: also validate every K optimizer steps (the loop reads it); such mid-epoch validations
-    can improve "best" but never trigger a reset, which happens only at an epoch-end validation with
-    ``epoch % M == 0``.
+    can improve "best" but never trigger a reset.
     """
 
     reset_every_epochs: int = 3
     val_every_steps: int | None = None
-    best_score: float | None = field(init=False, default=None)
-    best_epoch: int | None = field(init=False, default=None)
-    best_step: int | None = field(init=False, default=None)
     num_resets: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -47,48 +46,29 @@ class VAPRReference(ReferenceStrategy):
         self,
         store: SnapshotStore,
         optimizer: torch.optim.Optimizer | None,
-        score: float,
         epoch: int,
         step: int,
         end_of_epoch: bool = True,
+        final: bool = False,
     ) -> dict[str, Any]:
-        score = float(score)
-        # A NaN score (failed validation) never becomes the anchor.
-        improved = not math.isnan(score) and (self.best_score is None or score > self.best_score)
-        if improved:
-            store.capture("best")
-            self.best_score, self.best_epoch, self.best_step = score, epoch, step
-        event: dict[str, Any] = {"reset": False, "improved": improved, "best_score": self.best_score}
-        if end_of_epoch and epoch > 0 and epoch % self.reset_every_epochs == 0 and "best" in store:
-            # theta <- best (and the optimizer forgets its moments, and any fp32 master copy is re-synced,
-            # so the reset holds after the next step); ref <- best; old <- best.
-            store.restore("best")
-            store.copy("best", "ref")
-            store.copy("best", "old")
-            if optimizer is not None:
-                reset_optimizer_state(optimizer, store.parameters())
-            self.num_resets += 1
-            event.update(
-                reset=True, best_epoch=self.best_epoch, best_step=self.best_step, num_resets=self.num_resets
-            )
-        return event
+        due = end_of_epoch and not final and epoch > 0 and epoch % self.reset_every_epochs == 0
+        if not (due and "best" in store):
+            return {"reset": False}
+        # theta <- best (and the optimizer forgets its moments, and any fp32 master copy is re-synced, so the
+        # reset holds after the next step); ref <- best; old <- best.
+        store.restore("best")
+        store.copy("best", "ref")
+        store.copy("best", "old")
+        if optimizer is not None:
+            reset_optimizer_state(optimizer, store.parameters())
+        self.num_resets += 1
+        return {"reset": True, "num_resets": self.num_resets}
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "best_score": self.best_score,
-            "best_epoch": self.best_epoch,
-            "best_step": self.best_step,
-            "num_resets": self.num_resets,
-        }
+        return {"num_resets": self.num_resets}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best_score = state.get("best_score")
-        self.best_epoch = state.get("best_epoch")
-        self.best_step = state.get("best_step")
         self.num_resets = int(state.get("num_resets", 0))
 
     def log_stats(self) -> dict[str, float]:
-        stats: dict[str, float] = {"vapr_num_resets": float(self.num_resets)}
-        if self.best_score is not None:
-            stats["vapr_best_score"] = self.best_score
-        return stats
+        return {"vapr_num_resets": float(self.num_resets)}

@@ -27,6 +27,11 @@ def test_defaults_yaml_and_overrides(tmp_path):
         ("data.dataset=mimic_cxr", "'data.annotation'"),
         ("nosection", "must look like key.sub=value"),
         ("train=3", "'train' must be a mapping"),
+        ("rl.select=best", "'rl.select' = 'best' must be best_val or final"),
+        ("rl.old_sync=sometimes", "'rl.old_sync' = 'sometimes'"),
+        ("rl.aggregation=dr_grpo", "'rl.advantage_scale' = 'std' must be none with rl.aggregation=dr_grpo"),
+        ("rl.advantage_scale=max", "'rl.advantage_scale' = 'max'"),
+        ("rl.kl_target=0", "'rl.kl_target' = 0.0 must be > 0"),
     ],
 )
 def test_bad_values_name_the_key(override, message):
@@ -60,3 +65,12 @@ def test_shipped_tiny_preset_resolves_for_every_stage():
     tiny = Path(__file__).resolve().parents[2] / "experiments" / "presets" / "tiny.yaml"
     assert load_config(tiny, [], stage="sft").model.lora_r == 8
     assert load_config(tiny, [], stage="rl").rl.regularizer == "constant"
+
+
+def test_adaptive_horizon_that_could_flip_beta_is_refused():
+    # 8 prompts x G 4 = 32 samples per step: a horizon of 6 would let one update multiply beta by 1 - 0.2*32/6 < 0.
+    with pytest.raises(ConfigError, match="'rl.kl_horizon' = 6 must exceed 0.2 x prompts_per_step x group_size"):
+        load_config(None, ["rl.regularizer=adaptive", "rl.kl_horizon=6"])
+    load_config(None, ["rl.regularizer=constant", "rl.kl_horizon=6"])  # unused by other regularizers
+    cfg = load_config(None, ["rl.aggregation=dr_grpo", "rl.advantage_scale=none"])
+    assert cfg.rl.aggregation == "dr_grpo"

@@ -59,11 +59,14 @@ def _batch(seed: int = 0, n: int = 8, t: int = 6):
     return x, logp_old, logp_ref, adv, beta, mask
 
 
+AGG = {"group_size": 2, "max_len": 6}  # rows are 4 groups of G = 2 (group_token_mean); dr_grpo's budget
+
+
 def _loss(theta: torch.Tensor, rows: list[int], aggregation: str) -> tuple[torch.Tensor, torch.Tensor]:
     x, logp_old, logp_ref, adv, beta, mask = (v[rows] for v in _batch())
     logp = -torch.nn.functional.softplus(x * theta[0] + theta[1])  # a policy with two shared parameters
     loss, _ = policy_loss(logp, logp_old, logp_ref, adv, beta, mask, aggregation=aggregation,
-                          entropy=-logp, entropy_coef=0.01)
+                          entropy=-logp, entropy_coef=0.01, **AGG)
     return loss, mask
 
 
@@ -79,8 +82,10 @@ def _gradient_worker(rank: int, world: int, port: int, out: str) -> None:
             full, _ = _loss(theta, list(range(8)), aggregation)
             (expected,) = torch.autograd.grad(full, theta)
             theta.grad = None
-            loss, mask = _loss(theta, shard(list(range(8)), d), aggregation)
-            loss = loss * d.loss_scale(aggregation_normalizer(mask, aggregation))  # as the trainer does
+            # Each process takes whole groups (its prompts), as the trainer does.
+            rows = [r for g in shard(list(range(4)), d) for r in (2 * g, 2 * g + 1)]
+            loss, mask = _loss(theta, rows, aggregation)
+            loss = loss * d.loss_scale(aggregation_normalizer(mask, aggregation, **AGG))  # as the trainer does
             loss.backward()
             d.average_gradients([theta])
             results[aggregation] = (theta.grad.clone(), expected)

@@ -55,7 +55,9 @@ def fake_rl(cfg, progress=False):
             hook(row["step"], row["val_score"])
     if os.environ.get("REGBENCH_TEST_FAIL_BETA") and cfg.rl.beta_base > float(os.environ["REGBENCH_TEST_FAIL_BETA"]):
         raise RuntimeError("fake RL diverged")
-    atomic_write_json(out / "metrics.json", {"stage": "rl"})
+    # as an RL stage with rl.select=final records it: the saved policy is the last one
+    atomic_write_json(out / "metrics.json", {"stage": "rl", "select": "final", "selected_step": 10,
+                                             "selected_score": final})
     return out / "model"
 
 
@@ -100,7 +102,7 @@ def calls(tmp_path, monkeypatch):
 @pytest.mark.parametrize("search_file", SEARCHES, ids=lambda p: p.stem)
 def test_every_search_file_loads_with_every_preset(search_file, preset):
     search = load_search(search_file, preset=preset)  # resolves one trial's configs: every key is a real field
-    assert search.params and search.n_trials >= 1 and search.objective.metric == "val_final"
+    assert search.params and search.n_trials >= 1 and search.objective.metric == "val_selected"
     assert not (search_file.parent / "_probe_never_written").exists()
 
 
@@ -174,6 +176,17 @@ def test_validation_objective_needs_an_rl_stage(tmp_path):
     text = write_search(tmp_path).read_text().replace("space:", "pipeline: [warmup, classifier, sft]\nspace:")
     with pytest.raises(ConfigError, match="has no rl stage"):
         load_search(write_search(tmp_path, text, name="bad"))
+
+
+def test_val_selected_reads_the_saved_policys_score(tmp_path):
+    from harness.search import run_objective
+
+    (tmp_path / "rl").mkdir()
+    atomic_write_json(tmp_path / "rl" / "metrics.json", {"selected_score": 0.42, "selected_step": 20})
+    assert run_objective(tmp_path, {"stages": {"rl": {"dir": "rl"}}}, "val_selected") == 0.42
+    atomic_write_json(tmp_path / "rl" / "metrics.json", {"stage": "rl"})
+    with pytest.raises(ValueError, match="no numeric 'selected_score'"):
+        run_objective(tmp_path, {"stages": {"rl": {"dir": "rl"}}}, "val_selected")
 
 
 def test_objectives_from_validation_rows():

@@ -36,7 +36,7 @@ def test_static_never_changes_and_ema_rate_zero_equals_static():
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
     stores = {name: SnapshotStore(model) for name in ("static", "ema")}
-    strategies = {"static": build_reference("static"), "ema": build_reference("ema", rate=0.0, period=1)}
+    strategies = {"static": build_reference("static"), "ema": build_reference("ema", ema_rate=0.0, ema_period=1)}
     for name in stores:
         strategies[name].on_start(stores[name])
     ref0 = {k: v.clone() for k, v in stores["static"].state_dict()["snapshots"]["ref"].items()}
@@ -54,7 +54,7 @@ def test_static_never_changes_and_ema_rate_zero_equals_static():
 def test_ema_rate_and_period_math():
     model = _one_param_model(0.0)
     store = SnapshotStore(model, dtype=torch.float64)
-    ema = build_reference("ema", rate=0.5, period=2)
+    ema = build_reference("ema", ema_rate=0.5, ema_period=2)
     ema.on_start(store)  # ref = 0
     _set(model, 1.0)
     assert ema.after_step(store, 1) == {}  # step 1: not a multiple of 2
@@ -68,18 +68,22 @@ def test_ema_rate_and_period_math():
     assert _snap(store, "ref") == pytest.approx(1.75)
     assert _snap(store, "old") == 0.0  # EMA touches only the reference
     with pytest.raises(ValueError):
-        build_reference("ema", rate=-0.1)
+        build_reference("ema", ema_rate=-0.1)
     with pytest.raises(ValueError):
-        build_reference("ema", period=0)
+        build_reference("ema", ema_period=0)
 
 
-def test_vapr_keeps_best_and_resets_at_epoch_m():
+def test_vapr_resets_to_the_loops_best_at_epoch_m():
+    from harness.grpo.selection import BestTracker
+
     model = _one_param_model(0.0)
     opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.0)
     store = SnapshotStore(model)
     vapr = build_reference("vapr", reset_every_epochs=3)
+    best = BestTracker()
     assert vapr.val_every_steps is None
     vapr.on_start(store)
+    assert not best.observe(store, 0.9, step=0, epoch=0)  # the starting policy is no candidate by default
 
     def train_epoch(value):
         opt.zero_grad()
@@ -88,16 +92,16 @@ def test_vapr_keeps_best_and_resets_at_epoch_m():
         _set(model, value)  # pin the live weight to a known value for this epoch
         store.capture("old")
 
-    events = []
+    events, improved = [], []
     for epoch, (value, score) in enumerate([(1.0, 0.1), (2.0, 0.3), (3.0, 0.2)], start=1):
         train_epoch(value)
         assert len(opt.state) == 1
-        events.append(vapr.after_validation(store, opt, score, epoch, step=10 * epoch))
+        improved.append(best.observe(store, score, step=10 * epoch, epoch=epoch))
+        events.append(vapr.after_validation(store, opt, epoch, step=10 * epoch))
 
-    assert [e["improved"] for e in events] == [True, True, False]
+    assert improved == [True, True, False]
     assert [e["reset"] for e in events] == [False, False, True]
-    assert events[-1]["best_score"] == 0.3 and events[-1]["best_epoch"] == 2 and events[-1]["best_step"] == 20
-    assert vapr.best_score == 0.3 and vapr.num_resets == 1
+    assert (best.score, best.epoch, best.step) == (0.3, 2, 20) and vapr.num_resets == 1
     # live == best == ref == old, and the optimizer has forgotten its moments
     assert model.weight.item() == 2.0
     for name in ("best", "ref", "old"):
@@ -105,20 +109,39 @@ def test_vapr_keeps_best_and_resets_at_epoch_m():
     assert len(opt.state) == 0
 
 
-def test_vapr_mid_epoch_validation_never_resets_and_nan_never_best():
+def test_vapr_never_resets_after_the_last_validation_or_mid_epoch():
     model = _one_param_model(0.0)
     store = SnapshotStore(model)
     vapr = build_reference("vapr", reset_every_epochs=1, val_every_steps=5)
     vapr.on_start(store)
-    ev = vapr.after_validation(store, None, float("nan"), epoch=1, step=5, end_of_epoch=False)
-    assert ev == {"reset": False, "improved": False, "best_score": None}
-    ev = vapr.after_validation(store, None, 0.5, epoch=1, step=5, end_of_epoch=False)
-    assert ev["improved"] and not ev["reset"]
+    assert not vapr.after_validation(store, None, epoch=1, step=5)["reset"]  # no best yet: nothing to reset to
+    store.capture("best")
     _set(model, 4.0)
-    ev = vapr.after_validation(store, None, 0.4, epoch=1, step=10)  # epoch end, M = 1: reset to best (0.0)
-    assert ev["reset"] and model.weight.item() == 0.0
+    assert not vapr.after_validation(store, None, epoch=1, step=5, end_of_epoch=False)["reset"]
+    # the last validation: no training follows, so no reset (rl.select decides what is saved)
+    assert not vapr.after_validation(store, None, epoch=1, step=10, final=True)["reset"]
+    assert model.weight.item() == 4.0
+    assert vapr.after_validation(store, None, epoch=1, step=10)["reset"] and model.weight.item() == 0.0
     # epoch 0 (a validation before training) never resets
-    assert not vapr.after_validation(store, None, 0.9, epoch=0, step=0)["reset"]
+    assert not vapr.after_validation(store, None, epoch=0, step=0)["reset"]
+
+
+def test_best_tracker_rules():
+    from harness.grpo.selection import BestTracker
+
+    model = _one_param_model(0.0)
+    store = SnapshotStore(model)
+    best = BestTracker(include_start=True)
+    assert best.observe(store, 0.2, step=0, epoch=0)  # with include_start the start may be best
+    _set(model, 1.0)
+    assert not best.observe(store, float("nan"), step=3, epoch=1)  # NaN is never best
+    assert not best.observe(store, 0.2, step=3, epoch=1)  # a tie keeps the earlier policy
+    assert not best.observe(store, 0.9, step=4, epoch=1.5, candidate=False)  # a cut run's last validation
+    assert _snap(store, "best") == 0.0
+    assert best.observe(store, 0.5, step=6, epoch=2) and _snap(store, "best") == 1.0
+    fresh = BestTracker()
+    fresh.load_state_dict(best.state_dict())
+    assert fresh.state_dict() == {"score": 0.5, "step": 6, "epoch": 2}
 
 
 def test_vapr_state_round_trip():
@@ -126,21 +149,13 @@ def test_vapr_state_round_trip():
     store = SnapshotStore(model)
     vapr = build_reference("vapr", reset_every_epochs=2)
     vapr.on_start(store)
-    vapr.after_validation(store, None, 0.4, epoch=1, step=3)
-    vapr.after_validation(store, None, 0.2, epoch=2, step=6)
+    store.capture("best")
+    vapr.after_validation(store, None, epoch=1, step=3)
+    vapr.after_validation(store, None, epoch=2, step=6)
     fresh = build_reference("vapr", reset_every_epochs=2)
     fresh.load_state_dict(vapr.state_dict())
-    assert (
-        fresh.state_dict()
-        == vapr.state_dict()
-        == {
-            "best_score": 0.4,
-            "best_epoch": 1,
-            "best_step": 3,
-            "num_resets": 1,
-        }
-    )
-    assert fresh.log_stats() == {"vapr_num_resets": 1.0, "vapr_best_score": 0.4}
+    assert fresh.state_dict() == vapr.state_dict() == {"num_resets": 1}
+    assert fresh.log_stats() == {"vapr_num_resets": 1.0}
     with pytest.raises(ValueError):
         build_reference("vapr", reset_every_epochs=0)
 

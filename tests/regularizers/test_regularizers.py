@@ -48,7 +48,7 @@ def test_none_and_constant():
 
 
 def test_adaptive_three_steps_hand_computed():
-    reg = build_regularizer("adaptive", init_beta=0.1, target=0.05, horizon=100)
+    reg = build_regularizer("adaptive", beta_base=0.1, kl_target=0.05, kl_horizon=100)
     assert reg.needs_reference and not reg.needs_reference_entropy
     # step 1: KL 0.06 -> e = 0.06/0.05 - 1 = 0.2, n = 10 -> beta = 0.1 * (1 + 0.2*10/100) = 0.102
     reg.after_step(0.06, 10)
@@ -60,17 +60,17 @@ def test_adaptive_three_steps_hand_computed():
     reg.after_step(0.0, 50)
     assert reg.beta == pytest.approx(0.095472)
     assert torch.allclose(reg.betas(torch.zeros(1, 3)), torch.full((1, 3), 0.095472))
-    assert reg.log_stats() == pytest.approx({"kl_coef": 0.095472, "kl_ctl_error": -0.2})
+    assert reg.log_stats() == pytest.approx({"kl_ctl_error": -0.2})
     # inside the clip: e = 0.045/0.05 - 1 = -0.1 -> 1.0 * (1 - 0.1*10/100)
     assert adaptive_beta_update(1.0, 0.045, 0.05, 10, 100)[0] == pytest.approx(0.99)
 
 
 def test_adaptive_state_round_trip():
-    reg = build_regularizer("adaptive", init_beta=0.2, target=0.01, horizon=1000)
+    reg = build_regularizer("adaptive", beta_base=0.2, kl_target=0.01, kl_horizon=1000)
     for kl in (0.02, 0.005, 0.03):
         reg.after_step(kl, 32)
     state = reg.state_dict()
-    fresh = build_regularizer("adaptive", init_beta=0.2, target=0.01, horizon=1000)
+    fresh = build_regularizer("adaptive", beta_base=0.2, kl_target=0.01, kl_horizon=1000)
     assert fresh.beta == 0.2
     fresh.load_state_dict(state)
     assert fresh.state_dict() == state and fresh.beta == reg.beta
@@ -80,10 +80,27 @@ def test_adaptive_state_round_trip():
 
 
 def test_adaptive_validation():
-    with pytest.raises(ValueError, match="target"):
-        build_regularizer("adaptive", target=0.0)
-    with pytest.raises(ValueError, match="horizon"):
-        build_regularizer("adaptive", horizon=0)
+    with pytest.raises(ValueError, match="kl_target"):
+        build_regularizer("adaptive", kl_target=0.0)
+    with pytest.raises(ValueError, match="kl_horizon"):
+        build_regularizer("adaptive", kl_horizon=0)
+
+
+def test_adaptive_beta_never_turns_negative():
+    # e = -0.2 (KL far below target) with n / horizon = 6: 1 - 0.2 * 6 < 0 would flip beta's sign.
+    reg = build_regularizer("adaptive", beta_base=0.1, kl_target=0.05, kl_horizon=5)
+    with pytest.raises(ValueError, match="kl_horizon must exceed"):
+        reg.after_step(0.0, 30)
+    assert reg.beta == 0.1
+    with pytest.raises(ValueError, match="kl_mean"):
+        reg.after_step(None, 30)
+
+
+def test_adaptive_default_target_is_the_config_default():
+    from harness.config import RLConfig
+
+    reg, rl = build_regularizer("adaptive"), RLConfig()
+    assert (reg.beta_base, reg.kl_target, reg.kl_horizon) == (rl.beta_base, rl.kl_target, rl.kl_horizon)
 
 
 def test_stateless_regularizers_round_trip():

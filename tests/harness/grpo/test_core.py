@@ -31,6 +31,39 @@ def test_group_advantages_hand_computed():
     assert zero_std_groups(rewards).tolist() == [False, True]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_equal_reward_groups_get_exactly_zero_advantage_and_rer_beta_base(dtype):
+    # 0.1, 1/3 and 0.7 are not exact in binary: the float mean of G copies is not always the value itself
+    # (float32, G = 8, 0.7 leaves 6e-8, which / (std + 1e-6) used to give every sample A = 0.056).
+    from regularizers.rer import rer_betas
+
+    for G in range(2, 17):
+        for value in (0.1, 1 / 3, 0.7):
+            rewards = torch.tensor([[value] * G, [value] * (G - 1) + [0.9]], dtype=dtype)
+            a = group_advantages(rewards)
+            assert torch.equal(a[0], torch.zeros(G, dtype=dtype)), (G, value)
+            assert (a[1] != 0).all()
+            beta = rer_betas(a, torch.rand(2, G, dtype=dtype), 0.05, 0.1, 0.12)
+            assert (beta[0] == 0.1).all(), (G, value)
+
+
+def test_group_advantages_without_std_scale_is_dr_grpo():
+    rewards = torch.tensor([[0.1, 0.4, 0.7], [1 / 3, 1 / 3, 1 / 3]], dtype=torch.float64)
+    a = group_advantages(rewards, scale="none")
+    torch.testing.assert_close(a[0], torch.tensor([-0.3, 0.0, 0.3], dtype=torch.float64), rtol=0, atol=1e-15)
+    assert torch.equal(a[1], torch.zeros(3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="scale"):
+        group_advantages(rewards, scale="max")
+
+
+def test_no_reference_logs_no_kl():
+    # No reference pass: the KL was not measured, so it is absent, never a 0 that plots as "no drift".
+    _, stats = policy_loss(X * 0, X * 0, None, torch.ones(2), torch.zeros(2), MASK)
+    assert "kl_mean" not in stats and "log_ratio_ref_mean" not in stats and stats["kl_loss"] == 0.0
+    _, stats = policy_loss(X * 0, X * 0, X * 0 - 0.1, torch.ones(2), torch.zeros(2), MASK)
+    assert stats["kl_mean"] == pytest.approx(math.exp(-0.1) + 0.1 - 1, rel=1e-5)
+
+
 def test_group_advantages_single_sample_group_is_zero():
     a = group_advantages(torch.tensor([[3.0], [-1.0]]))
     assert torch.equal(a, torch.zeros(2, 1))
@@ -133,31 +166,49 @@ X = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 MASK = torch.tensor([[1, 1, 0], [1, 0, 0]])
 
 
+# Four responses in two groups of G = 2; the last response is empty.
+X4 = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [0.1, 0.2, 0.3], [7.0, 8.0, 9.0]], dtype=torch.float64)
+MASK4 = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]])
+AGG = {"group_size": 2, "max_len": 5}
+
+
 @pytest.mark.parametrize(
     "mode, expected",
     [
-        ("token_mean", (1 + 2 + 4) / 3),  # 7 / 3 masked tokens
-        ("seq_mean_token_mean", ((1 + 2) / 2 + 4 / 1) / 2),  # 2.75
-        ("dr_grpo", (1 + 2 + 4) / (2 * 3)),  # constant N * T
+        ("token_mean", (1 + 2 + 4 + 0.1 + 0.2 + 0.3) / 6),  # all 6 masked tokens of the step
+        ("group_token_mean", ((1 + 2 + 4) / 3 + (0.1 + 0.2 + 0.3) / 3) / 2),  # Eq. 3 per group, mean of groups
+        ("seq_mean_token_mean", ((1 + 2) / 2 + 4 / 1 + 0.6 / 3) / 3),  # the empty response is left out
+        ("dr_grpo", (1 + 2 + 4 + 0.1 + 0.2 + 0.3) / (4 * 5)),  # N x max_new_tokens, not the padded width 3
     ],
 )
 def test_aggregations_hand_computed(mode, expected):
-    assert aggregate(X, MASK, mode).item() == pytest.approx(expected)
+    assert aggregate(X4, MASK4, mode, **AGG).item() == pytest.approx(expected, rel=1e-12)
     # the same through policy_loss: ratio 1 and per-token advantages -X make the per-token loss X
-    loss, stats = policy_loss(X * 0, X * 0, None, -X, torch.zeros(2), MASK.bool(), aggregation=mode)
-    assert loss.item() == pytest.approx(expected)
-    assert stats["pg_loss"] == pytest.approx(expected)
+    loss, stats = policy_loss(X4 * 0, X4 * 0, None, -X4, torch.zeros(4), MASK4.bool(), aggregation=mode, **AGG)
+    assert loss.item() == pytest.approx(expected, rel=1e-12)
+    assert stats["pg_loss"] == pytest.approx(expected, rel=1e-6)  # stats are reported in float32
 
 
-@pytest.mark.parametrize(("mode", "normalizer"), [("token_mean", 3.0), ("seq_mean_token_mean", 2.0), ("dr_grpo", 6.0)])
-def test_aggregation_normalizer_is_the_denominator(mode, normalizer):
-    assert aggregation_normalizer(MASK, mode).item() == normalizer
+@pytest.mark.parametrize(("mode", "normalizer", "numerator"), [
+    ("token_mean", 6.0, 7.6), ("group_token_mean", 2.0, 7 / 3 + 0.2), ("seq_mean_token_mean", 3.0, 1.5 + 4 + 0.2),
+    ("dr_grpo", 20.0, 7.6)])
+def test_aggregation_normalizer_is_the_denominator(mode, normalizer, numerator):
+    assert aggregation_normalizer(MASK4, mode, **AGG).item() == normalizer
     # aggregate = (sum of what it averages) / normalizer
-    numerator = {"token_mean": 7.0, "seq_mean_token_mean": 5.5, "dr_grpo": 7.0}[mode]
-    assert aggregate(X, MASK, mode).item() == pytest.approx(numerator / normalizer)
+    assert aggregate(X4, MASK4, mode, **AGG).item() == pytest.approx(numerator / normalizer, rel=1e-12)
     assert aggregation_normalizer(torch.tensor([[1, 0], [0, 0]]), "seq_mean_token_mean").item() == 1.0
     with pytest.raises(ValueError, match="aggregation"):
         aggregation_normalizer(MASK, "sum")
+
+
+def test_group_token_mean_skips_groups_without_tokens_and_needs_whole_groups():
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0], [0, 0, 0]])
+    assert aggregate(X4, mask, "group_token_mean", group_size=2).item() == pytest.approx(7 / 3, rel=1e-12)
+    assert aggregation_normalizer(mask, "group_token_mean", group_size=2).item() == 1.0
+    with pytest.raises(ValueError, match="group_size"):
+        aggregate(X4, MASK4, "group_token_mean", group_size=3)
+    with pytest.raises(ValueError, match="max_len"):
+        aggregate(X4, MASK4, "dr_grpo")
 
 
 def test_seq_mean_skips_empty_rows_and_bad_mode():
@@ -189,7 +240,7 @@ def test_beta_zero_equals_no_reference():
     loss0, s0 = policy_loss(logp, old, ref, adv, torch.zeros(4), mask)
     loss1, s1 = policy_loss(logp, old, None, adv, torch.zeros(4), mask)
     assert torch.equal(loss0, loss1)
-    assert s1["kl_loss"] == s1["kl_mean"] == s1["log_ratio_ref_mean"] == 0.0
+    assert s1["kl_loss"] == 0.0 and "kl_mean" not in s1 and "log_ratio_ref_mean" not in s1
     assert s0["kl_mean"] > 0.0
 
 

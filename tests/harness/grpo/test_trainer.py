@@ -31,12 +31,13 @@ def prompt_set(xray_images):
                      [refs[i % 2] for i in range(4)])
 
 
-def _trainer(model, processor, tmp_path, prompts, scores=None, **rl_kw):
+def _trainer(model, processor, tmp_path, prompts, scores=None, epochs=1, **rl_kw):
+    torch.manual_seed(0)  # LoRA's A matrices are drawn at random: same start for every trainer of a test
     model = add_lora(model, r=4, alpha=8, dropout=0.1)
     set_trainable(model, "rl")
     rl = RLConfig(**{"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 6, "min_new_tokens": 2,
                      "old_sync_every": 2, "reward": "test_length", "samples_every": 1, **rl_kw})
-    tc = TrainConfig(epochs=1, lr=5e-3, scheduler="constant", weight_decay=0.0)
+    tc = TrainConfig(epochs=epochs, lr=5e-3, scheduler="constant", weight_decay=0.0)
     validate = _nlg
     if scores is not None:
         it = iter(scores)
@@ -53,17 +54,23 @@ def _trainer(model, processor, tmp_path, prompts, scores=None, **rl_kw):
 @pytest.mark.parametrize("reference", ["static", "ema", "vapr"])
 def test_every_combination_runs(regularizer, reference, tiny_model, tiny_processor, tmp_path, prompt_set):
     tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer=regularizer, reference=reference,
-                  reset_every_epochs=1)
+                  reset_every_epochs=1, select="final")
+    start = [p.detach().clone() for p in tr.store.parameters()]
     metrics = tr.train()
     assert metrics["steps"] == 2
+    # Training happened: the trainable parameters moved (a loop that never stepped would pass everything else).
+    assert any(not torch.equal(a, p) for a, p in zip(start, tr.store.parameters(), strict=True))
     steps = tr.run.steps()
     assert [s["step"] for s in steps] == [1, 2]
-    for key in ("reward_mean", "reward_std", "frac_reward_zero_std", "kl_mean", "kl_loss", "beta_mean",
+    for key in ("reward_mean", "reward_std", "frac_reward_zero_std", "kl_loss", "beta_mean",
                 "beta_min", "beta_max", "clip_frac", "response_length", "lr", "step_time", "entropy_mean"):
         assert key in steps[0], key
     assert all(np.isfinite(s["loss"]) for s in steps)
     if regularizer == "none":
-        assert steps[0]["beta_max"] == 0 and steps[0]["ref_entropy_mean"] is None
+        # no reference pass: the KL was not measured, so it is absent (not a 0 that plots as "no drift")
+        assert steps[0]["beta_max"] == 0 and steps[0]["ref_entropy_mean"] is None and "kl_mean" not in steps[0]
+    else:
+        assert np.isfinite(steps[1]["kl_mean"])
     if regularizer == "rer":
         assert steps[0]["ref_entropy_mean"] > 0
         assert 0.05 - 1e-7 <= steps[0]["beta_min"] <= steps[0]["beta_max"] <= 0.12 + 1e-7
@@ -124,7 +131,7 @@ def test_constant_beta_zero_gives_the_loss_of_none(tiny_model, tiny_processor, t
 def test_vapr_reset_makes_kl_zero_and_live_equal_best(tiny_model, tiny_processor, tmp_path, prompt_set):
     # Scores: start 0.5 (best), epoch 1 lower -> at the reset (M = 1) everything returns to the start policy.
     tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="constant", reference="vapr",
-                  reset_every_epochs=1, scores=[0.5, 0.1])
+                  reset_every_epochs=1, scores=[0.5, 0.1], best_includes_start=True, epochs=3)
     tr.reference.on_start(tr.store)
     tr.validate(epoch=0, end_of_epoch=True)
     best = {n: p.detach().clone() for n, p in zip(tr.store.param_names(), tr.store.parameters(), strict=True)}
@@ -157,15 +164,150 @@ def test_ema_rate_zero_keeps_the_reference_static(tiny_model, tiny_processor, tm
     assert not tr.store.equal_to_live("ref")
 
 
-def test_resume_continues_from_the_checkpoint(tiny_model, tiny_processor, tmp_path, prompt_set):
-    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="rer", reference="vapr")
-    tr.tcfg.max_steps = 1
-    tr.total_steps = 1
+def _fresh_copy(tiny_model):
+    model = type(tiny_model)(tiny_model.config)
+    model.load_state_dict(tiny_model.state_dict())
+    return model
+
+
+def _params(tr):
+    return [p.detach().clone() for p in tr.store.parameters()]
+
+
+def _val_rows(tr):
+    drop = {"best_step", "best_epoch", "best_score"}  # identical too, but compared through the scores below
+    return [{k: v for k, v in e.items() if k not in drop} for e in tr.run.evals()]
+
+
+@pytest.mark.parametrize("cut", [1, 3])
+def test_resume_equals_an_uninterrupted_run(cut, tiny_model, tiny_processor, tmp_path, prompt_set):
+    # Two separate models (add_lora returns the module it is given, so one model object would compare its
+    # parameters with themselves). cut = 1: mid-epoch; cut = 3: mid-epoch 2, after a VAPR reset (M = 1).
+    scores = [0.1, 0.3, 0.2, 0.4, 0.35, 0.5, 0.45]
+    kw = dict(regularizer="rer", reference="vapr", reset_every_epochs=1, epochs=2)
+    whole = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / "whole", prompt_set, scores=scores, **kw)
+    whole.train()
+    first = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / "cut", prompt_set, scores=scores, **kw)
+    first.tcfg.max_steps = first.total_steps = cut
+    first.train()
+    assert first.step == cut
+    cut_rows = first.run.evals()
+    assert cut_rows[-1]["step"] == cut and cut_rows[-1]["candidate"] is False  # logged, but never "best"
+    # resume with the full schedule: the cut validation used one score; skip it in the resumed scorer
+    resumed = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / "cut", prompt_set,
+                       scores=scores[len(cut_rows) - 1:], **kw)
+    resumed.train()
+    assert resumed.step == whole.step == 4
+    for a, b in zip(_params(whole), _params(resumed), strict=True):
+        assert torch.equal(a, b)
+    # the cut run's own last validation stays in the log as a non-candidate row; the rest is the same schedule
+    scheduled = [(e["step"], e["val_score"]) for e in resumed.run.evals() if e["candidate"] or e["step"] == 0]
+    assert scheduled == [(e["step"], e["val_score"]) for e in whole.run.evals()]
+    assert resumed.best.state_dict() == whole.best.state_dict()
+
+
+def test_best_val_selects_the_best_validation_policy_for_every_reference(tiny_model, tiny_processor, tmp_path,
+                                                                         prompt_set):
+    # Validation scores per epoch end: start 0.9 (not a candidate), epochs 1-3 = 0.3, 0.6, 0.4 -> best = epoch 2.
+    selected = {}
+    for reference in ("static", "ema", "vapr"):
+        tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / reference, prompt_set, regularizer="constant",
+                      reference=reference, reset_every_epochs=3, scores=[0.9, 0.3, 0.6, 0.4], epochs=3)
+        snapshots = {}
+        hook = lambda step, _score, tr=tr: snapshots.__setitem__(step, _params(tr))  # noqa: E731
+        from harness.grpo import trainer as trainer_module
+
+        trainer_module.VALIDATION_HOOKS.append(hook)
+        try:
+            metrics = tr.train()
+        finally:
+            trainer_module.VALIDATION_HOOKS.remove(hook)
+        assert metrics["select"] == "best_val" and metrics["selected_step"] == 4 and metrics["final_step"] == 6
+        assert metrics["selected_score"] == pytest.approx((6 * 0.6 + 0.1 * 0.6) / 7)  # Eq. 10, lambda = 0.1
+        assert all(torch.equal(a, b) for a, b in zip(_params(tr), snapshots[4], strict=True))
+        assert not all(torch.equal(a, b) for a, b in zip(_params(tr), snapshots[6], strict=True))
+        # VAPR: M = 3 = the last epoch, so no reset after the last validation (it would change the final policy)
+        assert not any(e.get("reset") for e in tr.run.evals())
+        selected[reference] = metrics["selected_step"]
+    assert len(set(selected.values())) == 1
+
+
+def test_select_final_and_best_includes_start(tiny_model, tiny_processor, tmp_path, prompt_set):
+    tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / "final", prompt_set, scores=[0.9, 0.3],
+                  select="final")
+    metrics = tr.train()
+    assert (metrics["select"], metrics["selected_step"]) == ("final", 2)
+    assert metrics["selected_score"] == pytest.approx(0.3 * 6.1 / 7)
+    tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / "start", prompt_set, scores=[0.9, 0.3],
+                  best_includes_start=True)
+    start = _params(tr)
+    metrics = tr.train()
+    assert metrics["selected_step"] == 0 and all(torch.equal(a, b) for a, b in zip(start, _params(tr), strict=True))
+
+
+@pytest.mark.parametrize(("mode", "synced_after"), [("per_epoch", [2, 5]), ("global", [2, 4, 6])])
+def test_old_policy_sync_counts_per_epoch_or_globally(mode, synced_after, tiny_model, tiny_processor, tmp_path,
+                                                      xray_images):
+    six = PromptSet([f"s{i}" for i in range(6)], [[xray_images[i % 4]] for i in range(6)], ["write"] * 6,
+                    ["the heart size is normal ."] * 6)  # 3 steps per epoch, N = 2, 2 epochs
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, six, old_sync=mode, epochs=2)
     tr.train()
-    assert tr.step == 1
-    tr2 = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="rer", reference="vapr")
-    assert tr2.try_resume() and tr2.step == 1
-    assert torch.equal(tr2.store.parameters()[0], tr.store.parameters()[0])
+    assert [s["step"] for s in tr.run.steps() if s.get("old_synced")] == synced_after
+
+
+def test_a_frozen_policy_equal_to_the_current_one_costs_no_forward_pass(tiny_model, tiny_processor, tmp_path,
+                                                                        prompt_set, monkeypatch):
+    from harness.grpo import trainer as trainer_module
+
+    calls = []
+    real = trainer_module.response_logits
+    monkeypatch.setattr(trainer_module, "response_logits", lambda m, ro: calls.append(1) or real(m, ro))
+    rows = []
+    for skip in (True, False):
+        tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / str(skip), prompt_set, regularizer="rer")
+        tr.reference.on_start(tr.store)
+        if not skip:  # force the frozen passes: the snapshots are never "equal to live"
+            monkeypatch.setattr(tr.store, "equal_to_live", lambda name: False)
+        calls.clear()
+        rows.append(tr.train_step())  # old == ref == current
+        assert len(calls) == (1 if skip else 3)
+    for key in ("loss", "pg_loss", "kl_loss", "ratio_mean", "ref_entropy_mean", "beta_mean"):
+        assert rows[0][key] == rows[1][key], key
+
+
+def test_validation_decodes_exactly_as_the_test(monkeypatch, tiny_processor):
+    from harness.config import RunConfig
+    from harness.decoding import greedy_settings
+    from harness.stages import rl as rl_stage
+
+    cfg = RunConfig()
+    cfg.generation.min_new_tokens, cfg.generation.max_new_tokens, cfg.generation.repetition_penalty = 7, 9, 1.05
+    cfg.rl.max_new_tokens, cfg.rl.min_new_tokens = 20, 3
+    seen = {}
+
+    def fake_generate(model, processor, images, instructions, **kw):
+        seen.update(kw)
+        return ["the heart is normal ."] * len(images)
+
+    monkeypatch.setattr(rl_stage, "generate_reports", fake_generate)
+    val = PromptSet(["a", "b"], [[None], [None]], ["w", "w"], ["the heart is normal .", "no effusion ."])
+    rl_stage.make_validator(cfg, val, tiny_processor)(None)
+    assert {k: seen[k] for k in greedy_settings(cfg.generation)} == greedy_settings(cfg.generation)
+    assert seen["min_new_tokens"] == 7 and seen["max_new_tokens"] == 9
+
+
+def test_validation_rg_term_skips_empty_pairs():
+    from harness.config import RunConfig
+    from harness.stages.rl import score_validation
+    from rewards.entity import entity_f1
+
+    val = PromptSet(["a", "b", "c"], [[None]] * 3, ["w"] * 3,
+                    ["mild cardiomegaly .", "small left pleural effusion .", "no pneumothorax ."])
+    hyps = ["mild cardiomegaly .", "", "left pleural effusion ."]
+    scores = score_validation(RunConfig(), val, hyps)
+    expected = float(np.mean(entity_f1([hyps[0], hyps[2]], [val.references[0], val.references[2]])))
+    assert scores["rg_pairs"] == 2 and scores["rg"] == pytest.approx(expected)
+    assert scores["rg"] != pytest.approx(float(np.mean(entity_f1(hyps, val.references))))
 
 
 def test_response_mask_stops_after_first_end_token():
