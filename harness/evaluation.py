@@ -73,6 +73,44 @@ def nlg_scores(
     return scores
 
 
+BLEU_COUNT_KEYS: tuple[str, ...] = (*(f"correct_{n}" for n in range(1, 5)), *(f"guess_{n}" for n in range(1, 5)),
+                                     "testlen", "reflen")
+
+
+def nlg_report_scores(refs: Mapping[str, str], hyps: Mapping[str, str]) -> dict[str, dict[str, float]]:
+    """Per report (id -> {...}): what the corpus NLG scores are sums or means of, so that a resample of reports
+    can be rescored without rerunning the scorers (reports/bootstrap.py).
+
+    - BLEU: pycocoevalcap's own sufficient statistics of the pair (`BLEU_COUNT_KEYS`: clipped n-gram matches and
+      hypothesis n-grams for n = 1..4, hypothesis and closest-reference lengths); corpus BLEU is a function of
+      their sums, so it equals `nlg_scores` on the full set.
+    - ROUGE_L, CIDEr: pycocoevalcap's per-report scores (its corpus numbers are their means; CIDEr's document
+      frequencies are those of the whole set).
+    - METEOR: METEOR's segment score (its corpus score pools statistics instead, so the segment mean differs).
+    """
+    from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    gts, res = _prepare(refs, hyps)
+    out: dict[str, dict[str, float]] = {}
+    rouge = Rouge()
+    for key in gts:
+        cooked = cook_test(res[key][0], cook_refs(gts[key]), eff="closest")
+        counts = [*cooked["correct"], *cooked["guess"], cooked["testlen"], cooked["reflen"]]
+        out[key] = {**dict(zip(BLEU_COUNT_KEYS, map(float, counts), strict=True)),
+                    "ROUGE_L": float(rouge.calc_score(res[key], gts[key]))}
+    if any(text.split() for texts in gts.values() for text in texts):
+        from pycocoevalcap.cider.cider import Cider
+
+        cider = Cider().compute_score(gts, res)[1]
+    else:
+        cider = np.zeros(len(gts))  # see the module docstring
+    _, meteor = _METEOR.score(_normalized(gts), _normalized(res), segments=True)
+    for key, c, m in zip(gts, cider, meteor, strict=True):
+        out[key].update(CIDEr=float(c), METEOR=float(m))
+    return out
+
+
 def _check_metrics(metrics: Iterable[str] | None) -> tuple[str, ...]:
     if metrics is None:
         return NLG_METRICS
@@ -154,13 +192,14 @@ class _MeteorService:
         with self._lock:
             return self._get()
 
-    def score(self, gts: dict, res: dict) -> float:
+    def score(self, gts: dict, res: dict, segments: bool = False):
+        """The corpus score, or (corpus score, segment scores) when `segments`."""
         with self._lock:
             for attempt in range(2):
                 scorer = self._get()
                 try:
-                    score, _ = scorer.compute_score(gts, res)
-                    return float(score)
+                    score, per_segment = scorer.compute_score(gts, res)
+                    return (float(score), [float(x) for x in per_segment]) if segments else float(score)
                 except (OSError, ValueError) as error:  # broken pipe, dead JVM, unparsable reply
                     self._discard()
                     if attempt == 1:

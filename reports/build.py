@@ -19,12 +19,13 @@ from pathlib import Path
 import pandas as pd
 
 from reports import figures as F
+from reports.bootstrap import DEFAULT_B
 from reports.experiment import Experiment, load_experiment
 from reports.html import Figure, Table, write_page
 from reports.published import published_table
-from reports.stats import DEFAULT_B, summarize
+from reports.stats import summarize
 from reports.tables import (
-    NOISE_MARK,
+    DIFFERENCES_NOTE,
     TableSpec,
     default_spec,
     differences_markdown,
@@ -58,7 +59,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
             cells = [pol + " RL"]
             for stat, pkey in (("p_sign", "P_sign"), ("p_top1", "P_top1")):
                 by_seed = vals.get(pol, {}).get(stat, {})
-                s = summarize(list(by_seed.values()), B, seed=seed)
+                s = summarize(list(by_seed.values()))
                 cells += [_fmt_ci(s), f"{pub[f'{pol}_rl'][pkey]:.3f}"]
                 records.append({"table": "supp_a3", "arm": arm, "policy": pol, "stat": stat, "mean": s.mean,
                                 "ci_lo": s.lo, "ci_hi": s.hi, "n": s.n,
@@ -68,7 +69,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
         tables.append(Table(
             f"Supp. A.3: BLEU-4 / CheXpert-F1 agreement (arm {arm})",
             ["Policy", "P_sign (ours)", "P_sign (paper)", "P_top1 (ours)", "P_top1 (paper)"], rows,
-            [f"Seeds {seeds} (n = {len(seeds)}): mean [95% percentile bootstrap interval over seeds, B = {B}]. "
+            [f"Seeds {seeds} (n = {len(seeds)}): mean [95% t-interval over seeds]. "
              "P_sign counts candidates whose two advantages are both non-zero; P_top1 scores ties fractionally "
              "and skips groups where either reward is constant (reports/analyses.py). Paper: REVA-PO Supp. A.3, "
              "MIMIC-CXR validation set, G = 4."]))
@@ -83,7 +84,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
             for pol in ("before", "after"):
                 by_seed = {r.seed: d["policies"][pol]["stats"][name]["mean"] for r, d in found
                            if name in d["policies"].get(pol, {}).get("stats", {})}
-                s = summarize(list(by_seed.values()), B, seed=seed)
+                s = summarize(list(by_seed.values()))
                 cells.append(_fmt_ci(s, 4))
                 records.append({"table": "supp_a1", "arm": arm, "policy": pol, "stat": f"mean_std_{name}",
                                 "mean": s.mean, "ci_lo": s.lo, "ci_hi": s.hi, "n": s.n,
@@ -93,7 +94,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
         tables.append(Table(
             f"Supp. A.1 / Fig. S5: mean within-group reward std (arm {arm})", ["Reward", "before RL", "after RL"],
             rows, [f"Seeds {seeds} (n = {len(seeds)}): per seed, the mean over validation prompts of the population "
-                   f"std of the G rewards of a prompt; then mean [95% bootstrap interval] over seeds."]))
+                   f"std of the G rewards of a prompt; then mean [95% t-interval] over seeds."]))
     return tables, pd.DataFrame.from_records(records)
 
 
@@ -142,8 +143,7 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             md_parts.append(diff_md)
             header, rows = differences_rows(df, spec.digits)
             html_tables.append(Table(f"Differences to the reference arm {exp.reference_arm}", header, rows,
-                                     [f"mean paired difference over shared seeds [95% bootstrap interval], "
-                                      f"two-sided p; {NOISE_MARK}: interval contains 0 (within noise)."]))
+                                     [DIFFERENCES_NOTE]))
         fac = matrix_factors(exp)
         if fac:
             for metric in [m for m in ("BLEU_4", "ce_micro_f1", "entity_f1") if m in spec.metrics]:
@@ -222,8 +222,9 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             f"Seeds: {', '.join(map(str, exp.seeds))}; complete runs (n) per arm: "
             + ", ".join(f"{k} {v}" for k, v in n_by_arm.items()),
             "Runs by status: " + ", ".join(f"{k} {v}" for k, v in status.items()),
-            f"Reference arm: {exp.reference_arm or 'none'}; intervals: 95% percentile bootstrap over seeds "
-            f"(B = {B}); paired test over shared seeds (reports/stats.py).",
+            f"Reference arm: {exp.reference_arm or 'none'}; intervals: 95% t-interval over seeds; paired t-test over "
+            f"shared seeds, or the paired bootstrap over test reports (B = {B}) for one shared seed; within noise "
+            f"after Holm-Bonferroni (reports/stats.py, reports/bootstrap.py).",
             f"Source: {Path(experiment_dir).resolve()}; built {time.strftime('%Y-%m-%d %H:%M:%S')}."]
     failed = [f"{r.arm} seed {r.seed}: {r.error}" for r in exp.runs if r.status == "failed"]
     sections = [("Tables", texts + html_tables + a_tables), ("Figures", figs),
