@@ -53,26 +53,39 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
     arm = F.analysis_arm(exp, "sign-alignment")
     if arm:
         vals = F.alignment_values(exp, arm)
+        per_seed = F.alignment_stats(exp, arm)
         pub = {r["arm"]: r for r in published_table("revapo_supp_a3")["rows"]}
         rows = []
         for pol in ("before", "after"):
             cells = [pol + " RL"]
-            for stat, pkey in (("p_sign", "P_sign"), ("p_top1", "P_top1")):
+            for stat, pkey in (("p_sign", "P_sign"), ("p_sign_nonzero", None), ("p_top1", "P_top1")):
                 by_seed = vals.get(pol, {}).get(stat, {})
                 s = summarize(list(by_seed.values()))
-                cells += [_fmt_ci(s), f"{pub[f'{pol}_rl'][pkey]:.3f}"]
+                cells.append(_fmt_ci(s))
+                published = pub[f"{pol}_rl"][pkey] if pkey else None
+                if pkey:
+                    cells.append(f"{published:.3f}")
                 records.append({"table": "supp_a3", "arm": arm, "policy": pol, "stat": stat, "mean": s.mean,
                                 "ci_lo": s.lo, "ci_hi": s.hi, "n": s.n,
-                                "seeds": " ".join(map(str, sorted(by_seed))), "published": pub[f"{pol}_rl"][pkey]})
+                                "seeds": " ".join(map(str, sorted(by_seed))), "published": published})
+            stats = per_seed.get(pol, {}).values()
+            used = sum(int(st.get("p_top1", {}).get("n_groups_used", 0)) for st in stats)
+            total = sum(int(st.get("p_top1", {}).get("n_groups", 0)) for st in stats)
+            cands = sum(int(st.get("p_sign", {}).get("n_counted", 0)) for st in stats)
+            cells += [str(cands), f"{used} of {total}"]
             rows.append(cells)
         seeds = sorted({s for p in vals.values() for st in p.values() for s in st})
         tables.append(Table(
             f"Supp. A.3: BLEU-4 / CheXpert-F1 agreement (arm {arm})",
-            ["Policy", "P_sign (ours)", "P_sign (paper)", "P_top1 (ours)", "P_top1 (paper)"], rows,
-            [f"Seeds {seeds} (n = {len(seeds)}): mean [95% t-interval over seeds]. "
-             "P_sign counts candidates whose two advantages are both non-zero; P_top1 scores ties fractionally "
-             "and skips groups where either reward is constant (reports/analyses.py). Paper: REVA-PO Supp. A.3, "
-             "MIMIC-CXR validation set, G = 4."]))
+            ["Policy", "P_sign (ours)", "P_sign (paper)", "variant: P_sign, non-zero advantages only",
+             "P_top1 (ours)", "P_top1 (paper)", "P_sign candidates", "P_top1 groups used"], rows,
+            [f"Seeds {seeds} (n = {len(seeds)}): mean [95% t-interval over seeds]. P_sign is REVA-PO Supp. A.3's "
+             "formula: sign agreement of the two Eq. 2 advantages averaged over all |D_val| x G candidates "
+             "(sign(0) = 0, so two zero advantages agree). The variant counts only candidates whose two "
+             "advantages are both non-zero. P_top1 (no formula in the paper): share of groups whose BLEU-4-best "
+             "candidate is also F1-best, ties scored fractionally; its denominator is the groups where both "
+             "rewards vary (the counts are summed over seeds; reports/analyses.py). Paper: MIMIC-CXR "
+             "validation set, |D_val| = 2130, G = 4."]))
     arm = F.analysis_arm(exp, "reward-variance")
     if arm:
         found = [(r, r.analysis("reward-variance")) for r in exp.runs_of(arm)]

@@ -310,16 +310,33 @@ def fig_s5_reward_std(exp: Experiment, out_dir, arm: str | None = None) -> list[
     return save_figure(fig, out_dir, "fig_s5_reward_std")
 
 
-def alignment_values(exp: Experiment, arm: str | None = None) -> dict:
-    """{policy: {stat: {seed: value}}} from analysis_sign-alignment.json of the arm's runs."""
+def alignment_stats(exp: Experiment, arm: str | None = None) -> dict:
+    """{policy: {seed: sign_alignment(...)}} of the arm's analysis_sign-alignment.json files, recomputed from the
+    stored rewards with the current definitions (reports/analyses.py) where the file holds them."""
+    from reports.analyses import sign_alignment
+
     arm = arm or analysis_arm(exp, "sign-alignment")
     out: dict = {}
     for run, d in (_analyses(exp, "sign-alignment", arm) if arm else []):
         for pol, res in d["policies"].items():
-            for stat in ("p_sign", "p_top1"):
-                v = (res.get("stats") or {}).get(stat, {}).get("value")
+            rewards = res.get("rewards") or {}
+            if "bleu4" in rewards and "chexpert_f1" in rewards:
+                stats = sign_alignment(rewards["bleu4"], rewards["chexpert_f1"])
+            else:
+                stats = res.get("stats") or {}
+            out.setdefault(pol, {})[run.seed] = stats
+    return out
+
+
+def alignment_values(exp: Experiment, arm: str | None = None) -> dict:
+    """{policy: {stat: {seed: value}}} (stat: p_sign = the paper's formula, p_sign_nonzero, p_top1)."""
+    out: dict = {}
+    for pol, by_seed in alignment_stats(exp, arm).items():
+        for seed, stats in by_seed.items():
+            for stat in ("p_sign", "p_sign_nonzero", "p_top1"):
+                v = (stats.get(stat) or {}).get("value")
                 if is_number(v):
-                    out.setdefault(pol, {}).setdefault(stat, {})[run.seed] = float(v)
+                    out.setdefault(pol, {}).setdefault(stat, {})[seed] = float(v)
     return out
 
 

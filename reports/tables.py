@@ -370,9 +370,9 @@ DIFFERENCES_NOTE = (f"Cells: difference arm - reference [95% interval] p = two-s
                     f"noise). Over >= 2 shared seeds: mean paired difference, t-interval, paired t-test (sign-flip "
                     f"permutation when all differences are equal). Over one shared seed: full-set difference, "
                     f"percentile interval and shifted-null p of the paired bootstrap over test reports (same "
-                    f"resampled report ids for both arms, corpus metrics recomputed per resample; METEOR as the mean of "
-                    f"its segment scores, CIDEr with the full set's document frequencies). (no test): one shared "
-                    f"seed and no per-report outputs.")
+                    f"resampled report ids for both arms, corpus metrics recomputed per resample; METEOR as the "
+                    f"mean of its segment scores, CIDEr with the full set's document frequencies). (no test): one "
+                    f"shared seed and no per-report outputs.")
 
 
 def differences_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> str:
