@@ -91,17 +91,36 @@ def default_spec(exp: Experiment, metrics: list[str] | None = None, ce_average: 
     return TableSpec(metrics, table, published_dataset(exp, table), ce_average, B, seed)
 
 
-def _published_lookup(spec: TableSpec) -> tuple[dict, str | None, float]:
+def _published_lookup(spec: TableSpec) -> tuple[list[dict], str | None, float]:
+    """The published table's rows of the shown data set, its source and its number scale."""
     if spec.published is None:
-        return {}, None, 1.0
+        return [], None, 1.0
     t = load_published()["tables"][spec.published]
     rows = [r for r in t["rows"] if spec.dataset is None or r.get("dataset") == spec.dataset]
-    by_key = {}
-    for r in rows:
-        for k in (r.get("arm"), r.get("label")):
-            if k is not None:
-                by_key.setdefault(k, r)
-    return by_key, t["source"], float(t.get("scale", 1.0))
+    return rows, t["source"], float(t.get("scale", 1.0))
+
+
+MATCH_FACTORS = ("regularizer", "reference", "reward")
+
+
+def match_published_row(exp: Experiment, arm, rows: list[dict]) -> tuple[dict | None, str | None]:
+    """(the paper row that sits beside `arm`, None) or (None, why the named row does not).
+
+    The row is the one named by the arm's `published_row` (or its name) among the paper's `arm` ids and row
+    labels; it is placed only when its data set is the experiment's and every factor the row states
+    (regularizer, reference, reward; published.json `factors`) equals the arm's."""
+    names = [n for n in (arm.published_row, arm.name) if n]
+    row = next((r for n in names for r in rows if n in (r.get("arm"), r.get("label"))), None)
+    if row is None:
+        return None, None
+    label = row.get("label") or row.get("arm")
+    if row.get("dataset") != exp.dataset:
+        return None, f"{label!r}: data set {row.get('dataset')} ≠ ours ({exp.dataset})"
+    ours = exp.factors(arm.name)
+    for key in MATCH_FACTORS:
+        if key in (row.get("factors") or {}) and ours.get(key) != row["factors"][key]:
+            return None, f"{label!r}: {key} {row['factors'][key]} ≠ ours ({ours.get(key)})"
+    return row, None
 
 
 def _published_value(row: dict | None, metric: str, spec: TableSpec, scale: float) -> float | None:
@@ -132,7 +151,7 @@ def results_frame(exp: Experiment, spec: TableSpec | None = None) -> pd.DataFram
     ref = exp.reference_arm if exp.reference_arm in {a.name for a in exp.arms} else None
     records = []
     for arm in exp.arms:
-        prow = pub_rows.get(arm.published_row) or pub_rows.get(arm.name)
+        prow, unmatched = match_published_row(exp, arm, pub_rows)
         boot = None
         for metric in spec.metrics:
             vals = exp.values(arm.name, metric)
@@ -142,6 +161,7 @@ def results_frame(exp: Experiment, spec: TableSpec | None = None) -> pd.DataFram
                    "std": s.std, "n": s.n, "seeds": " ".join(str(k) for k in sorted(vals)),
                    "published": _published_value(prow, metric, spec, scale),
                    "published_row": (prow or {}).get("label"), "published_source": source if prow else None,
+                   "published_unmatched": unmatched,
                    "reference_arm": ref, "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
                    "p_value": math.nan, "p_holm": math.nan, "test": None, "n_paired": 0, "n_reports": 0,
                    "sd_diff": math.nan, "se_diff": math.nan, "within_noise": None}
@@ -244,12 +264,27 @@ def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[l
             prow = sub.published_row.dropna().iloc[0]
             rows.append([f"{prow}", f"paper: {src}", "–"] + [_fmt(sub.loc[m]["published"], pub_digits)
                                                               for m in metrics])
+    rows += _paper_block(df, spec, metrics, pub_digits)
     mdd = mdd_by_metric(df)
     if mdd:
         bases = sorted({b for _, b in mdd.values()})
         rows.append([MDD_LABEL, "; ".join(bases), "–"] + [_fmt(mdd[m][0], spec.digits) if m in mdd else "–"
                                                           for m in metrics])
     return header, rows
+
+
+def _paper_block(df: pd.DataFrame, spec: TableSpec, metrics: list[str], digits: int) -> list[list[str]]:
+    """The shown paper rows that sit beside none of our arms, under the paper's own row names."""
+    rows, source, scale = _published_lookup(spec)
+    placed = set(df.published_row.dropna())
+    out = []
+    for r in rows:
+        label = r.get("label") or r.get("arm")
+        if label in placed:
+            continue
+        out.append([label, f"paper: {source}", "–"] + [_fmt(_published_value(r, m, spec, scale), digits)
+                                                       for m in metrics])
+    return out
 
 
 def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
@@ -278,8 +313,13 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
         t = load_published()["tables"][spec.published]
         out.append(f"Paper rows: {t['source']} ({spec.dataset}; {t['caption']}) — published numbers under the "
                    f"paper's own row names, not rerun here; ours are on data set `{exp.dataset}`, preset "
-                   f"`{exp.preset}`. CheXpert P/R/F1 are compared with our {spec.ce_average}-averaged CE scores; "
-                   f"RG with RadGraph F1 (partial) when its weights were available (else –).")
+                   f"`{exp.preset}`. A paper row sits right under one of our arms only when its data set and its "
+                   f"regularizer, reference and reward all match that arm's; the others follow our rows. CheXpert "
+                   f"P/R/F1 are compared with our {spec.ce_average}-averaged CE scores; RG with RadGraph F1 "
+                   f"(partial) when its weights were available (else –).")
+        unmatched = sorted({f"{a}: {u}" for a, u in zip(df.arm, df.published_unmatched, strict=True) if u})
+        if unmatched:
+            out.append("Named paper rows not placed beside an arm: " + "; ".join(unmatched) + ".")
     return out + list(spec.notes)
 
 

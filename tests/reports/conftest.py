@@ -37,9 +37,9 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _rl_records(run: Path, arm: str, seed: int, regularizer: str, reference: str) -> None:
+def _rl_records(run: Path, arm: str, seed: int, regularizer: str, reference: str, dataset: str) -> None:
     run.mkdir(parents=True)
-    cfg = {"seed": seed, "init_from": "../sft/model", "data": {"dataset": "phantom"},
+    cfg = {"seed": seed, "init_from": "../sft/model", "data": {"dataset": dataset},
            "rl": {"regularizer": regularizer, "reference": reference, "reward": "bleu4", "beta_min": 0.05,
                   "beta_base": 0.1, "beta_max": 0.12}}
     (run / "manifest.json").write_text(json.dumps({"stage": "rl", "seed": seed, "config": cfg}))
@@ -100,7 +100,7 @@ def _predictions(ev: Path, arm: str, seed: int) -> None:
     _write_jsonl(ev / "predictions_final_test.jsonl", rows)
 
 
-def write_experiment(root: Path) -> Path:
+def write_experiment(root: Path, dataset: str = "phantom") -> Path:
     arms = [{"name": a, "label": lab, "published_row": lab, "factors": {"regularizer": r, "reference": ref}}
             for a, (lab, r, ref) in ARMS.items()]
     runs = []
@@ -114,7 +114,7 @@ def write_experiment(root: Path) -> Path:
                 entry.update(status="failed", error="stage rl: RuntimeError: boom", failed_stage="rl")
                 runs.append(entry)
                 continue
-            _rl_records(root / rl_rel, arm, seed, reg, ref)
+            _rl_records(root / rl_rel, arm, seed, reg, ref, dataset)
             if arm == "rer_vapr":
                 _analysis(root / rl_rel, seed)
             ev = root / arm / f"seed{seed}" / "eval"
@@ -138,6 +138,12 @@ def write_experiment(root: Path) -> Path:
 @pytest.fixture(scope="session")
 def experiment_dir(tmp_path_factory) -> Path:
     return write_experiment(tmp_path_factory.mktemp("experiment"))
+
+
+@pytest.fixture(scope="session")
+def mimic_experiment_dir(tmp_path_factory) -> Path:
+    """The same experiment, its runs labelled MIMIC-CXR: paper rows can sit beside its arms."""
+    return write_experiment(tmp_path_factory.mktemp("experiment_mimic"), dataset="mimic_cxr")
 
 
 @pytest.fixture(scope="session")

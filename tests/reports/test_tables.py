@@ -25,6 +25,7 @@ from reports.tables import (
     to_latex,
     to_markdown,
 )
+from tests.reports.conftest import write_experiment
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +95,7 @@ def test_results_frame_numbers(frame):
     r = _cell(df, "rer_vapr", "BLEU_4")
     assert (r["mean"], r.n, r.seeds) == (pytest.approx(0.12), 3, "0 1 2")
     assert (r.ci_lo, r.ci_hi) == pytest.approx((0.12 - T_HALF, 0.12 + T_HALF))
-    assert r.published == 0.143 and r.published_source == "REVA-PO Table 4"
+    assert pd.isna(r.published) and pd.isna(r.published_source)  # phantom runs: no paper row beside an arm
     # -0.01 on every seed: the sign-flip p is 2/8, and three seeds cannot show more -> within noise
     r = _cell(df, "ckl", "BLEU_4")
     assert r["diff"] == pytest.approx(-0.01) and r.p_value == pytest.approx(0.25) and r.within_noise is True
@@ -112,7 +113,44 @@ def test_results_frame_numbers(frame):
     r = _cell(df, "rer_vapr", "ROUGE_L")
     assert (r.ci_lo, r.ci_hi) == (0.30, 0.30)
     r = _cell(df, "rer_vapr", "radgraph_partial")
-    assert r.n == 0 and math.isnan(r["mean"]) and r.published == 0.246
+    assert r.n == 0 and math.isnan(r["mean"])
+
+
+def test_paper_rows_sit_beside_an_arm_only_when_everything_matches(mimic_experiment_dir):
+    exp = load_experiment(mimic_experiment_dir)
+    exp.arm("ckl").factors["reward"] = "chexpert_f1"  # the paper's "w/ CKL, w/o RER" row used BLEU-4
+    spec = default_spec(exp, B=200)
+    df = results_frame(exp, spec)
+    r = _cell(df, "rer_vapr", "BLEU_4")
+    assert r.published == 0.143 and r.published_row == "Ours (RER+VAPR)" and r.published_source == "REVA-PO Table 4"
+    assert _cell(df, "rer_vapr", "radgraph_partial").published == 0.246
+    assert _cell(df, "no_vapr", "BLEU_4").published == 0.134
+    r = _cell(df, "ckl", "BLEU_4")
+    assert pd.isna(r.published) and r.published_unmatched == "'w/ CKL, w/o RER': reward bleu4 ≠ ours (chexpert_f1)"
+    lines = to_markdown(exp, df, spec).splitlines()
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines if ln.startswith("| ")]
+    names = [(r[0], r[1].split(":")[0]) for r in rows]
+    # matched paper rows under their arm, by the paper's names; the unmatched one after our rows
+    assert names.index(("Ours (RER+VAPR)", "paper")) == names.index(("Ours (RER+VAPR) (reference)", "ours")) + 1
+    assert names.index(("w/ CKL, w/o RER", "paper")) > names.index(("w/o VAPR", "ours"))
+    assert "Named paper rows not placed beside an arm: ckl: 'w/ CKL, w/o RER': reward bleu4" in "\n".join(lines)
+
+
+def test_iu_xray_studies_show_iu_xray_rows(tmp_path):
+    import shutil
+
+    root = write_experiment(tmp_path / "iu", dataset="iu_xray")
+    index = json.loads((root / "index.json").read_text())
+    index["reproduces"] = "revapo_table1"
+    (root / "index.json").write_text(json.dumps(index))
+    exp = load_experiment(root)
+    spec = default_spec(exp, B=200)
+    assert spec.dataset == "iu_xray"
+    md = to_markdown(exp, results_frame(exp, spec), spec)
+    assert "| Clinical-BERT | paper: REVA-PO Table 1 |" in md and "RGRG" not in md  # RGRG: MIMIC-CXR only
+    reva_iu = published_row("revapo_table1", "REVA-PO (ours)", dataset="iu_xray")
+    assert f"| REVA-PO (ours) | paper: REVA-PO Table 1 | – | {reva_iu['BLEU_1']:.3f}" in md
+    shutil.rmtree(root)
 
 
 def test_holm_runs_over_every_comparison_of_the_table(frame):
