@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports.bootstrap import DEFAULT_B, paired_bootstrap
+from reports.deltas import CE_GROUP, NLG_GROUP, format_delta, group_delta
 from reports.experiment import Experiment, is_number
 from reports.published import CE_METRICS, NLG_METRICS, SHORT_NAMES, load_published, our_metric_key
 from reports.stats import ALPHA, POWER, holm, mdd_normal, mdd_paired_t, paired_comparison, summarize
@@ -244,11 +245,47 @@ def _our_cell(rec, digits: int, arm_n: int, latex: bool = False) -> str:
     return cell
 
 
+DELTA_TABLES = ("revapo_table3",)  # published tables that print ΔNLG / ΔCE (reports/deltas.py)
+
+
+def _stage1_arm(df: pd.DataFrame) -> str | None:
+    """The arm Table 3's Δ columns are relative to: the one beside (or named) the paper's S1 row."""
+    for arm, label, prow in zip(df.arm, df.label, df.published_row, strict=True):
+        if prow == "S1" or str(arm).lower() == "s1" or label == "S1":
+            return arm
+    return None
+
+
+def _our_deltas(df: pd.DataFrame, arm: str, base: str | None, spec: TableSpec) -> list[str]:
+    """[ΔNLG, ΔCE] of our arm against our stage-1 arm (means over seeds); ΔCE without RG is marked `*`."""
+    if base is None:
+        return ["–", "–"]
+    means = {a: dict(zip(sub.metric, sub["mean"], strict=True)) for a, sub in df.groupby("arm")}
+
+    def keyed(a: str) -> dict:
+        return {k: means[a].get(our_metric_key(k, spec.ce_average)) for k in (*NLG_GROUP, *CE_GROUP)}
+
+    row, ref = keyed(arm), keyed(base)
+    ce = group_delta(row, ref, CE_GROUP)
+    mark = ""
+    if not math.isfinite(ce):
+        ce, mark = group_delta(row, ref, CE_GROUP[:3]), "*"
+    return [format_delta(group_delta(row, ref, NLG_GROUP)), format_delta(ce) + (mark if math.isfinite(ce) else "")]
+
+
 def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the wide table: per arm an "ours" row and, if published, a "paper" row."""
     metrics = list(dict.fromkeys(df.metric))
     cols = [df[df.metric == m].column.iloc[0] for m in metrics]
-    header = ["Arm", "Source", "n"] + cols
+    deltas = spec.published in DELTA_TABLES
+    header = ["Arm", "Source", "n"] + cols + (["ΔNLG", "ΔCE"] if deltas else [])
+    base = _stage1_arm(df) if deltas else None
+    pub_by_label = {r.get("label"): r for r in _published_lookup(spec)[0]}
+
+    def paper_deltas(label) -> list[str]:
+        r = pub_by_label.get(label) or {}
+        return [r.get("delta_nlg") or "–", r.get("delta_ce") or "–"] if deltas else []
+
     rows = []
     pub_digits = 3 if spec.published != "mrg_r1" else 4
     for arm in dict.fromkeys(df.arm):
@@ -258,18 +295,19 @@ def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[l
         ref = sub.reference_arm.iloc[0]
         tag = " (reference)" if arm == ref else ""
         rows.append([f"{label}{tag}", "ours", str(n)] + [_our_cell(sub.loc[m], spec.digits, n, latex)
-                                                          for m in metrics])
+                                                          for m in metrics]
+                    + (_our_deltas(df, arm, base, spec) if deltas else []))
         if sub.published_source.notna().any():
             src = sub.published_source.dropna().iloc[0]
             prow = sub.published_row.dropna().iloc[0]
             rows.append([f"{prow}", f"paper: {src}", "–"] + [_fmt(sub.loc[m]["published"], pub_digits)
-                                                              for m in metrics])
-    rows += _paper_block(df, spec, metrics, pub_digits)
+                                                              for m in metrics] + paper_deltas(prow))
+    rows += [r + paper_deltas(r[0]) for r in _paper_block(df, spec, metrics, pub_digits)]
     mdd = mdd_by_metric(df)
     if mdd:
         bases = sorted({b for _, b in mdd.values()})
         rows.append([MDD_LABEL, "; ".join(bases), "–"] + [_fmt(mdd[m][0], spec.digits) if m in mdd else "–"
-                                                          for m in metrics])
+                                                          for m in metrics] + (["–", "–"] if deltas else []))
     return header, rows
 
 
@@ -309,6 +347,10 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
                    f"{POWER} at this table's n (seeds: paired t-test, pooled std of the paired differences; "
                    f"one seed: bootstrap standard error over test reports); a smaller difference marked "
                    f"{NOISE_MARK} is not ruled out.")
+    if spec.published in DELTA_TABLES:
+        out.append("ΔNLG / ΔCE: relative change of the summed NLG metrics (B-1..4, R-L, MTR) / CE metrics (P, R, "
+                   "F1, RG) against the stage-1 row (ours: our S1 arm's means; paper: as printed); `*`: without RG "
+                   "(RadGraph missing), over P, R, F1.")
     if spec.published:
         t = load_published()["tables"][spec.published]
         out.append(f"Paper rows: {t['source']} ({spec.dataset}; {t['caption']}) — published numbers under the "
