@@ -23,6 +23,7 @@ from reports.bootstrap import DEFAULT_B
 from reports.experiment import Experiment, load_experiment
 from reports.html import Figure, Table, write_page
 from reports.published import published_table
+from reports.stages import stage_table
 from reports.stats import summarize
 from reports.tables import (
     DIFFERENCES_NOTE,
@@ -218,10 +219,10 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
     else:
         skipped.append("Supp. A.3: no analysis_sign-alignment.json with a countable P_sign / P_top1 in any RL "
                        "run (run `regbench analyze sign-alignment RUN`)")
-    for db in sorted(Path(experiment_dir).glob("*.db")):
+    for db in F.optuna_files(experiment_dir):
         for paths in F.fig_optuna(db, fdir):
             name = paths[0].stem.removeprefix("fig_optuna_")
-            figs.append(Figure(f"Optuna: {name}", paths[0], f"study file {db.name}"))
+            figs.append(Figure(f"Optuna: {name}", paths[0], f"optimisation history; study file {db}"))
 
     md_parts.append("## Figures\n\n" + "\n".join(f"- {f.title}: figures/{f.png.name} (and .pdf)" for f in figs))
     if skipped:
@@ -240,6 +241,7 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             f"after Holm-Bonferroni (reports/stats.py, reports/bootstrap.py).",
             f"Source: {Path(experiment_dir).resolve()}; built {time.strftime('%Y-%m-%d %H:%M:%S')}."]
     failed = [f"{r.arm} seed {r.seed}: {r.error}" for r in exp.runs if r.status == "failed"]
-    sections = [("Tables", texts + html_tables + a_tables), ("Figures", figs),
+    stages = stage_table(exp)
+    sections = [("Tables", texts + html_tables + a_tables + ([stages] if stages else [])), ("Figures", figs),
                 ("Not drawn", skipped), ("Failed runs", failed)]
     return write_page(out / "index.html", exp.title, meta, sections)

@@ -393,16 +393,40 @@ def _is_optuna_db(path: str | Path) -> bool:
         return False
 
 
+def optuna_files(experiment_dir: str | Path) -> list[Path]:
+    """The Optuna storages that belong to an experiment: SQLite `*.db` files in its folder, and the file journal
+    (`optuna.journal`, what `regbench search` writes) in its folder, one level below it, or one above it (a
+    `search confirm` experiment lives inside its search folder)."""
+    root = Path(experiment_dir)
+    found = [*sorted(root.glob("*.db")), *sorted(root.glob("optuna.journal")), *sorted(root.glob("*/optuna.journal")),
+             *sorted(root.parent.glob("optuna.journal"))]
+    return list(dict.fromkeys(p.resolve() for p in found if p.is_file()))
+
+
+def _journal_storage(path: Path):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
 def fig_optuna(storage_file: str | Path, out_dir) -> list[list[Path]]:
-    """Optimisation history of every study in an Optuna SQLite file (empty list if optuna cannot read it)."""
+    """Optimisation history of every study in an Optuna SQLite file or file journal (empty list if optuna
+    cannot read it)."""
     try:
         import optuna
         from optuna.visualization.matplotlib import plot_optimization_history
     except ImportError:
         return []
-    if not _is_optuna_db(storage_file):  # never let optuna create its tables in a foreign file
+    if str(storage_file).endswith(".journal"):
+        try:
+            storage = _journal_storage(Path(storage_file))
+        except Exception:  # noqa: BLE001 - a foreign or corrupt file is simply not plotted
+            return []
+    elif not _is_optuna_db(storage_file):  # never let optuna create its tables in a foreign file
         return []
-    storage = f"sqlite:///{Path(storage_file).resolve()}"
+    else:
+        storage = f"sqlite:///{Path(storage_file).resolve()}"
     out = []
     try:
         summaries = optuna.get_all_study_summaries(storage)

@@ -100,6 +100,20 @@ def _predictions(ev: Path, arm: str, seed: int) -> None:
     _write_jsonl(ev / "predictions_final_test.jsonl", rows)
 
 
+def write_journal(path: Path, n_trials: int = 4) -> Path:
+    """An Optuna file journal (what `regbench search` writes) with a few finished trials."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    study = optuna.create_study(study_name="rer_bounds", storage=storage, direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda t: -(t.suggest_float("beta_base", 0.01, 0.2) - 0.1) ** 2, n_trials=n_trials)
+    return path
+
+
 def write_experiment(root: Path, dataset: str = "phantom") -> Path:
     arms = [{"name": a, "label": lab, "published_row": lab, "factors": {"regularizer": r, "reference": ref}}
             for a, (lab, r, ref) in ARMS.items()]
@@ -109,7 +123,10 @@ def write_experiment(root: Path, dataset: str = "phantom") -> Path:
             value = BLEU4[arm][seed]
             rl_rel = f"stages/rl-seed{seed}-{arm}"
             entry = {"arm": arm, "seed": seed, "dir": f"{arm}/seed{seed}", "eval_dir": f"{arm}/seed{seed}/eval",
-                     "stages": {"rl": {"dir": rl_rel, "status": "complete"}}, "final_stage": "rl"}
+                     "stages": {"sft": {"dir": f"stages/sft-seed{seed}", "status": "complete", "elapsed_s": 12.4,
+                                        "shared_by": sorted(ARMS)},
+                                "rl": {"dir": rl_rel, "status": "complete", "elapsed_s": 30.2,
+                                       "shared_by": [arm]}}, "final_stage": "rl"}
             if value is None:
                 entry.update(status="failed", error="stage rl: RuntimeError: boom", failed_stage="rl")
                 runs.append(entry)
@@ -137,7 +154,9 @@ def write_experiment(root: Path, dataset: str = "phantom") -> Path:
 
 @pytest.fixture(scope="session")
 def experiment_dir(tmp_path_factory) -> Path:
-    return write_experiment(tmp_path_factory.mktemp("experiment"))
+    root = write_experiment(tmp_path_factory.mktemp("experiment"))
+    write_journal(root / "optuna.journal")
+    return root
 
 
 @pytest.fixture(scope="session")
