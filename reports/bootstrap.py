@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -156,13 +157,17 @@ def corpus_scores(data: ReportData, weights: np.ndarray, metrics: Iterable[str])
     return {m: out[m] for m in wanted}
 
 
+@lru_cache(maxsize=4)
 def resample_weights(n: int, B: int = DEFAULT_B, seed: int = 0) -> np.ndarray:
-    """[B, n] multiplicities of n ids drawn with replacement, B times (seeded)."""
+    """[B, n] multiplicities of n ids drawn with replacement, B times (seeded; cached and read-only, so every
+    comparison of a table resamples the same report ids)."""
     if B < 1 or n < 1:
         raise ValueError(f"need B >= 1 and n >= 1, got B={B}, n={n}")
     idx = np.random.default_rng(seed).integers(0, n, size=(B, n))
     flat = (idx + np.arange(B)[:, None] * n).ravel()
-    return np.bincount(flat, minlength=B * n).reshape(B, n).astype(np.float64)
+    weights = np.bincount(flat, minlength=B * n).reshape(B, n).astype(np.float64)
+    weights.setflags(write=False)
+    return weights
 
 
 @dataclass
