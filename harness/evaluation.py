@@ -1,15 +1,17 @@
 """Evaluation metrics: NLG scores (pycocoevalcap) and clinical-efficacy (CE) scores over CheXpert labels.
 
 NLG (`nlg_scores`): BLEU-1..4 (corpus BLEU, "closest" reference length), METEOR 1.5, ROUGE-L and CIDEr,
-computed by pycocoevalcap's own scorers on normalised text, so the numbers equal pycocoevalcap's on
-the normalised inputs. Normalisation (`normalize_report`):
+computed by pycocoevalcap's own scorers. BLEU, ROUGE-L and CIDEr see the raw strings, exactly as the standard
+(R2Gen-style) evaluation passes them, so they equal pycocoevalcap's numbers on the same texts (ROUGE-L splits on
+single spaces, so double spaces and tabs change it; BLEU and CIDEr split on any whitespace). Only METEOR's input
+is normalised (`normalize_report`), because its Java pipe breaks on what the raw text may hold:
 - every `|||` becomes a space: it is METEOR's field separator and would desynchronise its stdin/stdout pipe;
 - all whitespace runs (newlines, tabs, Unicode spaces) collapse to one space, ends stripped: METEOR reads one
-  line per segment, and ROUGE-L splits on single spaces;
+  line per segment;
 - an empty (or all-whitespace) text stays empty. Every scorer accepts it: an empty hypothesis scores 0 on
   every metric; an empty hypothesis against an empty reference gets ROUGE-L 1 (pycocoevalcap's own rule).
-  One exception to pycocoevalcap: when *every* reference is empty, pycocoevalcap's CIDEr raises on its empty
-  document-frequency table; we report CIDEr 0.0 there.
+  One exception to pycocoevalcap: when *every* reference is empty (no token), pycocoevalcap's CIDEr raises on
+  its empty document-frequency table; we report CIDEr 0.0 there.
 
 METEOR runs one Java process per Python process (created lazily, reused, closed at exit). Calls are
 serialised by a lock; if the process dies or a reply cannot be parsed, it is replaced and the call retried
@@ -43,7 +45,7 @@ _METEOR_SEPARATOR = "|||"
 
 
 def normalize_report(text: str) -> str:
-    """Text as the NLG scorers see it: no `|||`, whitespace collapsed to single spaces, stripped."""
+    """Text as METEOR sees it: no `|||`, whitespace collapsed to single spaces, stripped."""
     if not isinstance(text, str):
         raise TypeError(f"reports must be strings, got {type(text).__name__}")
     return " ".join(text.replace(_METEOR_SEPARATOR, " ").split())
@@ -63,12 +65,50 @@ def nlg_scores(
     if "BLEU" in chosen:
         scores.update(_bleu(gts, res))
     if "METEOR" in chosen:
-        scores["METEOR"] = _METEOR.score(gts, res)
+        scores["METEOR"] = _METEOR.score(_normalized(gts), _normalized(res))
     if "ROUGE_L" in chosen:
         scores["ROUGE_L"] = _rouge(gts, res)
     if "CIDEr" in chosen:
         scores["CIDEr"] = _cider(gts, res)
     return scores
+
+
+BLEU_COUNT_KEYS: tuple[str, ...] = (*(f"correct_{n}" for n in range(1, 5)), *(f"guess_{n}" for n in range(1, 5)),
+                                     "testlen", "reflen")
+
+
+def nlg_report_scores(refs: Mapping[str, str], hyps: Mapping[str, str]) -> dict[str, dict[str, float]]:
+    """Per report (id -> {...}): what the corpus NLG scores are sums or means of, so that a resample of reports
+    can be rescored without rerunning the scorers (reports/bootstrap.py).
+
+    - BLEU: pycocoevalcap's own sufficient statistics of the pair (`BLEU_COUNT_KEYS`: clipped n-gram matches and
+      hypothesis n-grams for n = 1..4, hypothesis and closest-reference lengths); corpus BLEU is a function of
+      their sums, so it equals `nlg_scores` on the full set.
+    - ROUGE_L, CIDEr: pycocoevalcap's per-report scores (its corpus numbers are their means; CIDEr's document
+      frequencies are those of the whole set).
+    - METEOR: METEOR's segment score (its corpus score pools statistics instead, so the segment mean differs).
+    """
+    from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    gts, res = _prepare(refs, hyps)
+    out: dict[str, dict[str, float]] = {}
+    rouge = Rouge()
+    for key in gts:
+        cooked = cook_test(res[key][0], cook_refs(gts[key]), eff="closest")
+        counts = [*cooked["correct"], *cooked["guess"], cooked["testlen"], cooked["reflen"]]
+        out[key] = {**dict(zip(BLEU_COUNT_KEYS, map(float, counts), strict=True)),
+                    "ROUGE_L": float(rouge.calc_score(res[key], gts[key]))}
+    if any(text.split() for texts in gts.values() for text in texts):
+        from pycocoevalcap.cider.cider import Cider
+
+        cider = Cider().compute_score(gts, res)[1]
+    else:
+        cider = np.zeros(len(gts))  # see the module docstring
+    _, meteor = _METEOR.score(_normalized(gts), _normalized(res), segments=True)
+    for key, c, m in zip(gts, cider, meteor, strict=True):
+        out[key].update(CIDEr=float(c), METEOR=float(m))
+    return out
 
 
 def _check_metrics(metrics: Iterable[str] | None) -> tuple[str, ...]:
@@ -84,7 +124,7 @@ def _check_metrics(metrics: Iterable[str] | None) -> tuple[str, ...]:
 
 
 def _prepare(refs: Mapping[str, str], hyps: Mapping[str, str]) -> tuple[dict, dict]:
-    """pycocoevalcap's input format ({id: [text]}), normalised, in the order of `refs`."""
+    """pycocoevalcap's input format ({id: [text]}) of the raw strings, in the order of `refs`."""
     if set(refs) != set(hyps):
         only_refs = sorted(map(str, set(refs) - set(hyps)))[:5]
         only_hyps = sorted(map(str, set(hyps) - set(refs)))[:5]
@@ -94,9 +134,18 @@ def _prepare(refs: Mapping[str, str], hyps: Mapping[str, str]) -> tuple[dict, di
         )
     if not refs:
         raise ValueError("nlg_scores needs at least one (reference, hypothesis) pair")
-    gts = {key: [normalize_report(refs[key])] for key in refs}
-    res = {key: [normalize_report(hyps[key])] for key in refs}
+    for name, texts in (("refs", refs), ("hyps", hyps)):
+        bad = next((key for key, text in texts.items() if not isinstance(text, str)), None)
+        if bad is not None:
+            raise TypeError(f"{name}[{bad!r}] must be a string, got {type(texts[bad]).__name__}")
+    gts = {key: [refs[key]] for key in refs}
+    res = {key: [hyps[key]] for key in refs}
     return gts, res
+
+
+def _normalized(texts: dict) -> dict:
+    """METEOR's copy of a pycocoevalcap input dict (see `normalize_report`)."""
+    return {key: [normalize_report(text) for text in values] for key, values in texts.items()}
 
 
 def _bleu(gts: dict, res: dict) -> dict[str, float]:
@@ -143,13 +192,14 @@ class _MeteorService:
         with self._lock:
             return self._get()
 
-    def score(self, gts: dict, res: dict) -> float:
+    def score(self, gts: dict, res: dict, segments: bool = False):
+        """The corpus score, or (corpus score, segment scores) when `segments`."""
         with self._lock:
             for attempt in range(2):
                 scorer = self._get()
                 try:
-                    score, _ = scorer.compute_score(gts, res)
-                    return float(score)
+                    score, per_segment = scorer.compute_score(gts, res)
+                    return (float(score), [float(x) for x in per_segment]) if segments else float(score)
                 except (OSError, ValueError) as error:  # broken pipe, dead JVM, unparsable reply
                     self._discard()
                     if attempt == 1:

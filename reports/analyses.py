@@ -7,19 +7,20 @@ Every function takes rewards of shape [B, G]: row b holds the G candidates sampl
 - `p_sign(bleu, f1)` (Supp. A.3): the probability that the sign of a candidate's BLEU-4 advantage agrees
   with the sign of its CheXpert-F1 advantage within its group. The advantage is Eq. 2,
   A = (R - mean_G R) / (std_G R + eps); as std + eps > 0, sign(A) = sign(R - mean_G R), which is computed in
-  float64 and counted as 0 when |R - mean_G R| <= atol (1e-9). The paper's formula averages the indicator
-  over all |D_val| x G candidates; a group whose F1 rewards are all equal (frequent: F1 over 14 labels takes
-  few values) has A = 0 everywhere and carries no direction, so by default (`zeros="exclude"`) a candidate
-  counts only if both its advantages are non-zero: P_sign = #{sign(A_bleu) = sign(A_f1), both != 0} /
-  #{both != 0}. `zeros="literal"` is the paper's formula read literally (all candidates, sign(0) = 0, so
-  two zero advantages agree).
+  float64 and counted as 0 when |R - mean_G R| <= atol (1e-9). The headline (`zeros="paper"`) is the paper's
+  formula exactly: the indicator sign(A_bleu) = sign(A_f1) averaged over all |D_val| x G candidates, with
+  sign(0) = 0 (so two zero advantages agree and a zero against a non-zero one disagrees). A variant, labelled
+  as such wherever it is shown (`zeros="exclude"`), counts only candidates whose two advantages are both
+  non-zero: a group whose F1 rewards are all equal (frequent: F1 over 14 labels takes few values) carries no
+  direction. `zeros="literal"` is an old name of "paper".
 - `p_top1(bleu, f1)` (Supp. A.3): the probability that the BLEU-4-best candidate of a group is also its
   CheXpert-F1-best. Ties (values within atol of the group maximum are all "best"): by default
   (`ties="fractional"`) a group scores |best_bleu & best_f1| / |best_bleu|, i.e. the chance that a BLEU-best
   candidate picked uniformly at random is F1-best; `ties="strict"` scores 1 only when both argmaxes are
   unique and equal; `ties="any"` scores 1 when the two sets intersect. Groups in which BLEU-4 or F1 is
   constant (no ranking) are excluded unless `exclude_flat=False` (then a constant F1 makes every candidate
-  F1-best).
+  F1-best). The paper gives no formula for P_top1; its denominator here is stated in every result
+  (`denominator`): the groups in which both rewards vary (`n_groups_used` of `n_groups`).
 
 All return a dict with `value` and the counts it rests on, so a report can state n.
 """
@@ -70,20 +71,24 @@ def advantage_signs(rewards, atol: float = ATOL) -> np.ndarray:
     return np.where(np.abs(centered) <= atol, 0, np.sign(centered)).astype(np.int64)
 
 
-def p_sign(bleu, f1, zeros: str = "exclude", atol: float = ATOL) -> dict:
+def p_sign(bleu, f1, zeros: str = "paper", atol: float = ATOL) -> dict:
     """Sign agreement of BLEU-4 and CheXpert-F1 advantages (see the module docstring)."""
     a, b = _pair(bleu, f1)
     sa, sb = advantage_signs(a, atol), advantage_signs(b, atol)
-    if zeros == "exclude":
-        counted = (sa != 0) & (sb != 0)
-    elif zeros == "literal":
+    if zeros in ("paper", "literal"):
+        zeros = "paper"
         counted = np.ones_like(sa, dtype=bool)
+        denominator = "all |D_val| x G candidates (REVA-PO Supp. A.3)"
+    elif zeros == "exclude":
+        counted = (sa != 0) & (sb != 0)
+        denominator = "variant: candidates whose BLEU-4 and F1 advantages are both non-zero"
     else:
-        raise ValueError(f"zeros must be 'exclude' or 'literal', got {zeros!r}")
+        raise ValueError(f"zeros must be 'paper' or 'exclude', got {zeros!r}")
     n = int(counted.sum())
     agree = int(((sa == sb) & counted).sum())
     return {"value": agree / n if n else math.nan, "n_counted": n, "n_agree": agree, "n_candidates": int(sa.size),
-            "n_groups": int(a.shape[0]), "n_groups_used": int(counted.any(axis=1).sum()), "zeros": zeros}
+            "n_groups": int(a.shape[0]), "n_groups_used": int(counted.any(axis=1).sum()), "zeros": zeros,
+            "denominator": denominator}
 
 
 def best_sets(rewards, atol: float = ATOL) -> np.ndarray:
@@ -108,11 +113,14 @@ def p_top1(bleu, f1, ties: str = "fractional", exclude_flat: bool = True, atol: 
     else:
         score = (both > 0).astype(np.float64)
     n = int(used.sum())
+    denominator = (f"{n} of {a.shape[0]} groups (those where both BLEU-4 and F1 vary)" if exclude_flat
+                   else f"all {a.shape[0]} groups")
     return {"value": float(score[used].mean()) if n else math.nan, "n_groups_used": n,
-            "n_groups": int(a.shape[0]), "n_flat": int(flat.sum()), "ties": ties, "exclude_flat": exclude_flat}
+            "n_groups": int(a.shape[0]), "n_flat": int(flat.sum()), "ties": ties, "exclude_flat": exclude_flat,
+            "denominator": denominator}
 
 
 def sign_alignment(bleu, f1) -> dict:
-    """Both Supp. A.3 statistics with the default conventions, plus the literal P_sign variant."""
-    return {"p_sign": p_sign(bleu, f1), "p_sign_literal": p_sign(bleu, f1, zeros="literal"),
+    """Both Supp. A.3 statistics: P_sign by the paper's formula, its non-zero-advantage variant, P_top1."""
+    return {"p_sign": p_sign(bleu, f1), "p_sign_nonzero": p_sign(bleu, f1, zeros="exclude"),
             "p_top1": p_top1(bleu, f1)}

@@ -19,12 +19,14 @@ from pathlib import Path
 import pandas as pd
 
 from reports import figures as F
+from reports.bootstrap import DEFAULT_B
 from reports.experiment import Experiment, load_experiment
 from reports.html import Figure, Table, write_page
 from reports.published import published_table
-from reports.stats import DEFAULT_B, summarize
+from reports.stages import stage_table
+from reports.stats import summarize
 from reports.tables import (
-    NOISE_MARK,
+    DIFFERENCES_NOTE,
     TableSpec,
     default_spec,
     differences_markdown,
@@ -52,26 +54,39 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
     arm = F.analysis_arm(exp, "sign-alignment")
     if arm:
         vals = F.alignment_values(exp, arm)
+        per_seed = F.alignment_stats(exp, arm)
         pub = {r["arm"]: r for r in published_table("revapo_supp_a3")["rows"]}
         rows = []
         for pol in ("before", "after"):
             cells = [pol + " RL"]
-            for stat, pkey in (("p_sign", "P_sign"), ("p_top1", "P_top1")):
+            for stat, pkey in (("p_sign", "P_sign"), ("p_sign_nonzero", None), ("p_top1", "P_top1")):
                 by_seed = vals.get(pol, {}).get(stat, {})
-                s = summarize(list(by_seed.values()), B, seed=seed)
-                cells += [_fmt_ci(s), f"{pub[f'{pol}_rl'][pkey]:.3f}"]
+                s = summarize(list(by_seed.values()))
+                cells.append(_fmt_ci(s))
+                published = pub[f"{pol}_rl"][pkey] if pkey else None
+                if pkey:
+                    cells.append(f"{published:.3f}")
                 records.append({"table": "supp_a3", "arm": arm, "policy": pol, "stat": stat, "mean": s.mean,
                                 "ci_lo": s.lo, "ci_hi": s.hi, "n": s.n,
-                                "seeds": " ".join(map(str, sorted(by_seed))), "published": pub[f"{pol}_rl"][pkey]})
+                                "seeds": " ".join(map(str, sorted(by_seed))), "published": published})
+            stats = per_seed.get(pol, {}).values()
+            used = sum(int(st.get("p_top1", {}).get("n_groups_used", 0)) for st in stats)
+            total = sum(int(st.get("p_top1", {}).get("n_groups", 0)) for st in stats)
+            cands = sum(int(st.get("p_sign", {}).get("n_counted", 0)) for st in stats)
+            cells += [str(cands), f"{used} of {total}"]
             rows.append(cells)
         seeds = sorted({s for p in vals.values() for st in p.values() for s in st})
         tables.append(Table(
             f"Supp. A.3: BLEU-4 / CheXpert-F1 agreement (arm {arm})",
-            ["Policy", "P_sign (ours)", "P_sign (paper)", "P_top1 (ours)", "P_top1 (paper)"], rows,
-            [f"Seeds {seeds} (n = {len(seeds)}): mean [95% percentile bootstrap interval over seeds, B = {B}]. "
-             "P_sign counts candidates whose two advantages are both non-zero; P_top1 scores ties fractionally "
-             "and skips groups where either reward is constant (reports/analyses.py). Paper: REVA-PO Supp. A.3, "
-             "MIMIC-CXR validation set, G = 4."]))
+            ["Policy", "P_sign (ours)", "P_sign (paper)", "variant: P_sign, non-zero advantages only",
+             "P_top1 (ours)", "P_top1 (paper)", "P_sign candidates", "P_top1 groups used"], rows,
+            [f"Seeds {seeds} (n = {len(seeds)}): mean [95% t-interval over seeds]. P_sign is REVA-PO Supp. A.3's "
+             "formula: sign agreement of the two Eq. 2 advantages averaged over all |D_val| x G candidates "
+             "(sign(0) = 0, so two zero advantages agree). The variant counts only candidates whose two "
+             "advantages are both non-zero. P_top1 (no formula in the paper): share of groups whose BLEU-4-best "
+             "candidate is also F1-best, ties scored fractionally; its denominator is the groups where both "
+             "rewards vary (the counts are summed over seeds; reports/analyses.py). Paper: MIMIC-CXR "
+             "validation set, |D_val| = 2130, G = 4."]))
     arm = F.analysis_arm(exp, "reward-variance")
     if arm:
         found = [(r, r.analysis("reward-variance")) for r in exp.runs_of(arm)]
@@ -83,7 +98,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
             for pol in ("before", "after"):
                 by_seed = {r.seed: d["policies"][pol]["stats"][name]["mean"] for r, d in found
                            if name in d["policies"].get(pol, {}).get("stats", {})}
-                s = summarize(list(by_seed.values()), B, seed=seed)
+                s = summarize(list(by_seed.values()))
                 cells.append(_fmt_ci(s, 4))
                 records.append({"table": "supp_a1", "arm": arm, "policy": pol, "stat": f"mean_std_{name}",
                                 "mean": s.mean, "ci_lo": s.lo, "ci_hi": s.hi, "n": s.n,
@@ -93,7 +108,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
         tables.append(Table(
             f"Supp. A.1 / Fig. S5: mean within-group reward std (arm {arm})", ["Reward", "before RL", "after RL"],
             rows, [f"Seeds {seeds} (n = {len(seeds)}): per seed, the mean over validation prompts of the population "
-                   f"std of the G rewards of a prompt; then mean [95% bootstrap interval] over seeds."]))
+                   f"std of the G rewards of a prompt; then mean [95% t-interval] over seeds."]))
     return tables, pd.DataFrame.from_records(records)
 
 
@@ -142,8 +157,7 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             md_parts.append(diff_md)
             header, rows = differences_rows(df, spec.digits)
             html_tables.append(Table(f"Differences to the reference arm {exp.reference_arm}", header, rows,
-                                     [f"mean paired difference over shared seeds [95% bootstrap interval], "
-                                      f"two-sided p; {NOISE_MARK}: interval contains 0 (within noise)."]))
+                                     [DIFFERENCES_NOTE]))
         fac = matrix_factors(exp)
         if fac:
             for metric in [m for m in ("BLEU_4", "ce_micro_f1", "entity_f1") if m in spec.metrics]:
@@ -205,10 +219,10 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
     else:
         skipped.append("Supp. A.3: no analysis_sign-alignment.json with a countable P_sign / P_top1 in any RL "
                        "run (run `regbench analyze sign-alignment RUN`)")
-    for db in sorted(Path(experiment_dir).glob("*.db")):
+    for db in F.optuna_files(experiment_dir):
         for paths in F.fig_optuna(db, fdir):
             name = paths[0].stem.removeprefix("fig_optuna_")
-            figs.append(Figure(f"Optuna: {name}", paths[0], f"study file {db.name}"))
+            figs.append(Figure(f"Optuna: {name}", paths[0], f"optimisation history; study file {db}"))
 
     md_parts.append("## Figures\n\n" + "\n".join(f"- {f.title}: figures/{f.png.name} (and .pdf)" for f in figs))
     if skipped:
@@ -222,10 +236,12 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             f"Seeds: {', '.join(map(str, exp.seeds))}; complete runs (n) per arm: "
             + ", ".join(f"{k} {v}" for k, v in n_by_arm.items()),
             "Runs by status: " + ", ".join(f"{k} {v}" for k, v in status.items()),
-            f"Reference arm: {exp.reference_arm or 'none'}; intervals: 95% percentile bootstrap over seeds "
-            f"(B = {B}); paired test over shared seeds (reports/stats.py).",
+            f"Reference arm: {exp.reference_arm or 'none'}; intervals: 95% t-interval over seeds; paired t-test over "
+            f"shared seeds, or the paired bootstrap over test reports (B = {B}) for one shared seed; within noise "
+            f"after Holm-Bonferroni (reports/stats.py, reports/bootstrap.py).",
             f"Source: {Path(experiment_dir).resolve()}; built {time.strftime('%Y-%m-%d %H:%M:%S')}."]
     failed = [f"{r.arm} seed {r.seed}: {r.error}" for r in exp.runs if r.status == "failed"]
-    sections = [("Tables", texts + html_tables + a_tables), ("Figures", figs),
+    stages = stage_table(exp)
+    sections = [("Tables", texts + html_tables + a_tables + ([stages] if stages else [])), ("Figures", figs),
                 ("Not drawn", skipped), ("Failed runs", failed)]
     return write_page(out / "index.html", exp.title, meta, sections)

@@ -41,7 +41,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     rep.add_argument("experiment_dir", metavar="EXPERIMENT_DIR",
                      help="an experiment folder (with index.json), or a folder of RL run directories")
     rep.add_argument("--out", default=None, help="output folder (default EXPERIMENT_DIR/report)")
-    rep.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    rep.add_argument("--bootstrap", type=int, default=2000,
+                     help="resamples of the paired bootstrap over test reports (single-seed comparisons; default 2000)")
     rep.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     rep.add_argument("--window", type=int, default=None,
                      help="rolling-mean window of the curves in steps (default: about steps / 50)")

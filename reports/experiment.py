@@ -92,6 +92,27 @@ class Run:
     def config(self) -> dict:
         return self.manifest.get("config") or {}
 
+    @cached_property
+    def predictions_path(self) -> Path | None:
+        """The eval stage's per-report test outputs: predictions_final_test.jsonl, else the only
+        predictions_*_test.jsonl of the eval directory."""
+        if self.eval_dir is None:
+            return None
+        final = self.eval_dir / "predictions_final_test.jsonl"
+        if final.is_file():
+            return final
+        found = sorted(self.eval_dir.glob("predictions_*_test.jsonl"))
+        return found[0] if len(found) == 1 else None
+
+    @cached_property
+    def report_data(self):
+        """Per-report statistics for the paired bootstrap over test reports (reports/bootstrap.py), or None
+        when the eval stage wrote no per-report outputs."""
+        from reports.bootstrap import report_data_from_rows
+
+        path = self.predictions_path
+        return report_data_from_rows(read_jsonl(path), str(path)) if path else None
+
     def analysis(self, kind: str) -> dict | None:
         """analysis_<kind>.json written by `regbench analyze` in the RL run directory, if present."""
         if self.rl_dir is None:

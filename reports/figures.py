@@ -316,16 +316,33 @@ def fig_s5_reward_std(exp: Experiment, out_dir, arm: str | None = None) -> list[
     return save_figure(fig, out_dir, "fig_s5_reward_std")
 
 
-def alignment_values(exp: Experiment, arm: str | None = None) -> dict:
-    """{policy: {stat: {seed: value}}} from analysis_sign-alignment.json of the arm's runs."""
+def alignment_stats(exp: Experiment, arm: str | None = None) -> dict:
+    """{policy: {seed: sign_alignment(...)}} of the arm's analysis_sign-alignment.json files, recomputed from the
+    stored rewards with the current definitions (reports/analyses.py) where the file holds them."""
+    from reports.analyses import sign_alignment
+
     arm = arm or analysis_arm(exp, "sign-alignment")
     out: dict = {}
     for run, d in (_analyses(exp, "sign-alignment", arm) if arm else []):
         for pol, res in d["policies"].items():
-            for stat in ("p_sign", "p_top1"):
-                v = (res.get("stats") or {}).get(stat, {}).get("value")
+            rewards = res.get("rewards") or {}
+            if "bleu4" in rewards and "chexpert_f1" in rewards:
+                stats = sign_alignment(rewards["bleu4"], rewards["chexpert_f1"])
+            else:
+                stats = res.get("stats") or {}
+            out.setdefault(pol, {})[run.seed] = stats
+    return out
+
+
+def alignment_values(exp: Experiment, arm: str | None = None) -> dict:
+    """{policy: {stat: {seed: value}}} (stat: p_sign = the paper's formula, p_sign_nonzero, p_top1)."""
+    out: dict = {}
+    for pol, by_seed in alignment_stats(exp, arm).items():
+        for seed, stats in by_seed.items():
+            for stat in ("p_sign", "p_sign_nonzero", "p_top1"):
+                v = (stats.get(stat) or {}).get("value")
                 if is_number(v):
-                    out.setdefault(pol, {}).setdefault(stat, {})[run.seed] = float(v)
+                    out.setdefault(pol, {}).setdefault(stat, {})[seed] = float(v)
     return out
 
 
@@ -382,16 +399,40 @@ def _is_optuna_db(path: str | Path) -> bool:
         return False
 
 
+def optuna_files(experiment_dir: str | Path) -> list[Path]:
+    """The Optuna storages that belong to an experiment: SQLite `*.db` files in its folder, and the file journal
+    (`optuna.journal`, what `regbench search` writes) in its folder, one level below it, or one above it (a
+    `search confirm` experiment lives inside its search folder)."""
+    root = Path(experiment_dir)
+    found = [*sorted(root.glob("*.db")), *sorted(root.glob("optuna.journal")), *sorted(root.glob("*/optuna.journal")),
+             *sorted(root.parent.glob("optuna.journal"))]
+    return list(dict.fromkeys(p.resolve() for p in found if p.is_file()))
+
+
+def _journal_storage(path: Path):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
 def fig_optuna(storage_file: str | Path, out_dir) -> list[list[Path]]:
-    """Optimisation history of every study in an Optuna SQLite file (empty list if optuna cannot read it)."""
+    """Optimisation history of every study in an Optuna SQLite file or file journal (empty list if optuna
+    cannot read it)."""
     try:
         import optuna
         from optuna.visualization.matplotlib import plot_optimization_history
     except ImportError:
         return []
-    if not _is_optuna_db(storage_file):  # never let optuna create its tables in a foreign file
+    if str(storage_file).endswith(".journal"):
+        try:
+            storage = _journal_storage(Path(storage_file))
+        except Exception:  # noqa: BLE001 - a foreign or corrupt file is simply not plotted
+            return []
+    elif not _is_optuna_db(storage_file):  # never let optuna create its tables in a foreign file
         return []
-    storage = f"sqlite:///{Path(storage_file).resolve()}"
+    else:
+        storage = f"sqlite:///{Path(storage_file).resolve()}"
     out = []
     try:
         summaries = optuna.get_all_study_summaries(storage)

@@ -1,22 +1,28 @@
-"""Statistics over seeds: mean, 95% percentile bootstrap interval, paired test against a reference arm.
+"""Statistics over seeds: mean, t-interval, paired test, Holm-Bonferroni, minimum detectable difference.
 
-Definitions (used by every table and figure of the reports):
+Definitions (used by every table and figure of the reports; the within-one-seed bootstrap over test reports is
+reports/bootstrap.py):
 
-- `bootstrap_ci(values)`: the percentile bootstrap. Draw `B` (10000) resamples of the n per-seed values with
-  replacement (numpy `default_rng(seed)`, so the interval is reproducible), take each resample's mean, and
-  report the 2.5% and 97.5% quantiles (numpy's default linear interpolation) of those B means. n = 1 gives the
-  degenerate interval [x, x]; n = 0 gives NaN. Constant data gives a zero-width interval.
+- `summarize(values)`: mean, sample std (ddof = 1) and the 95% Student-t interval of the mean,
+  mean ± t_{0.975, n-1} · std / sqrt(n) (scipy.stats.t). n = 1 has no interval (NaN bounds); constant data
+  gives a zero-width one. A percentile bootstrap over 2-3 seeds is not used: with n <= 3 its "95%" interval is
+  [min, max], which calls a difference real about half the time when there is none.
 - `paired_comparison(x, y)`: x and y map seed -> value (arm and reference arm); only seeds present in both
-  count. d = x - y per shared seed; the difference's interval is the percentile bootstrap of mean(d)
-  (resampling seeds, so pairs stay together). The p-value is the paired t-test (`scipy.stats.ttest_rel`,
-  two-sided) when scipy is importable and the differences are not all equal (to 1e-12, relative);
-  otherwise the exact two-sided sign-flip permutation test: p = share of the 2^n sign vectors s with
-  |mean(s * d)| >= |mean(d)| (identity included, so p >= 2^-n; 100000 random sign vectors, seeded, when
-  n > 20). With all d equal the t statistic is undefined, so the sign-flip test is used there too.
-  The bootstrap is also the interval of the difference, so with scipy the p-value and the within-noise flag
-  come from different procedures and can disagree near the boundary; the tables print both.
-- `within_noise`: True when the difference's 95% interval contains 0. With fewer than 2 shared seeds nothing
-  can be said: within_noise is None (tables print "n<2").
+  count. d = x - y per shared seed; the difference's interval is the t-interval of mean(d) and its p-value is
+  the paired t-test (`scipy.stats.ttest_rel`, two-sided). When the differences are all equal (to 1e-12,
+  relative; t is undefined there) or scipy is missing, the p-value is the exact two-sided sign-flip
+  permutation test: p = share of the 2^n sign vectors s with |mean(s d)| >= |mean(d)| (identity included,
+  so p >= 2^(1-n) for all-equal d; 100000 random sign vectors, seeded, when n > 20). Note: with n <= 5 the
+  sign-flip test can never reach p < 0.05.
+- `within_noise`: p >= alpha (0.05). A table makes many comparisons, so reports/tables.py replaces p by its
+  Holm-Bonferroni adjustment over all comparisons of that table (`holm`) before deciding. With fewer than
+  2 shared seeds the seeds say nothing (within_noise None); the tables then use the bootstrap over test
+  reports where per-report outputs exist.
+- `mdd_paired_t(n, sd)`: the smallest true mean difference that a two-sided paired t-test at level alpha over
+  n pairs whose differences have standard deviation sd detects with the given power (0.8): solves
+  P(|T| > t_{1-alpha/2, n-1}) = power for T ~ noncentral t(n - 1, delta sqrt(n) / sd) (scipy.stats.nct).
+  `mdd_normal(se)` is the large-sample version for an estimate with standard error se:
+  (z_{1-alpha/2} + z_{power}) · se.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-DEFAULT_B = 10_000
 DEFAULT_LEVEL = 0.95
+ALPHA = 0.05
+POWER = 0.8
 
 
 def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -37,38 +44,30 @@ def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
-def bootstrap_means(values: Sequence[float] | np.ndarray, B: int = DEFAULT_B, seed: int = 0) -> np.ndarray:
-    """The B bootstrap means of `values` (resampled with replacement), reproducible for a seed."""
-    arr = _finite(values)
-    if arr.size == 0:
-        return np.full(B, np.nan)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, arr.size, size=(B, arr.size))
-    return arr[idx].mean(axis=1)
-
-
-def bootstrap_ci(values: Sequence[float] | np.ndarray, B: int = DEFAULT_B, level: float = DEFAULT_LEVEL,
-                 seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean (see the module docstring)."""
+def _check_level(level: float) -> None:
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    if B < 1:
-        raise ValueError(f"B must be >= 1, got {B}")
+
+
+def t_interval(values: Sequence[float] | np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+    """Student-t interval of the mean of the finite values (NaN bounds for n < 2)."""
+    from scipy.stats import t
+
+    _check_level(level)
     arr = _finite(values)
-    if arr.size == 0:
+    if arr.size < 2:
         return (math.nan, math.nan)
-    if arr.size == 1 or np.all(arr == arr[0]):
-        return (float(arr[0]), float(arr[0]))
-    means = bootstrap_means(arr, B, seed)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
-    return (float(lo), float(hi))
+    mean = float(arr.mean())
+    if np.ptp(arr) <= 1e-12 * max(1.0, float(np.abs(arr).max())):
+        return (mean, mean)
+    half = float(t.ppf(0.5 + level / 2, arr.size - 1)) * float(arr.std(ddof=1)) / math.sqrt(arr.size)
+    return (mean - half, mean + half)
 
 
 @dataclass
 class Summary:
     mean: float
-    lo: float
+    lo: float  # t-interval; NaN for n < 2
     hi: float
     n: int
     std: float  # sample std (ddof = 1); NaN for n < 2
@@ -77,13 +76,12 @@ class Summary:
         return asdict(self)
 
 
-def summarize(values: Sequence[float] | np.ndarray, B: int = DEFAULT_B, level: float = DEFAULT_LEVEL,
-              seed: int = 0) -> Summary:
-    """Mean, percentile bootstrap interval, n and sample std of the finite values."""
+def summarize(values: Sequence[float] | np.ndarray, level: float = DEFAULT_LEVEL) -> Summary:
+    """Mean, t-interval, n and sample std of the finite values."""
     arr = _finite(values)
     if arr.size == 0:
         return Summary(math.nan, math.nan, math.nan, 0, math.nan)
-    lo, hi = bootstrap_ci(arr, B, level, seed)
+    lo, hi = t_interval(arr, level)
     std = float(arr.std(ddof=1)) if arr.size > 1 else math.nan
     return Summary(float(arr.mean()), lo, hi, int(arr.size), std)
 
@@ -110,7 +108,7 @@ def sign_flip_pvalue(d: Sequence[float] | np.ndarray, max_exact: int = 20, n_ran
 def _scipy_ttest_rel():
     try:
         from scipy.stats import ttest_rel
-    except ImportError:  # pragma: no cover - scipy is installed with scikit-learn
+    except ImportError:  # pragma: no cover - scipy is a dependency; the fallback keeps the tables usable
         return None
     return ttest_rel
 
@@ -146,14 +144,15 @@ class Comparison:
     hi: float
     p: float
     test: str
-    within_noise: bool | None
+    within_noise: bool | None  # from the unadjusted p; tables re-decide after Holm-Bonferroni
+    sd: float = math.nan  # std of the paired differences (ddof = 1), for the MDD
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def paired_comparison(arm: Mapping, reference: Mapping, B: int = DEFAULT_B, level: float = DEFAULT_LEVEL,
-                      seed: int = 0, method: str = "auto") -> Comparison:
+def paired_comparison(arm: Mapping, reference: Mapping, level: float = DEFAULT_LEVEL, method: str = "auto",
+                      alpha: float = ALPHA) -> Comparison:
     """Compare arm to reference over their shared seeds (dicts seed -> value); see the module docstring."""
     seeds = sorted(s for s in arm if s in reference and _ok(arm[s]) and _ok(reference[s]))
     if not seeds:
@@ -161,11 +160,60 @@ def paired_comparison(arm: Mapping, reference: Mapping, B: int = DEFAULT_B, leve
     x = np.array([float(arm[s]) for s in seeds])
     y = np.array([float(reference[s]) for s in seeds])
     d = x - y
-    lo, hi = bootstrap_ci(d, B, level, seed)
+    lo, hi = t_interval(d, level)
     p, test = paired_test(x, y, method)
-    within = None if len(seeds) < 2 else bool(lo <= 0.0 <= hi)
-    return Comparison(len(seeds), seeds, float(d.mean()), lo, hi, p, test, within)
+    within = None if len(seeds) < 2 else bool(p >= alpha)
+    sd = float(d.std(ddof=1)) if d.size > 1 else math.nan
+    return Comparison(len(seeds), seeds, float(d.mean()), lo, hi, p, test, within, sd)
 
 
 def _ok(v) -> bool:
     return v is not None and isinstance(v, int | float) and math.isfinite(float(v))
+
+
+def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm-Bonferroni adjusted p-values (step-down; monotone; capped at 1). NaN entries stay NaN and do not
+    count among the m comparisons. The family-wise error rate stays <= alpha when "different" means adjusted
+    p < alpha."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    if ok.size == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = order.size
+    scaled = p[order] * (m - np.arange(m))  # p_(i) * (m - i + 1), i from 1
+    out[order] = np.minimum(np.maximum.accumulate(scaled), 1.0)
+    return out
+
+
+def mdd_paired_t(n: int, sd: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Minimum detectable mean difference of a two-sided paired t-test over n pairs (module docstring)."""
+    from scipy.optimize import brentq
+    from scipy.stats import nct, t
+
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0
+    df = n - 1
+    crit = float(t.ppf(1 - alpha / 2, df))
+
+    def shortfall(nc: float) -> float:
+        lower = float(nct.cdf(-crit, df, nc))  # scipy can return NaN far in the tail, where it is ~0
+        return float(nct.sf(crit, df, nc)) + (lower if math.isfinite(lower) else 0.0) - power
+
+    hi = crit + 10.0
+    while shortfall(hi) < 0:
+        hi *= 2
+    nc = brentq(shortfall, 0.0, hi, xtol=1e-10)
+    return nc * sd / math.sqrt(n)
+
+
+def mdd_normal(se: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """(z_{1-alpha/2} + z_power) * se: the large-sample minimum detectable difference."""
+    from scipy.stats import norm
+
+    if not math.isfinite(se):
+        return math.nan
+    return float(norm.ppf(1 - alpha / 2) + norm.ppf(power)) * se

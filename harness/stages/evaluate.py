@@ -12,7 +12,7 @@ import numpy as np
 
 from harness.config import RunConfig
 from harness.decoding import generate_reports, greedy_settings
-from harness.evaluation import nlg_scores
+from harness.evaluation import nlg_report_scores, nlg_scores
 from harness.models.checkpoint import load_base, load_stage_model
 from harness.models.presets import get_preset
 from harness.records import RunDir, atomic_write_text, dumps
@@ -33,15 +33,16 @@ def label_with(backend: str, reports: list[str], chexbert_mode: str = "paper") -
 
 
 def findings_scores(hyp_reports: list[str], ref_labels: np.ndarray, backend: str = "rules",
-                    chexbert_mode: str = "paper") -> dict:
+                    chexbert_mode: str = "paper", hyp_labels: np.ndarray | None = None) -> dict:
     """Findings of generated reports (labeled by `backend`) against the references' labels, positive = 1.
 
     findings_acc: share of (sample, observation) pairs where presence agrees; findings_exact: share of
     samples whose 14 presence flags all agree; plus the CE micro/macro/example P/R/F1 and per-label scores.
+    `hyp_labels`: the hypotheses' labels when already computed (else labelled here).
     """
     from harness.evaluation import ce_scores
 
-    hyp = label_with(backend, hyp_reports, chexbert_mode)
+    hyp = label_with(backend, hyp_reports, chexbert_mode) if hyp_labels is None else hyp_labels
     hp, rp = hyp == 1, ref_labels == 1
     out = {"findings_acc": float((hp == rp).mean()), "findings_exact": float((hp == rp).all(axis=1).mean()),
            "ce_backend": backend}
@@ -67,6 +68,24 @@ def clinical_scores(cfg: RunConfig, hyps: list[str], refs: list[str]) -> dict:
     else:
         out["radgraph"] = "missing (weights not found; see rewards/radgraph.py)"
     return out
+
+
+def _labels_json(row: np.ndarray) -> list:
+    return [None if np.isnan(v) else float(v) for v in np.asarray(row, dtype=np.float64)]
+
+
+def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_labels: np.ndarray,
+                    ref_labels: np.ndarray) -> list[dict]:
+    """One row per test report: the texts and what the report's paired bootstrap (reports/bootstrap.py)
+    rescores resamples from: per-report NLG statistics, both label vectors (null = not mentioned), entity F1."""
+    from rewards.entity import entity_f1
+
+    refs = [s.report for s in samples]
+    nlg = nlg_report_scores({s.id: s.report for s in samples}, {s.id: h for s, h in zip(samples, hyps, strict=True)})
+    entity = entity_f1(hyps, refs)
+    return [{"id": s.id, "reference": s.report, "generated": h, "instruction": ins, "nlg": nlg[s.id],
+             "hyp_labels": _labels_json(hl), "ref_labels": _labels_json(rl), "entity_f1": float(e)}
+            for s, h, ins, hl, rl, e in zip(samples, hyps, instructions, hyp_labels, ref_labels, entity, strict=True)]
 
 
 def load_any_model(model_dir: str | Path, cfg: RunConfig):
@@ -96,15 +115,15 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
     ref_labels = reference_labels(samples) if cfg.eval.ce_backend == "rules" or any(
         s.labels is not None for s in samples) else label_with(cfg.eval.ce_backend, [s.report for s in samples],
                                                                cfg.eval.chexbert_mode)
-    scores.update(findings_scores(hyps, ref_labels, cfg.eval.ce_backend, cfg.eval.chexbert_mode))
+    hyp_labels = label_with(cfg.eval.ce_backend, hyps, cfg.eval.chexbert_mode)
+    scores.update(findings_scores(hyps, ref_labels, cfg.eval.ce_backend, cfg.eval.chexbert_mode, hyp_labels))
     scores.update(clinical_scores(cfg, hyps, [s.report for s in samples]))
     scores = {"split": split, "stage": spec.get("stage"), "n": len(samples), **scores}
     if label:
         scores["label"] = label
     if run is not None:
         run.log_eval(scores)
-        rows = [{"id": s.id, "reference": s.report, "generated": h, "instruction": ins}
-                for s, h, ins in zip(samples, hyps, instructions, strict=True)]
+        rows = prediction_rows(samples, hyps, instructions, hyp_labels, ref_labels)
         atomic_write_text(run.path / f"predictions_{label or spec.get('stage')}_{split}.jsonl",
                           "".join(dumps(r) + "\n" for r in rows))
     return scores

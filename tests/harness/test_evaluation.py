@@ -52,11 +52,14 @@ def reference_meteor():
 
 
 def pycoco_scores(refs: dict[str, str], hyps: dict[str, str], meteor: Meteor) -> dict[str, float]:
-    gts = {k: [normalize_report(refs[k])] for k in refs}
-    res = {k: [normalize_report(hyps[k])] for k in refs}
+    """The oracle: pycocoevalcap's scorers on the raw strings; METEOR alone on the normalised ones."""
+    gts = {k: [refs[k]] for k in refs}
+    res = {k: [hyps[k]] for k in refs}
     bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
     out = {f"BLEU_{i + 1}": bleu[i] for i in range(4)}
-    out["METEOR"] = meteor.compute_score(gts, res)[0]
+    clean_gts = {k: [normalize_report(refs[k])] for k in refs}
+    clean_res = {k: [normalize_report(hyps[k])] for k in refs}
+    out["METEOR"] = meteor.compute_score(clean_gts, clean_res)[0]
     out["ROUGE_L"] = Rouge().compute_score(gts, res)[0]
     out["CIDEr"] = Cider().compute_score(gts, res)[0]
     return out
@@ -96,15 +99,25 @@ def test_normalize_report():
     assert normalize_report("\n \u2028 ") == ""
 
 
-def test_messy_inputs_score_as_their_normalised_forms(reference_meteor):
-    refs = {"a": "the heart\nsize is normal .", "b": "no ||| effusion .\r\n", "c": "lungs are clear ."}
-    hyps = {"a": "the heart size\n\n is normal", "b": "|||no effusion ||| .", "c": "  lungs\tclear ."}
-    clean_refs = {k: normalize_report(v) for k, v in refs.items()}
-    clean_hyps = {k: normalize_report(v) for k, v in hyps.items()}
+def test_raw_strings_score_as_pycocoevalcap_scores_them(reference_meteor):
+    """Double spaces, tabs and newlines reach BLEU / ROUGE-L / CIDEr untouched (ROUGE-L splits on single spaces,
+    so they change it); only METEOR's input is normalised, and its pipe survives `|||` and newlines."""
+    refs = {"a": "the heart  size is normal .", "b": "no ||| effusion .\r\n", "c": "lungs are\tclear .",
+            "d": "mild  cardiomegaly .  no edema ."}
+    hyps = {"a": "the heart size\n\n is normal", "b": "|||no effusion ||| .", "c": "  lungs\tclear .",
+            "d": "mild cardiomegaly . no  edema ."}
     scores = nlg_scores(refs, hyps)
-    assert scores == nlg_scores(clean_refs, clean_hyps)
-    assert_scores_equal(scores, pycoco_scores(clean_refs, clean_hyps, reference_meteor))
+    assert_scores_equal(scores, pycoco_scores(refs, hyps, reference_meteor))
+    clean = nlg_scores({k: normalize_report(v) for k, v in refs.items()},
+                       {k: normalize_report(v) for k, v in hyps.items()})
+    assert abs(scores["ROUGE_L"] - clean["ROUGE_L"]) > 1e-3  # the raw strings are what is scored
+    assert scores["METEOR"] == clean["METEOR"]
     assert meteor_scorer().meteor_p.poll() is None  # the pipe survived the separators
+
+
+def test_non_string_report_is_named():
+    with pytest.raises(TypeError, match=r"hyps\['b'\] must be a string, got NoneType"):
+        nlg_scores({"a": "x", "b": "y"}, {"a": "x", "b": None})
 
 
 def test_empty_hypotheses_score_zero_and_do_not_crash():
@@ -119,9 +132,11 @@ def test_empty_references_and_pairs(reference_meteor):
     hyps = {"a": "the heart is normal .", "b": "no effusion .", "c": ""}
     assert_scores_equal(nlg_scores(refs, hyps), pycoco_scores(refs, hyps, reference_meteor))
     # Every reference empty: pycocoevalcap's CIDEr would raise; ours reports 0 (documented).
-    all_empty = nlg_scores({"a": "", "b": "\n"}, {"a": "x", "b": ""})
+    all_empty = nlg_scores({"a": "", "b": ""}, {"a": "x", "b": ""})
     assert all_empty["CIDEr"] == 0.0
     assert all_empty["ROUGE_L"] == pytest.approx(0.5)  # ("", "") is a perfect ROUGE-L match
+    # raw strings: "\n" against "" is no match for pycocoevalcap's ROUGE-L (it splits on " " only)
+    assert nlg_scores({"a": "\n"}, {"a": ""}, metrics=["ROUGE_L"])["ROUGE_L"] == 0.0
 
 
 def test_mismatched_or_empty_ids_raise():

@@ -6,6 +6,11 @@ rer_vapr  rer, vapr (ref)    0.10 / 0.12 / 0.14       0.30 everywhere  complete 
 ckl       constant, vapr     0.09 / 0.11 / 0.13       0.30             complete x3   (diff -0.01 on every seed)
 no_kl     none, vapr         0.12 / 0.10 / 0.14       0.30             complete x3   (diffs +0.02, -0.02, 0)
 no_vapr   rer, static        0.11 / - / -             0.30             seed 0 only (seeds 1, 2 failed)
+
+Every eval directory also holds predictions_final_test.jsonl (N_REPORTS per-report rows as the eval stage writes
+them); no_vapr's reports match their references far better (more n-gram matches), so its single-seed comparison
+with rer_vapr (the paired bootstrap over test reports) finds BLEU different and ROUGE-L (same per-report values)
+not.
 """
 
 from __future__ import annotations
@@ -25,15 +30,16 @@ ARMS = {
 BLEU4 = {"rer_vapr": [0.10, 0.12, 0.14], "ckl": [0.09, 0.11, 0.13], "no_kl": [0.12, 0.10, 0.14],
          "no_vapr": [0.11, None, None]}
 N_STEPS = 24
+N_REPORTS = 30
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _rl_records(run: Path, arm: str, seed: int, regularizer: str, reference: str) -> None:
+def _rl_records(run: Path, arm: str, seed: int, regularizer: str, reference: str, dataset: str) -> None:
     run.mkdir(parents=True)
-    cfg = {"seed": seed, "init_from": "../sft/model", "data": {"dataset": "phantom"},
+    cfg = {"seed": seed, "init_from": "../sft/model", "data": {"dataset": dataset},
            "rl": {"regularizer": regularizer, "reference": reference, "reward": "bleu4", "beta_min": 0.05,
                   "beta_base": 0.1, "beta_max": 0.12}}
     (run / "manifest.json").write_text(json.dumps({"stage": "rl", "seed": seed, "config": cfg}))
@@ -75,7 +81,40 @@ def _analysis(run: Path, seed: int) -> None:
     (run / "analysis_reward-variance.json").write_text(json.dumps(rv))
 
 
-def write_experiment(root: Path) -> Path:
+def _predictions(ev: Path, arm: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)  # the same test set (references, labels) for every arm of a seed
+    arm_rng = np.random.default_rng([sum(map(ord, arm)), seed])
+    rows = []
+    for i in range(N_REPORTS):
+        testlen, reflen = int(rng.integers(8, 20)), int(rng.integers(8, 20))
+        guess = [max(0, testlen - k) for k in range(4)]
+        share = 0.8 if arm == "no_vapr" else 0.3
+        correct = [int(arm_rng.binomial(g, share * 0.7**k)) for k, g in enumerate(guess)]
+        nlg = {**{f"correct_{k + 1}": float(c) for k, c in enumerate(correct)},
+               **{f"guess_{k + 1}": float(g) for k, g in enumerate(guess)},
+               "testlen": float(testlen), "reflen": float(reflen), "ROUGE_L": 0.30, "CIDEr": 0.5, "METEOR": 0.15}
+        ref_labels = [1.0 if rng.random() < 0.3 else None for _ in range(14)]
+        hyp_labels = [1.0 if arm_rng.random() < 0.3 else 0.0 for _ in range(14)]
+        rows.append({"id": f"t{i}", "reference": "r", "generated": "g", "nlg": nlg, "hyp_labels": hyp_labels,
+                     "ref_labels": ref_labels, "entity_f1": 0.3})
+    _write_jsonl(ev / "predictions_final_test.jsonl", rows)
+
+
+def write_journal(path: Path, n_trials: int = 4) -> Path:
+    """An Optuna file journal (what `regbench search` writes) with a few finished trials."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    study = optuna.create_study(study_name="rer_bounds", storage=storage, direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda t: -(t.suggest_float("beta_base", 0.01, 0.2) - 0.1) ** 2, n_trials=n_trials)
+    return path
+
+
+def write_experiment(root: Path, dataset: str = "phantom") -> Path:
     arms = [{"name": a, "label": lab, "published_row": lab, "factors": {"regularizer": r, "reference": ref}}
             for a, (lab, r, ref) in ARMS.items()]
     runs = []
@@ -84,12 +123,15 @@ def write_experiment(root: Path) -> Path:
             value = BLEU4[arm][seed]
             rl_rel = f"stages/rl-seed{seed}-{arm}"
             entry = {"arm": arm, "seed": seed, "dir": f"{arm}/seed{seed}", "eval_dir": f"{arm}/seed{seed}/eval",
-                     "stages": {"rl": {"dir": rl_rel, "status": "complete"}}, "final_stage": "rl"}
+                     "stages": {"sft": {"dir": f"stages/sft-seed{seed}", "status": "complete", "elapsed_s": 12.4,
+                                        "shared_by": sorted(ARMS)},
+                                "rl": {"dir": rl_rel, "status": "complete", "elapsed_s": 30.2,
+                                       "shared_by": [arm]}}, "final_stage": "rl"}
             if value is None:
                 entry.update(status="failed", error="stage rl: RuntimeError: boom", failed_stage="rl")
                 runs.append(entry)
                 continue
-            _rl_records(root / rl_rel, arm, seed, reg, ref)
+            _rl_records(root / rl_rel, arm, seed, reg, ref, dataset)
             if arm == "rer_vapr":
                 _analysis(root / rl_rel, seed)
             ev = root / arm / f"seed{seed}" / "eval"
@@ -99,6 +141,7 @@ def write_experiment(root: Path) -> Path:
                       "ce_micro_recall": 0.4, "ce_micro_f1": 0.44 + 0.01 * seed, "entity_f1": 0.3,
                       "findings_acc": 0.9}
             (ev / "metrics.json").write_text(json.dumps(scores))
+            _predictions(ev, arm, seed)
             entry.update(status="complete", metrics=f"{arm}/seed{seed}/eval/metrics.json")
             runs.append(entry)
     index = {"format": "regbench.experiment-index/1", "study": "table4_rl_ablation",
@@ -111,7 +154,15 @@ def write_experiment(root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def experiment_dir(tmp_path_factory) -> Path:
-    return write_experiment(tmp_path_factory.mktemp("experiment"))
+    root = write_experiment(tmp_path_factory.mktemp("experiment"))
+    write_journal(root / "optuna.journal")
+    return root
+
+
+@pytest.fixture(scope="session")
+def mimic_experiment_dir(tmp_path_factory) -> Path:
+    """The same experiment, its runs labelled MIMIC-CXR: paper rows can sit beside its arms."""
+    return write_experiment(tmp_path_factory.mktemp("experiment_mimic"), dataset="mimic_cxr")
 
 
 @pytest.fixture(scope="session")

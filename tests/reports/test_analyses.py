@@ -31,22 +31,43 @@ def test_advantage_signs_match_group_advantages():
 
 
 def test_p_sign_by_hand():
-    # group 1: BLEU signs (-,-,+,+), F1 signs (-,0,0,+): counted candidates 0 and 3, both agree
-    # group 2: BLEU signs (+,+,-,-), F1 signs (+,-,-,+): all counted, candidates 0 and 2 agree
-    res = p_sign(BLEU, F1)
-    assert (res["n_agree"], res["n_counted"], res["n_candidates"]) == (4, 6, 8)
-    assert res["value"] == pytest.approx(4 / 6)
-    # literal formula over all 8 candidates; candidates 1, 2 of group 1 have sign(0) = 0 != -1, +1
-    lit = p_sign(BLEU, F1, zeros="literal")
-    assert lit["value"] == pytest.approx(4 / 8)
-    # a flat F1 group contributes nothing (excluded) / agrees only where BLEU is 0 too (literal)
-    flat = p_sign([[0.1, 0.2, 0.2, 0.1]], [[0.4, 0.4, 0.4, 0.4]])
+    # group 1: BLEU signs (-,-,+,+), F1 signs (-,0,0,+): candidates 0 and 3 agree, 1 and 2 do not (0 vs -/+)
+    # group 2: BLEU signs (+,+,-,-), F1 signs (+,-,-,+): candidates 0 and 2 agree
+    res = p_sign(BLEU, F1)  # the paper's formula: all |D_val| x G = 8 candidates
+    assert (res["n_agree"], res["n_counted"], res["n_candidates"]) == (4, 8, 8)
+    assert res["value"] == pytest.approx(4 / 8) and res["zeros"] == "paper"
+    # the variant: only the 6 candidates with two non-zero advantages
+    var = p_sign(BLEU, F1, zeros="exclude")
+    assert (var["n_agree"], var["n_counted"]) == (4, 6) and var["value"] == pytest.approx(4 / 6)
+    assert "variant" in var["denominator"] and "all |D_val| x G" in res["denominator"]
+    # a flat F1 group: agreement only where BLEU's advantage is 0 too (paper) / nothing counted (variant)
+    flat = p_sign([[0.1, 0.2, 0.2, 0.1]], [[0.4, 0.4, 0.4, 0.4]], zeros="exclude")
     assert flat["n_counted"] == 0 and math.isnan(flat["value"])
-    assert p_sign([[0.2, 0.2]], [[0.4, 0.4]], zeros="literal")["value"] == 1.0
+    assert p_sign([[0.2, 0.2]], [[0.4, 0.4]])["value"] == 1.0
+    assert p_sign([[0.1, 0.2, 0.2, 0.1]], [[0.4, 0.4, 0.4, 0.4]])["value"] == 0.0
     # scale invariance: advantages are normalised, signs only
     assert p_sign(np.array(BLEU) * 100, F1)["value"] == res["value"]
+    assert p_sign(BLEU, F1, zeros="literal")["value"] == res["value"]  # the old name of the paper's formula
     with pytest.raises(ValueError):
         p_sign(BLEU, F1, zeros="maybe")
+
+
+def test_p_sign_is_the_papers_formula_on_eq2_advantages():
+    """(1 / (|D_val| G)) sum_i sum_j 1[sign(A_ij^BLEU) = sign(A_ij^F1)], A from Eq. 2 (harness.grpo), with groups
+    that are flat, tied and varied."""
+    rng = np.random.default_rng(7)
+    bleu = rng.random((40, 4)).round(1)
+    f1 = rng.choice([0.0, 0.5, 1.0], size=(40, 4))
+    f1[:5] = 0.5  # flat groups: every F1 advantage is 0
+    adv_b = group_advantages(torch.tensor(bleu, dtype=torch.float64)).numpy()
+    adv_f = group_advantages(torch.tensor(f1, dtype=torch.float64)).numpy()
+
+    def sign(a):
+        return np.sign(np.where(np.abs(a) < 1e-9, 0.0, a))
+
+    expected = float(np.mean(sign(adv_b) == sign(adv_f)))
+    assert p_sign(bleu, f1)["value"] == pytest.approx(expected, abs=1e-15)
+    assert p_sign(bleu, f1)["n_counted"] == 40 * 4
 
 
 def test_p_top1_by_hand_and_ties():
@@ -67,7 +88,8 @@ def test_p_top1_by_hand_and_ties():
 
 def test_sign_alignment_bundle():
     out = sign_alignment(BLEU, F1)
-    assert set(out) == {"p_sign", "p_sign_literal", "p_top1"}
-    assert out["p_sign"]["value"] == pytest.approx(4 / 6)
+    assert set(out) == {"p_sign", "p_sign_nonzero", "p_top1"}
+    assert out["p_sign"]["value"] == pytest.approx(4 / 8) and out["p_sign_nonzero"]["value"] == pytest.approx(4 / 6)
+    assert out["p_top1"]["denominator"] == "2 of 2 groups (those where both BLEU-4 and F1 vary)"
     with pytest.raises(ValueError, match="shape"):
         p_top1(BLEU, [[0.1, 0.2]])

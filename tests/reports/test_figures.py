@@ -72,3 +72,18 @@ def test_optuna_history(tmp_path):
     assert len(out) == 1 and _is_png(out[0][0]) and _is_pdf(out[0][1])
     (tmp_path / "junk.db").write_bytes(b"not a database")
     assert F.fig_optuna(tmp_path / "junk.db", tmp_path / "figs") == []
+
+
+def test_optuna_journal_is_found_and_plotted(tmp_path):
+    from reports.figures import fig_optuna, optuna_files
+    from tests.reports.conftest import write_journal
+
+    search = tmp_path / "search"
+    (search / "confirm").mkdir(parents=True)
+    journal = write_journal(search / "optuna.journal", n_trials=3)
+    (search / "confirm" / "notes.db").write_text("not optuna")
+    # a confirm experiment inside the search folder finds its search's journal; the foreign .db is not plotted
+    assert optuna_files(search / "confirm") == [(search / "confirm" / "notes.db").resolve(), journal.resolve()]
+    assert fig_optuna(search / "confirm" / "notes.db", tmp_path / "figs") == []
+    paths = fig_optuna(journal, tmp_path / "figs")
+    assert [p[0].name for p in paths] == ["fig_optuna_rer_bounds.png"] and paths[0][0].stat().st_size > 5000

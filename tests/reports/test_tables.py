@@ -11,17 +11,21 @@ import pytest
 
 from reports.experiment import load_experiment
 from reports.published import load_published, our_metric_key, published_row, published_table
+from reports.stats import mdd_paired_t
 from reports.tables import (
     NOISE_MARK,
     default_spec,
     differences_markdown,
     matrix_factors,
     matrix_markdown,
+    mdd_by_metric,
+    n_comparisons,
     results_frame,
     to_csv,
     to_latex,
     to_markdown,
 )
+from tests.reports.conftest import write_experiment
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +75,17 @@ def test_loader(exp):
     assert matrix_factors(exp, min_fill=0.5) == ("regularizer", "reference")
 
 
+T_HALF = 4.302652729911275 * 0.02 / 3**0.5  # t_{0.975, 2} x sd 0.02 / sqrt(3): BLEU-4 0.10 / 0.12 / 0.14
+
+
 def test_matrix_markdown(exp, frame):
     _, df = frame
     md = matrix_markdown(exp, df, "BLEU_4", "regularizer", "reference")
     lines = md.splitlines()
     assert lines[0] == "### B-4: regularizer x reference"
-    assert "| rer | 0.1200 [0.1000, 0.1400] (n=3) (ref) | 0.1100 (n=1) |" in lines
-    assert "| constant | 0.1100 [0.0900, 0.1300] (n=3) | – |" in lines
+    lo, hi = 0.12 - T_HALF, 0.12 + T_HALF
+    assert f"| rer | 0.1200 [{lo:.4f}, {hi:.4f}] (n=3) (ref) | 0.1100 (n=1) |" in lines
+    assert f"| constant | 0.1100 [{lo - 0.01:.4f}, {hi - 0.01:.4f}] ≈ (n=3) | – |" in lines
 
 
 def test_results_frame_numbers(frame):
@@ -86,18 +94,80 @@ def test_results_frame_numbers(frame):
     assert "radgraph_partial" in spec.metrics  # the published table has RG; ours is missing -> n = 0
     r = _cell(df, "rer_vapr", "BLEU_4")
     assert (r["mean"], r.n, r.seeds) == (pytest.approx(0.12), 3, "0 1 2")
-    assert (r.ci_lo, r.ci_hi) == pytest.approx((0.10, 0.14))
-    assert r.published == 0.143 and r.published_source == "REVA-PO Table 4"
+    assert (r.ci_lo, r.ci_hi) == pytest.approx((0.12 - T_HALF, 0.12 + T_HALF))
+    assert pd.isna(r.published) and pd.isna(r.published_source)  # phantom runs: no paper row beside an arm
+    # -0.01 on every seed: the sign-flip p is 2/8, and three seeds cannot show more -> within noise
     r = _cell(df, "ckl", "BLEU_4")
-    assert r["diff"] == pytest.approx(-0.01) and r.within_noise is False and r.p_value == pytest.approx(0.25)
+    assert r["diff"] == pytest.approx(-0.01) and r.p_value == pytest.approx(0.25) and r.within_noise is True
+    assert r.test.startswith("sign-flip")
     r = _cell(df, "no_kl", "BLEU_4")
     assert r["diff"] == pytest.approx(0.0, abs=1e-12) and r.within_noise is True and r.test == "paired t-test"
+    # one shared seed: the paired bootstrap over the 30 test reports of seed 0
     r = _cell(df, "no_vapr", "BLEU_4")
-    assert (r.n, r["mean"], r.n_paired) == (1, 0.11, 1) and r.within_noise is None
+    assert (r.n, r["mean"], r.n_paired, r.n_reports) == (1, 0.11, 1, 30)
+    assert r.test == "paired bootstrap over test reports (B = 2000)"
+    assert r["diff"] > 0.1 and r.p_value == pytest.approx(1 / 2001) and r.within_noise is False
+    assert r.diff_lo < r["diff"] < r.diff_hi
+    r = _cell(df, "no_vapr", "ROUGE_L")  # equal per-report values -> no difference
+    assert r["diff"] == 0.0 and r.p_value == 1.0 and r.within_noise is True
     r = _cell(df, "rer_vapr", "ROUGE_L")
     assert (r.ci_lo, r.ci_hi) == (0.30, 0.30)
     r = _cell(df, "rer_vapr", "radgraph_partial")
-    assert r.n == 0 and math.isnan(r["mean"]) and r.published == 0.246
+    assert r.n == 0 and math.isnan(r["mean"])
+
+
+def test_paper_rows_sit_beside_an_arm_only_when_everything_matches(mimic_experiment_dir):
+    exp = load_experiment(mimic_experiment_dir)
+    exp.arm("ckl").factors["reward"] = "chexpert_f1"  # the paper's "w/ CKL, w/o RER" row used BLEU-4
+    spec = default_spec(exp, B=200)
+    df = results_frame(exp, spec)
+    r = _cell(df, "rer_vapr", "BLEU_4")
+    assert r.published == 0.143 and r.published_row == "Ours (RER+VAPR)" and r.published_source == "REVA-PO Table 4"
+    assert _cell(df, "rer_vapr", "radgraph_partial").published == 0.246
+    assert _cell(df, "no_vapr", "BLEU_4").published == 0.134
+    r = _cell(df, "ckl", "BLEU_4")
+    assert pd.isna(r.published) and r.published_unmatched == "'w/ CKL, w/o RER': reward bleu4 ≠ ours (chexpert_f1)"
+    lines = to_markdown(exp, df, spec).splitlines()
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines if ln.startswith("| ")]
+    names = [(r[0], r[1].split(":")[0]) for r in rows]
+    # matched paper rows under their arm, by the paper's names; the unmatched one after our rows
+    assert names.index(("Ours (RER+VAPR)", "paper")) == names.index(("Ours (RER+VAPR) (reference)", "ours")) + 1
+    assert names.index(("w/ CKL, w/o RER", "paper")) > names.index(("w/o VAPR", "ours"))
+    assert "Named paper rows not placed beside an arm: ckl: 'w/ CKL, w/o RER': reward bleu4" in "\n".join(lines)
+
+
+def test_iu_xray_studies_show_iu_xray_rows(tmp_path):
+    import shutil
+
+    root = write_experiment(tmp_path / "iu", dataset="iu_xray")
+    index = json.loads((root / "index.json").read_text())
+    index["reproduces"] = "revapo_table1"
+    (root / "index.json").write_text(json.dumps(index))
+    exp = load_experiment(root)
+    spec = default_spec(exp, B=200)
+    assert spec.dataset == "iu_xray"
+    md = to_markdown(exp, results_frame(exp, spec), spec)
+    assert "| Clinical-BERT | paper: REVA-PO Table 1 |" in md and "RGRG" not in md  # RGRG: MIMIC-CXR only
+    reva_iu = published_row("revapo_table1", "REVA-PO (ours)", dataset="iu_xray")
+    assert f"| REVA-PO (ours) | paper: REVA-PO Table 1 | – | {reva_iu['BLEU_1']:.3f}" in md
+    shutil.rmtree(root)
+
+
+def test_holm_runs_over_every_comparison_of_the_table(frame):
+    _, df = frame
+    tested = df[df.p_value.notna()]
+    assert n_comparisons(df) == len(tested) > 20
+    r = _cell(df, "no_vapr", "BLEU_4")
+    assert r.p_holm == pytest.approx(min(1.0, r.p_value * len(tested)))  # the smallest p: times m
+    assert (tested.p_holm >= tested.p_value - 1e-15).all()
+
+
+def test_mdd_row(frame):
+    _, df = frame
+    mdd = mdd_by_metric(df)
+    sd = (((0.02**2) * 1 + 0.0) / 2) ** 0.5  # BLEU-4 paired sds: no_kl 0.02, ckl 0 -> root mean square
+    assert mdd["BLEU_4"] == (pytest.approx(mdd_paired_t(3, sd)), "seeds n=3")
+    assert "radgraph_partial" not in mdd
 
 
 def test_markdown(exp, frame):
@@ -113,26 +183,30 @@ def test_markdown(exp, frame):
         ln = next(ln for ln in lines if ln.startswith(f"| {prefix}") and f"| {source}" in ln)
         return [c.strip() for c in ln.strip("|").split("|")]
 
-    assert row("Ours (RER+VAPR) (reference)", "ours")[b4] == "0.1200 [0.1000, 0.1400]"
+    lo, hi = 0.12 - T_HALF, 0.12 + T_HALF
+    assert row("Ours (RER+VAPR) (reference)", "ours")[b4] == f"0.1200 [{lo:.4f}, {hi:.4f}]"
     assert row("Ours (RER+VAPR)", "paper")[b4] == "0.143"
-    assert row("w/ CKL", "ours")[b4] == "0.1100 [0.0900, 0.1300]"  # differs from ref on every seed
-    assert row("w/o KL", "ours")[b4] == f"0.1200 [0.1000, 0.1400] {NOISE_MARK}"
+    assert row("w/ CKL", "ours")[b4] == f"0.1100 [{lo - 0.01:.4f}, {hi - 0.01:.4f}] {NOISE_MARK}"
+    assert row("w/o KL", "ours")[b4] == f"0.1200 [{lo:.4f}, {hi:.4f}] {NOISE_MARK}"
     no_vapr = row("w/o VAPR", "ours")
-    assert no_vapr[2] == "1" and no_vapr[b4] == "0.1100"
+    assert no_vapr[2] == "1" and no_vapr[b4] == "0.1100"  # different from the reference (report bootstrap)
     assert row("w/o VAPR", "paper")[b4] == "0.134"
     assert row("Ours (RER+VAPR) (reference)", "ours")[cols.index("RG")] == "–"
-    assert "Seeds: 0, 1, 2" in md and "rer_vapr 3, ckl 3, no_kl 3, no_vapr 1" in md and "B = 2000" in md
-    assert "paired t-test" in md and "REVA-PO Table 4" in md
+    assert row("MDD", "seeds n=3")[b4] == f"{mdd_paired_t(3, 0.02 / 2**0.5):.4f}"
+    assert "Seeds: 0, 1, 2" in md and "rer_vapr 3, ckl 3, no_kl 3, no_vapr 1" in md and "t-interval" in md
+    assert "paired t-test" in md and "REVA-PO Table 4" in md and "over n = 30 test reports" in md
+    assert f"Holm-Bonferroni over the {n_comparisons(df)} comparisons" in md
     diff = differences_markdown(exp, df, spec)
-    assert "-0.0100 [-0.0100, -0.0100] p=0.250 |" in diff
-    assert f"+0.0000 [-0.0200, +0.0200] p=1.000 {NOISE_MARK}" in diff and "(n<2)" in diff
+    assert "| w/ CKL, w/o RER | 3 | – |" in diff
+    assert f"-0.0100 [-0.0100, -0.0100] p=0.250 pH=1.000 {NOISE_MARK} |" in diff
+    assert "| w/o VAPR | 1 | 30 |" in diff and "p=5.0e-04 pH=" in diff
 
 
 def test_latex_and_csv(exp, frame):
     spec, df = frame
     tex = to_latex(exp, df, spec, "Table 4", "tab:t4")
     assert tex.count(r"\begin{tabular}") == 1 and r"\toprule" in tex and r"\label{tab:t4}" in tex
-    assert r"0.1200 [0.1000, 0.1400] $\approx$" in tex  # no_kl row
+    assert r"0.1200 [0.0703, 0.1697] $\approx$" in tex  # no_kl row
     assert r"w/ CKL, w/o RER" in tex and "&" in tex and NOISE_MARK not in tex
     back = pd.read_csv(io.StringIO(to_csv(df)))
     assert len(back) == len(df) and {"arm", "metric", "mean", "ci_lo", "ci_hi", "n", "published", "p_value",

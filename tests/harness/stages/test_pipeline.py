@@ -72,6 +72,17 @@ def test_full_tiny_pipeline(workdir, capsys):
     assert scores["n"] == 6 and 0 <= scores["BLEU_4"] <= 1 and 0 <= scores["findings_acc"] <= 1
     preds = list((workdir / "eval").glob("predictions_*_test.jsonl"))
     assert preds and len(read_jsonl(preds[0])) == 6
+    # the per-report outputs rescore to the eval's own corpus numbers (what the report bootstrap resamples)
+    import numpy as np
+
+    from reports.bootstrap import corpus_scores, report_data_from_rows
+
+    data = report_data_from_rows(read_jsonl(preds[0]))
+    metrics = ["BLEU_1", "BLEU_4", "ROUGE_L", "CIDEr", "ce_micro_f1", "ce_macro_f1", "ce_example_f1",
+               "findings_acc", "entity_f1"]
+    full = corpus_scores(data, np.ones((1, 6)), metrics)
+    for m in metrics:
+        assert full[m][0] == pytest.approx(scores[m], abs=1e-12), m
 
     # A completed stage is skipped, not rerun (its records stay as they are).
     before = (run / "steps.jsonl").read_text()
