@@ -31,6 +31,9 @@ class DataConfig:
     # For the phantom set, left empty: the set is synthesized into `synth_dir` on first use.
     annotation: str | None = None
     image_dir: str | None = None
+    # Views per study: null = the data set's default (every view for IU-Xray, 1-5 per study, as REVA-PO's
+    # official loader; the first for MIMIC-CXR, as R2Gen's and the official loader); N = at most the first N.
+    views: int | None = None
     synth_dir: str = "runs/data/phantom"
     synth_n: int = 1500
     synth_seed: int = 0
@@ -422,6 +425,7 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
              "must be phantom, iu_xray or mimic_cxr")
         need(cfg.data.dataset == "phantom" or cfg.data.annotation is not None, "data.annotation",
              cfg.data.annotation, "is required for real data sets")
+        need(cfg.data.views is None or cfg.data.views >= 1, "data.views", cfg.data.views, "must be >= 1 or null")
         need(cfg.data.synth_n >= 10, "data.synth_n", cfg.data.synth_n, "must be >= 10")
         need(cfg.data.train_subset in ("first", "random"), "data.train_subset", cfg.data.train_subset,
              "must be first or random")
