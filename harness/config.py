@@ -58,13 +58,16 @@ class ModelConfig:
     preset: str = "tiny"
     # Local folder (or hub id when the network allows) of the base model; tiny: built by stage 0.
     path: str | None = None
-    dtype: str = "float32"
+    # Base weights' dtype: null = the preset's (harness/models/presets.py: tiny float32; 3B/7B bfloat16, this
+    # project's choice for GPUs with bf16; float16 as on the paper's V100s).
+    dtype: str | None = None
     # Where the VLM runs: "auto" = the local GPU (cuda:$LOCAL_RANK under a distributed launch) when CUDA is
     # available, else the CPU; or "cpu", "cuda", "cuda:N". Not part of any run's key: the same run on another
     # device is the same experiment.
     device: str = "auto"
-    # Square image side fed to the VLM (official code: pad to square, resize to 336; tiny: 112).
-    image_size: int = 112
+    # Square image side fed to the VLM: null = the preset's (official code: pad to square, resize to 336 for
+    # the 3B/7B presets; tiny: 112).
+    image_size: int | None = None
     # LoRA of stage 2/3 (REVA-PO Supp. D.2: r = alpha = 32, dropout 0.1) on all linear layers of the
     # vision encoder and the LLM; the merger trains fully.
     lora_r: int = 32
@@ -76,6 +79,15 @@ class ModelConfig:
     tiny_vision_hidden: int = 64
     tiny_vision_depth: int = 2
     tiny_vocab_size: int = 1200
+
+    def __post_init__(self) -> None:
+        # The preset owns image size and dtype unless they are set (an unknown preset is left to `validate`).
+        from harness.models.presets import PRESETS
+
+        preset = PRESETS.get(self.preset)
+        if preset is not None:
+            self.image_size = preset.image_size if self.image_size is None else self.image_size
+            self.dtype = preset.dtype if self.dtype is None else self.dtype
 
 
 @dataclass

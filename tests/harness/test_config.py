@@ -61,3 +61,26 @@ def test_shipped_tiny_preset_resolves_for_every_stage():
     tiny = Path(__file__).resolve().parents[2] / "experiments" / "presets" / "tiny.yaml"
     assert load_config(tiny, [], stage="sft").model.lora_r == 8
     assert load_config(tiny, [], stage="rl").rl.regularizer == "constant"
+
+
+@pytest.mark.parametrize(
+    "preset, size, dtype", [("tiny", 112, "float32"), ("qwen2.5-vl-3b", 336, "bfloat16"),
+                            ("qwen2.5-vl-7b", 336, "bfloat16")],
+)
+def test_preset_owns_image_size_and_dtype(preset, size, dtype):
+    cfg = load_config(None, [f"model.preset={preset}"])
+    assert (cfg.model.image_size, cfg.model.dtype) == (size, dtype)
+    # Set explicitly, a value wins over the preset's, in either order of keys.
+    cfg = load_config(None, ["model.image_size=224", "model.dtype=float16", f"model.preset={preset}"])
+    assert (cfg.model.image_size, cfg.model.dtype) == (224, "float16")
+    assert RunConfig().model.image_size == 112 and RunConfig().model.dtype == "float32"
+
+
+def test_preset_values_survive_a_round_trip(tmp_path):
+    from harness.config import from_dict, to_dict
+
+    cfg = load_config(None, ["model.preset=qwen2.5-vl-7b"])
+    again = from_dict(RunConfig, to_dict(cfg))
+    assert (again.model.image_size, again.model.dtype) == (336, "bfloat16")
+    with pytest.raises(ConfigError, match="'model.preset' = 'gpt'"):
+        load_config(None, ["model.preset=gpt"])
