@@ -85,9 +85,13 @@ class ModelConfig:
         from harness.models.presets import PRESETS
 
         preset = PRESETS.get(self.preset)
-        if preset is not None:
-            self.image_size = preset.image_size if self.image_size is None else self.image_size
-            self.dtype = preset.dtype if self.dtype is None else self.dtype
+        owned = set()
+        for key in ("image_size", "dtype"):
+            if preset is not None and getattr(self, key) is None:
+                setattr(self, key, getattr(preset, key))
+                owned.add(key)
+        # Not a field (so not in to_dict): which values came from the preset, i.e. may yield to a checkpoint's.
+        self._preset_owned = frozenset(owned)
 
 
 @dataclass
