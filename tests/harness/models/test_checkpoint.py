@@ -206,3 +206,18 @@ def test_model_settings_record_the_hub_id():
     assert model_settings(load_config(None, ["model.preset=qwen2.5-vl-3b", "model.path=org/my-qwen"]))[
         "base_id"] == "org/my-qwen"
     assert model_settings(load_config(None, []))["base_id"] is None
+
+
+def test_export_command(tiny_model, base_dir, tmp_path, capsys):
+    from harness.cli import main
+
+    set_trainable(tiny_model, "warmup")
+    _perturb(tiny_model)
+    save_stage_model(tiny_model, tmp_path / "warm", base_dir, "warmup", settings=SETTINGS)
+    assert main(["export", str(tmp_path / "warm"), str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "config.json").is_file() and "exported" in capsys.readouterr().out
+    merged = dict(_fresh_base(tmp_path / "out").named_parameters())
+    saved = load_file(str(tmp_path / "warm" / MERGER_WEIGHTS))
+    assert saved and all(torch.equal(merged[k], v) for k, v in saved.items())
+    assert main(["export", str(tmp_path / "nothing"), str(tmp_path / "out2")]) == 2
+    assert "spec.json missing" in capsys.readouterr().err
