@@ -79,6 +79,9 @@ class ModelConfig:
     tiny_vision_hidden: int = 64
     tiny_vision_depth: int = 2
     tiny_vocab_size: int = 1200
+    # Recompute activations in the backward pass (transformers' gradient checkpointing, non-reentrant) in the
+    # model stages: less memory for more compute (this project; off by default).
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         # The preset owns image size and dtype unless they are set (an unknown preset is left to `validate`).
@@ -104,6 +107,9 @@ class TrainConfig:
     scheduler: str = "cosine"
     warmup_steps: int = 0
     grad_clip: float = 1.0
+    # Samples per forward/backward pass in warm-up and SFT (gradient accumulation up to each process's share of
+    # batch_size; the step equals the one-pass step). null = the whole share in one pass (this project).
+    micro_batch_size: int | None = None
     # Learning-rate multiplier for the vision tower and merger (1 = the paper's single lr).
     vision_lr_mult: float = 1.0
     # Stop after this many optimizer steps (None = run all epochs).
@@ -466,6 +472,8 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
         need(cfg.train.weight_decay >= 0, "train.weight_decay", cfg.train.weight_decay, "must be >= 0")
         need(cfg.train.scheduler in ("cosine", "constant", "warmup_constant"), "train.scheduler",
              cfg.train.scheduler, "must be cosine, constant or warmup_constant")
+        need(cfg.train.micro_batch_size is None or cfg.train.micro_batch_size > 0, "train.micro_batch_size",
+             cfg.train.micro_batch_size, "must be > 0 or null")
         need(cfg.train.max_steps is None or cfg.train.max_steps > 0, "train.max_steps", cfg.train.max_steps,
              "must be > 0 or null")
         rl = cfg.rl

@@ -51,6 +51,13 @@ def load_for_stage(cfg: RunConfig, progress: bool = True):
     return model.to(device), processor, path
 
 
+def enable_gradient_checkpointing(model) -> None:
+    """transformers' non-reentrant checkpointing (works with a frozen base: no input grads needed)."""
+    from harness.models.trainable import unwrap
+
+    unwrap(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 @dataclass
 class StageStart:
     """What a model stage (warm-up, SFT, RL) starts from; `model` etc. are None when the run is complete."""
@@ -82,5 +89,7 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
         start = StageStart(dist, run, progress, run.complete)
         if not start.complete:
             start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
+            if cfg.model.gradient_checkpointing:
+                enable_gradient_checkpointing(start.model)
             start.splits = load_splits(cfg, progress)
     return start

@@ -25,6 +25,7 @@ def test_defaults_yaml_and_overrides(tmp_path):
         ("model.preset=gpt", "'model.preset' = 'gpt'"),
         ("model.image_size=100", "multiple of 28"),
         ("data.views=0", "'data.views' = 0 must be >= 1 or null"),
+        ("train.micro_batch_size=0", "'train.micro_batch_size' = 0 must be > 0 or null"),
         ("data.dataset=mimic_cxr", "'data.annotation'"),
         ("nosection", "must look like key.sub=value"),
         ("train=3", "'train' must be a mapping"),
