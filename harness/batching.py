@@ -96,7 +96,7 @@ def model_inputs(batch: dict) -> dict:
 def lm_loss(model, batch: dict) -> tuple[torch.Tensor, int]:
     """Eq. 1: mean negative log-likelihood over report tokens (token-mean over the batch)."""
     with autocast_for(model):
-        out = model(**model_inputs(batch))
+        out = model(**model_inputs(batch), use_cache=False)  # a loss, not decoding: no KV cache to keep
     logits = out.logits[:, :-1].float()
     labels = batch["labels"][:, 1:]
     mask = labels != IGNORE

@@ -4,6 +4,8 @@
   regbench classifier train [CONFIG.yaml] [key.sub=value ...]
   regbench train {pretrain,warmup,sft,rl} [CONFIG.yaml] [key.sub=value ...]
   regbench eval [CONFIG.yaml] --model DIR [--split test] [key.sub=value ...]
+  regbench export RUN/model OUT [--base DIR]
+  regbench doctor [CONFIG.yaml] [key.sub=value ...] [--json]
   regbench demo [--out DIR]
   regbench experiment run FILE [--workers 2] [--out DIR] [--seeds 0,1] [--arms a,b] [--preset P] [--set k=v]
   regbench experiment list FILE [--out DIR] [--preset P] [--set k=v]
@@ -104,6 +106,22 @@ def cmd_eval(ns) -> int:
             print(f"| {name} | {row['precision']:.3f} | {row['recall']:.3f} | {row['f1']:.3f} | {row['support']} |",
                   file=sys.stderr)
     print(json.dumps(scores, indent=2))
+    return 0
+
+
+def cmd_export(ns) -> int:
+    from harness.models.checkpoint import export_merged
+
+    out = export_merged(ns.model, ns.out, base_path=ns.base)
+    print(f"exported: {out} (Qwen2_5_VLForConditionalGeneration.from_pretrained and AutoProcessor load it)")
+    return 0
+
+
+def cmd_doctor(ns) -> int:
+    from harness.doctor import format_report, run_doctor
+
+    report = run_doctor(_cfg(ns))
+    print(json.dumps(report.as_dict(), indent=2) if ns.json else format_report(report))
     return 0
 
 
@@ -212,6 +230,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--per-label", action="store_true", help="also print the per-observation CE table (stderr)")
     _add_config_args(ev)
     ev.set_defaults(func=cmd_eval)
+
+    exp_model = sub.add_parser("export", help="write a stage's model as one merged transformers folder")
+    exp_model.add_argument("model", help="a stage's model folder (RUN/model)")
+    exp_model.add_argument("out", help="output folder")
+    exp_model.add_argument("--base", default=None, help="the base model's folder, if not where spec.json says")
+    exp_model.set_defaults(func=cmd_export)
+
+    doctor = sub.add_parser("doctor", help="GPUs, package versions, weights present, presets that can run here")
+    _add_config_args(doctor)
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(func=cmd_doctor)
 
     from reports.cli import add_subcommands
 

@@ -31,6 +31,9 @@ class DataConfig:
     # For the phantom set, left empty: the set is synthesized into `synth_dir` on first use.
     annotation: str | None = None
     image_dir: str | None = None
+    # Views per study: null = the data set's default (every view for IU-Xray, 1-5 per study, as REVA-PO's
+    # official loader; the first for MIMIC-CXR, as R2Gen's and the official loader); N = at most the first N.
+    views: int | None = None
     synth_dir: str = "runs/data/phantom"
     synth_n: int = 1500
     synth_seed: int = 0
@@ -55,13 +58,16 @@ class ModelConfig:
     preset: str = "tiny"
     # Local folder (or hub id when the network allows) of the base model; tiny: built by stage 0.
     path: str | None = None
-    dtype: str = "float32"
+    # Base weights' dtype: null = the preset's (harness/models/presets.py: tiny float32; 3B/7B bfloat16, this
+    # project's choice for GPUs with bf16; float16 as on the paper's V100s).
+    dtype: str | None = None
     # Where the VLM runs: "auto" = the local GPU (cuda:$LOCAL_RANK under a distributed launch) when CUDA is
     # available, else the CPU; or "cpu", "cuda", "cuda:N". Not part of any run's key: the same run on another
     # device is the same experiment.
     device: str = "auto"
-    # Square image side fed to the VLM (official code: pad to square, resize to 336; tiny: 112).
-    image_size: int = 112
+    # Square image side fed to the VLM: null = the preset's (official code: pad to square, resize to 336 for
+    # the 3B/7B presets; tiny: 112).
+    image_size: int | None = None
     # LoRA of stage 2/3 (REVA-PO Supp. D.2: r = alpha = 32, dropout 0.1) on all linear layers of the
     # vision encoder and the LLM; the merger trains fully.
     lora_r: int = 32
@@ -73,6 +79,22 @@ class ModelConfig:
     tiny_vision_hidden: int = 64
     tiny_vision_depth: int = 2
     tiny_vocab_size: int = 1200
+    # Recompute activations in the backward pass (transformers' gradient checkpointing, non-reentrant) in the
+    # model stages: less memory for more compute (this project; off by default).
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        # The preset owns image size and dtype unless they are set (an unknown preset is left to `validate`).
+        from harness.models.presets import PRESETS
+
+        preset = PRESETS.get(self.preset)
+        owned = set()
+        for key in ("image_size", "dtype"):
+            if preset is not None and getattr(self, key) is None:
+                setattr(self, key, getattr(preset, key))
+                owned.add(key)
+        # Not a field (so not in to_dict): which values came from the preset, i.e. may yield to a checkpoint's.
+        self._preset_owned = frozenset(owned)
 
 
 @dataclass
@@ -85,6 +107,9 @@ class TrainConfig:
     scheduler: str = "cosine"
     warmup_steps: int = 0
     grad_clip: float = 1.0
+    # Samples per forward/backward pass in warm-up and SFT (gradient accumulation up to each process's share of
+    # batch_size; the step equals the one-pass step). null = the whole share in one pass (this project).
+    micro_batch_size: int | None = None
     # Learning-rate multiplier for the vision tower and merger (1 = the paper's single lr).
     vision_lr_mult: float = 1.0
     # Stop after this many optimizer steps (None = run all epochs).
@@ -439,6 +464,7 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
              "must be phantom, iu_xray or mimic_cxr")
         need(cfg.data.dataset == "phantom" or cfg.data.annotation is not None, "data.annotation",
              cfg.data.annotation, "is required for real data sets")
+        need(cfg.data.views is None or cfg.data.views >= 1, "data.views", cfg.data.views, "must be >= 1 or null")
         need(cfg.data.synth_n >= 10, "data.synth_n", cfg.data.synth_n, "must be >= 10")
         need(cfg.data.train_subset in ("first", "random"), "data.train_subset", cfg.data.train_subset,
              "must be first or random")
@@ -463,6 +489,8 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
         need(cfg.train.weight_decay >= 0, "train.weight_decay", cfg.train.weight_decay, "must be >= 0")
         need(cfg.train.scheduler in ("cosine", "constant", "warmup_constant"), "train.scheduler",
              cfg.train.scheduler, "must be cosine, constant or warmup_constant")
+        need(cfg.train.micro_batch_size is None or cfg.train.micro_batch_size > 0, "train.micro_batch_size",
+             cfg.train.micro_batch_size, "must be > 0 or null")
         need(cfg.train.max_steps is None or cfg.train.max_steps > 0, "train.max_steps", cfg.train.max_steps,
              "must be > 0 or null")
         rl = cfg.rl

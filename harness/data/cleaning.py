@@ -1,59 +1,87 @@
-"""R2Gen-style report cleaning (own implementation of the convention, not a port).
+"""Report cleaning with the same output as R2Gen's `clean_report_iu_xray` / `clean_report_mimic_cxr`.
 
-The cleaned form is what every reference report, BLEU reward and NLG metric in the harness sees:
-lowercase sentences of letters, digits and single spaces, joined with " . " and ending with " .".
+REVA-PO's official code (and most published IU-Xray / MIMIC-CXR numbers) scores against references cleaned
+by R2Gen's tokenizer, so BLEU is only comparable when the references are the same strings. The rules below are
+a description of what R2Gen's cleaners do, including their quirks (hyphens kept, "and/or" -> "andor", any
+"1. " deleted, empty sentences kept); `r2gen_clean` returns R2Gen's string exactly, `clean_report` the
+whitespace tokens of it joined by single spaces, which is what R2Gen's model reads and its decoder writes.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 STYLES: tuple[str, ...] = ("iu_xray", "mimic_cxr")
 
-# A list marker: one or two digits and a dot at the start of the text or after whitespace, followed by
-# whitespace or a letter ("1. the heart", "2.lungs"). A dot followed by a digit is a decimal point instead.
-_NUMBERING = re.compile(r"(^|\s)\d{1,2}\.(?=\s|[a-z])")
-_REPEATED_DOTS = re.compile(r"\.(\s*\.)+")
-# Sentence boundary: any dot that is not a decimal point between two digits.
-_SENTENCE_DOT = re.compile(r"(?<!\d)\.|\.(?!\d)")
-# Characters removed without leaving a gap, so words keep their letters ("patient's" -> "patients",
-# "2.5" -> "25" as in R2Gen's cleaned references).
-_JOINERS = re.compile(r"[\"'`\u2018\u2019\u201c\u201d.]")
-_NON_WORD = re.compile(r"[^a-z0-9]+")
+# Runs shortened by repeated `str.replace(pair, single)` in R2Gen: each pass turns a run of n characters into
+# ceil(n / 2), so after k passes a run of n is ceil(n / 2**k) long (a run of 9 dots survives IU's 3 passes as
+# "..").  (character, passes) per style, in R2Gen's order; MIMIC first turns newlines into spaces.
+_RUN_PASSES = {
+    "iu_xray": ((".", 3),),
+    "mimic_cxr": (("_", 7), (" ", 6), (".", 8)),
+}
+# List numbering, substituted in this order on the whole text: "1. " anywhere (also inside "11. ", "rib 1. "),
+# then "N. " for N = 2..5 after a sentence end, then after a space, becomes a sentence end.
+_NUMBERING: tuple[tuple[str, str], ...] = (
+    ("1. ", ""),
+    *((f". {n}. ", ". ") for n in range(2, 6)),
+    *((f" {n}. ", ". ") for n in range(2, 6)),
+)
+_SENTENCE_END = ". "
+# Deleted from each sentence before it is trimmed.
+_QUOTES_AND_SLASHES = ('"', "/", "\\", "'")
+# Deleted from each sentence after it is trimmed (so "b ." keeps its trailing space). R2Gen writes this class
+# with an unescaped "-" between ":" and "[", a range: it also deletes ";<=>?@" and A-Z (gone anyway after
+# lowercasing) and keeps the hyphen itself.
+_PUNCTUATION = re.compile(r"[.,?;*!%^&_+():;<=>?@A-Z\[\]{}]")
 
 
-def clean_report(text: str, style: str = "iu_xray") -> str:
-    """Return the R2Gen-style cleaned form of a radiology report.
-
-    Rules, applied in order:
-    1. Lowercase; every run of whitespace (newlines included) becomes one space.
-    2. Runs of dots, possibly separated by spaces (``".."``, ``". ."``), become one dot.
-    3. List numbering (one or two digits then a dot, at the start or after whitespace, followed by a
-       space or a letter: ``"1. "``, ``"2.lungs"``) becomes a sentence boundary. As in R2Gen, a small number
-       that ends a sentence right before the next one ("rib 5. no effusion") is taken for numbering too.
-    4. The text is split into sentences at every dot that is not a decimal point between two digits.
-    5. In each sentence, quotes, apostrophes and decimal points are deleted; every other character that is
-       not a letter or digit (punctuation, hyphens, slashes, underscores, symbols) becomes a space; then
-       whitespace is collapsed and trimmed.
-    6. Empty sentences are dropped; the rest are joined with ``" . "`` and the result ends with ``" ."``.
-       A report with no words left becomes ``""``.
-
-    Both styles follow these rules. R2Gen's MIMIC-CXR cleaner differs from its IU-Xray one only in also
-    flattening newlines, underscore runs (the "___" de-identification placeholders) and double spaces;
-    rules 1 and 5 already do that for every report, so ``style`` only checks the caller's intent.
-
-    The function is idempotent: ``clean_report(clean_report(t)) == clean_report(t)``.
-    """
-    if style not in STYLES:
-        raise ValueError(f"unknown cleaning style {style!r}; expected one of {STYLES}")
-    text = " ".join(text.lower().split())
-    text = _REPEATED_DOTS.sub(".", text)
-    text = _NUMBERING.sub(r"\1. ", text)
-    sentences = (_clean_sentence(part) for part in _SENTENCE_DOT.split(text))
-    kept = [s for s in sentences if s]
-    return " . ".join(kept) + " ." if kept else ""
+def _shorten_runs(text: str, char: str, passes: int) -> str:
+    scale = 2**passes
+    return re.sub(re.escape(char) + "{2,}", lambda m: char * math.ceil(len(m.group()) / scale), text)
 
 
 def _clean_sentence(sentence: str) -> str:
-    sentence = _JOINERS.sub("", sentence)
-    return " ".join(_NON_WORD.sub(" ", sentence).split())
+    for char in _QUOTES_AND_SLASHES:
+        sentence = sentence.replace(char, "")
+    return _PUNCTUATION.sub("", sentence.strip().lower())
+
+
+def r2gen_clean(text: str, style: str = "iu_xray") -> str:
+    """R2Gen's cleaned report, the same string as its `clean_report_<style>` (spaces and all).
+
+    1. MIMIC only: newlines become spaces. Runs of "_" (MIMIC), " " (MIMIC) and "." (both) are shortened as
+       R2Gen's repeated pair replacements do (see `_RUN_PASSES`).
+    2. List numbering: every "1. " is deleted; ". N. " and " N. " (N = 2..5) become ". ".
+    3. Trim, lowercase, split into sentences at ". " (a dot followed by a space; "2.5" is not split).
+    4. Per sentence: delete quotes, slashes and backslashes, trim, lowercase, delete the punctuation of
+       `_PUNCTUATION` (hyphens, digits, "#", "$", "|", "~" and non-ASCII letters stay).
+    5. Join every sentence, empty ones included, with " . " and append " ." ("" -> " .").
+    """
+    if style not in STYLES:
+        raise ValueError(f"unknown cleaning style {style!r}; expected one of {STYLES}")
+    if style == "mimic_cxr":
+        text = text.replace("\n", " ")
+    for char, passes in _RUN_PASSES[style]:
+        text = _shorten_runs(text, char, passes)
+    for old, new in _NUMBERING:
+        text = text.replace(old, new)
+    sentences = text.strip().lower().split(_SENTENCE_END)
+    return " . ".join(_clean_sentence(s) for s in sentences) + " ."
+
+
+def clean_report(text: str, style: str = "iu_xray") -> str:
+    """The whitespace tokens of `r2gen_clean(text, style)` joined by single spaces.
+
+    R2Gen's tokenizer splits the cleaned report on whitespace and its decoder joins tokens with one space, so
+    this is the reference R2Gen-style evaluations see (before R2Gen's vocabulary maps rare words to <unk>,
+    which is a property of its model, not of the report). Idempotent: cleaning a cleaned report changes
+    nothing. A report without words cleans to "." (R2Gen: " .").
+    """
+    return " ".join(r2gen_clean(text, style).split())
+
+
+def has_words(cleaned: str) -> bool:
+    """Whether a cleaned report holds any token besides the sentence separator."""
+    return any(token != "." for token in cleaned.split())

@@ -19,11 +19,13 @@ import numpy as np
 from PIL import Image
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
-from harness.data.cleaning import clean_report
+from harness.data.cleaning import clean_report, has_words
 
 DATASETS: tuple[str, ...] = ("iu_xray", "mimic_cxr", "phantom")
 _CLEANING_STYLE = {"iu_xray": "iu_xray", "mimic_cxr": "mimic_cxr", "phantom": "iu_xray"}
-_VIEWS = {"iu_xray": 2, "mimic_cxr": 1, "phantom": 1}  # views used per study
+# Views used per study when `views` is None: every view for IU-Xray (1-5 per study; REVA-PO's official
+# loader), the first for MIMIC-CXR (R2Gen's and the official loader) and the phantom set (one image per case).
+DEFAULT_VIEWS: dict[str, int | None] = {"iu_xray": None, "mimic_cxr": 1, "phantom": 1}
 _OBSERVATION_BY_NAME = {name.lower(): name for name in OBSERVATIONS}
 
 
@@ -42,15 +44,21 @@ def load_annotation(
     image_dir: str | Path | None = None,
     splits: Sequence[str] = ("train", "val", "test"),
     check_images: bool = True,
+    views: int | None = None,
 ) -> dict[str, list[Sample]]:
     """Read an annotation file into cleaned samples per split.
 
-    IU-Xray studies need two views (the first two are used); MIMIC-CXR and the phantom set use the first.
+    `views`: at most this many views per study, the first ones in the file's order; None = the data set's
+    default (`DEFAULT_VIEWS`: every view for IU-Xray). A study with fewer views keeps all it has (one at least).
     Raises FileNotFoundError or ValueError naming the file (and the item id) on any bad input.
     """
     path = Path(path)
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r} for {path}; expected one of {DATASETS}")
+    if views is not None and (isinstance(views, bool) or not isinstance(views, int) or views < 1):
+        raise ValueError(f"views = {views!r} for {path}: must be a positive integer or None (every view)")
+    if views is None:
+        views = DEFAULT_VIEWS[dataset]
     if not path.is_file():
         raise FileNotFoundError(f"annotation file not found: {path}")
     try:
@@ -69,11 +77,12 @@ def load_annotation(
         items = data[split]
         if not isinstance(items, list):
             raise ValueError(f"{path}: split {split!r} must be a list of items")
-        out[split] = [_parse_item(item, path, dataset, image_dir, check_images) for item in items]
+        out[split] = [_parse_item(item, path, dataset, image_dir, check_images, views) for item in items]
     return out
 
 
-def _parse_item(item: object, path: Path, dataset: str, image_dir: Path, check_images: bool) -> Sample:
+def _parse_item(item: object, path: Path, dataset: str, image_dir: Path, check_images: bool,
+                max_views: int | None) -> Sample:
     if not isinstance(item, dict):
         raise ValueError(f"{path}: every item must be an object, got {type(item).__name__}")
     item_id = item.get("id")
@@ -86,17 +95,16 @@ def _parse_item(item: object, path: Path, dataset: str, image_dir: Path, check_i
     if not isinstance(item["report"], str):
         raise ValueError(f"{where}: field 'report' must be a string")
     report = clean_report(item["report"], _CLEANING_STYLE[dataset])
-    if not report:
-        raise ValueError(f"{where}: report is empty after cleaning")
+    if not has_words(report):
+        raise ValueError(f"{where}: report is empty after cleaning (no words in {item['report'][:40]!r})")
     views = item["image_path"]
     if isinstance(views, str):
         views = [views]
     if not isinstance(views, list) or not all(isinstance(v, str) for v in views):
         raise ValueError(f"{where}: field 'image_path' must be a list of paths")
-    needed = _VIEWS[dataset]
-    if len(views) < needed:
-        raise ValueError(f"{where}: {dataset} needs {needed} image path(s), got {len(views)}")
-    image_paths = [image_dir / v for v in views[:needed]]
+    if not views:
+        raise ValueError(f"{where}: field 'image_path' is empty (a study needs at least one view)")
+    image_paths = [image_dir / v for v in views[:max_views]]
     if check_images:
         for image_path in image_paths:
             if not image_path.is_file():

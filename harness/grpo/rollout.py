@@ -79,5 +79,5 @@ def response_logits(model, ro: Rollout) -> torch.Tensor:
     attn = torch.cat([ro.prompt_mask, ro.response_mask.to(ro.prompt_mask.dtype)], dim=1)
     with autocast_for(model):
         out = model(input_ids=ro.sequences, attention_mask=attn, pixel_values=ro.pixel_values,
-                    image_grid_thw=ro.image_grid_thw, logits_to_keep=L + 1)
+                    image_grid_thw=ro.image_grid_thw, logits_to_keep=L + 1, use_cache=False)
     return out.logits[:, :-1]

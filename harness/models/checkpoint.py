@@ -1,8 +1,17 @@
-"""Stage outputs: a base-model folder plus the parameters the stages changed.
+"""Stage outputs: a base-model reference plus the parameters the stages changed, in formats others can load.
 
-A stage writes `<run>/model/` holding `spec.json` (the base folder, the LoRA settings if any, the stage) and
-`trainable.safetensors` (merger + LoRA tensors, named as in the unwrapped Hugging Face module). Loading builds
-the base once and lays those tensors over it: no second copy of a 7B base is ever written or loaded.
+A stage writes `<run>/model/` holding
+- `spec.json`: the base (the folder or hub id it was loaded from, and `base_id`, the hub id it stands for),
+  the preset, image size, dtype and attention implementation, the stage, the LoRA settings, and how prompts
+  were built (e.g. the classifier folder);
+- stages with LoRA (SFT, RL): a peft adapter, `adapter_config.json` + `adapter_model.safetensors`, holding
+  the LoRA tensors and the merger (peft's `modules_to_save`), so `PeftModel.from_pretrained(base, RUN/model)`
+  is the stage's model;
+- the warm-up (merger only; peft cannot write an adapter without LoRA layers): `merger.safetensors`, the
+  merger's tensors under the Hugging Face module's names (`model.load_state_dict(..., strict=False)`).
+Tensors are the fp32 master weights. Loading builds the base once and lays them over it: no second copy of a
+7B base is ever written. `export_merged` writes a plain transformers folder with LoRA merged in.
+Older checkpoints (`trainable.safetensors`) still load.
 """
 
 from __future__ import annotations
@@ -14,12 +23,35 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.models.trainable import add_lora, has_lora, trainable_state, unwrap, upcast_stage_parameters
+from harness.models.trainable import (
+    LORA_TARGETS,
+    MERGER,
+    add_lora,
+    has_lora,
+    trainable_state,
+    unwrap,
+    upcast_stage_parameters,
+)
 from harness.records import atomic_write_json
 
 SPEC = "spec.json"
-WEIGHTS = "trainable.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+MERGER_WEIGHTS = "merger.safetensors"
+LEGACY_WEIGHTS = "trainable.safetensors"  # format 1: merger + LoRA under the unwrapped module's names
+WEIGHTS = LEGACY_WEIGHTS  # kept for callers of the old name
+FORMAT = 2
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# peft's file layout: keys under the PeftModel wrapper, the adapter name ("default") left out.
+_PEFT_PREFIX = "base_model.model."
+_ADAPTER = "default"
+_MERGER_MODULE = "visual.merger"  # peft `modules_to_save` entry (matched as a suffix of the module name)
+_LORA_KEY = re.compile(rf"\.(lora_A|lora_B)\.{_ADAPTER}\.")
+_PEFT_LORA_KEY = re.compile(r"\.(lora_A|lora_B)\.")
+
+
+def _is_hub_id(path: str) -> bool:
+    return re.fullmatch(r"[\w.-]+/[\w.-]+", path) is not None and not path.startswith(".")
 
 
 def load_base(path: str | Path, dtype: str = "float32", image_size: int | None = None,
@@ -31,7 +63,7 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
     if Path(path_s).exists():
         if not (Path(path_s) / "config.json").is_file():
             raise FileNotFoundError(f"{path_s}: not a model folder (config.json missing)")
-    elif not re.fullmatch(r"[\w.-]+/[\w.-]+", path_s) or path_s.startswith("."):
+    elif not _is_hub_id(path_s):
         # Not a folder here and not shaped like a hub id ("org/name"): say so instead of asking the hub.
         raise FileNotFoundError(f"model folder not found: {path_s}")
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
@@ -45,18 +77,79 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
     return model, processor
 
 
+def to_peft_key(name: str) -> str:
+    """A merger / LoRA parameter name of the unwrapped module -> its key in a peft adapter file."""
+    return _PEFT_PREFIX + _LORA_KEY.sub(r".\1.", name)
+
+
+def from_peft_key(key: str) -> str:
+    """The inverse of `to_peft_key`."""
+    if not key.startswith(_PEFT_PREFIX):
+        raise ValueError(f"'{key}' is not a peft adapter key (expected the prefix '{_PEFT_PREFIX}')")
+    name = key[len(_PEFT_PREFIX):]
+    return name if name.startswith(MERGER) else _PEFT_LORA_KEY.sub(rf".\1.{_ADAPTER}.", name)
+
+
+def lora_config(lora: dict, base_id: str | None):
+    """The peft `LoraConfig` of stages 2-3: LoRA on LORA_TARGETS, the merger saved whole."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+                      target_modules=LORA_TARGETS, bias="none", modules_to_save=[_MERGER_MODULE],
+                      base_model_name_or_path=base_id)
+
+
+def model_settings(cfg) -> dict:
+    """What a stage checkpoint records about its model besides the base folder: preset, image size, dtype,
+    attention, and `base_id`, the hub id the base stands for (`model.path` when it is a hub id, else the
+    preset's; a local `model.path` is taken for a copy of the preset's model; None for the tiny preset)."""
+    from harness.models.presets import get_preset
+
+    preset = get_preset(cfg.model.preset)
+    path = cfg.model.path
+    base_id = path if path and not Path(path).exists() and _is_hub_id(path) else preset.default_path
+    return {"preset": preset.name, "base_id": base_id, "image_size": cfg.model.image_size,
+            "dtype": cfg.model.dtype, "attn_implementation": preset.attn_implementation}
+
+
+def adopt_checkpoint_settings(cfg, model_dir: str | Path) -> None:
+    """Use the image size and dtype a stage checkpoint records where the config took the preset's defaults
+    (values set in the config or on the command line are kept), in place. No-op for a plain model folder."""
+    if not (Path(model_dir) / SPEC).is_file():
+        return
+    spec = read_spec(model_dir)
+    for key in getattr(cfg.model, "_preset_owned", ()):
+        if spec.get(key) is not None:
+            setattr(cfg.model, key, spec[key])
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp))
+    tmp.replace(path)
+
+
 def save_stage_model(model, out_dir: str | Path, base_path: str | Path, stage: str,
-                     lora: dict | None = None, extra: dict | None = None) -> Path:
-    """`extra` records how prompts were built (e.g. the classifier folder) so eval and RL rebuild them."""
+                     lora: dict | None = None, extra: dict | None = None, settings: dict | None = None) -> Path:
+    """`extra` records how prompts were built (e.g. the classifier folder) so eval and RL rebuild them;
+    `settings` the model's preset, image size, dtype, attention and base id (`model_settings`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in trainable_state(model).items()}
-    tmp = out / (WEIGHTS + ".tmp")
-    save_file(tensors, str(tmp))
-    tmp.replace(out / WEIGHTS)
-    spec = {"base": str(Path(base_path).resolve()) if Path(base_path).exists() else str(base_path),
-            "stage": stage, "lora": lora if has_lora(model) else None, **(extra or {})}
-    atomic_write_json(out / SPEC, spec)
+    settings = dict(settings or {})
+    lora = lora if has_lora(model) else None
+    for stale in (ADAPTER_WEIGHTS, ADAPTER_CONFIG, MERGER_WEIGHTS, LEGACY_WEIGHTS):
+        (out / stale).unlink(missing_ok=True)
+    if lora:
+        _save_tensors({to_peft_key(k): v for k, v in tensors.items()}, out / ADAPTER_WEIGHTS)
+        base_id = settings.get("base_id") or str(base_path)
+        lora_config(lora, base_id).save_pretrained(str(out))  # peft's own adapter_config.json
+    else:
+        _save_tensors({k: v for k, v in tensors.items() if k.startswith(MERGER)}, out / MERGER_WEIGHTS)
+    spec = {"format": FORMAT,
+            "base": str(Path(base_path).resolve()) if Path(base_path).exists() else str(base_path),
+            "stage": stage, "lora": lora, **settings, **(extra or {})}
+    atomic_write_json(out / SPEC, spec)  # last: a folder with spec.json is complete
     return out
 
 
@@ -68,16 +161,47 @@ def read_spec(model_dir: str | Path) -> dict:
     return json.loads(spec_path.read_text())
 
 
-def load_stage_model(model_dir: str | Path, dtype: str = "float32", image_size: int | None = None,
-                     attn_implementation: str = "eager"):
-    """Base + the stage's merger/LoRA tensors. Returns (model, processor, spec)."""
+def resolve_base(spec: dict, model_dir: str | Path, fallback: str | Path | None = None) -> str:
+    """Where to load the base from: the recorded folder if it is here, else `fallback` (e.g. `model.path` on
+    this machine), else the recorded hub id."""
+    base = str(spec["base"])
+    if Path(base).exists() or _is_hub_id(base):
+        return base
+    if fallback:
+        return str(fallback)
+    if spec.get("base_id"):
+        return str(spec["base_id"])
+    raise FileNotFoundError(f"{model_dir}/{SPEC}: base model folder {base} not found here and no hub id "
+                            "recorded; set model.path to the base model's folder")
+
+
+def stage_tensors(model_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The stage's merger / LoRA tensors under the unwrapped module's names, from any checkpoint format."""
+    model_dir = Path(model_dir)
+    if (model_dir / ADAPTER_WEIGHTS).is_file():
+        return {from_peft_key(k): v for k, v in load_file(str(model_dir / ADAPTER_WEIGHTS)).items()}
+    for name in (MERGER_WEIGHTS, LEGACY_WEIGHTS):
+        if (model_dir / name).is_file():
+            return load_file(str(model_dir / name))
+    raise FileNotFoundError(f"{model_dir}: no weights ({ADAPTER_WEIGHTS}, {MERGER_WEIGHTS} or {LEGACY_WEIGHTS})")
+
+
+def load_stage_model(model_dir: str | Path, dtype: str | None = None, image_size: int | None = None,
+                     attn_implementation: str | None = None, base_path: str | Path | None = None):
+    """Base + the stage's merger/LoRA tensors. Returns (model, processor, spec).
+
+    dtype / image size / attention default to the checkpoint's recorded ones (float32, the processor's own
+    size, eager for checkpoints that record none); `base_path` is used when the recorded base is not here."""
     model_dir = Path(model_dir)
     spec = read_spec(model_dir)
-    model, processor = load_base(spec["base"], dtype, image_size, attn_implementation)
+    dtype = dtype or spec.get("dtype") or "float32"
+    image_size = image_size or spec.get("image_size")
+    attn_implementation = attn_implementation or spec.get("attn_implementation") or "eager"
+    model, processor = load_base(resolve_base(spec, model_dir, base_path), dtype, image_size, attn_implementation)
     if spec.get("lora"):
         model = add_lora(model, **spec["lora"])
     upcast_stage_parameters(model)  # the saved tensors are fp32 master weights: load them exactly
-    apply_tensors(model, load_file(str(model_dir / WEIGHTS)), source=str(model_dir / WEIGHTS))
+    apply_tensors(model, stage_tensors(model_dir), source=str(model_dir))
     return model, processor, spec
 
 
@@ -91,3 +215,27 @@ def apply_tensors(model, tensors: dict[str, torch.Tensor], source: str) -> None:
             if params[k].shape != v.shape:
                 raise ValueError(f"{source}: '{k}' has shape {tuple(v.shape)}, model has {tuple(params[k].shape)}")
             params[k].copy_(v.to(params[k].dtype))
+
+
+def export_merged(model_dir: str | Path, out_dir: str | Path, base_path: str | Path | None = None) -> Path:
+    """A plain transformers folder of the stage's model (LoRA merged into the base, in the base's dtype) plus
+    its processor: `Qwen2_5_VLForConditionalGeneration.from_pretrained(out_dir)` needs neither peft nor
+    this project. The merge goes through peft itself (`PeftModel.from_pretrained` + `merge_and_unload`)."""
+    model_dir, out = Path(model_dir), Path(out_dir)
+    spec = read_spec(model_dir)
+    if out.resolve() == model_dir.resolve():
+        raise ValueError(f"export: the output folder {out} is the checkpoint folder itself")
+    dtype = spec.get("dtype") or "float32"
+    model, processor = load_base(resolve_base(spec, model_dir, base_path), dtype, spec.get("image_size"),
+                                 spec.get("attn_implementation") or "eager")
+    if (model_dir / ADAPTER_WEIGHTS).is_file():
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(model_dir)).merge_and_unload()
+    else:
+        apply_tensors(model, stage_tensors(model_dir), source=str(model_dir))
+    model = model.to(_DTYPES[dtype])
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    processor.save_pretrained(out)
+    return out

@@ -6,6 +6,7 @@ checkpoint records a classifier, plain otherwise.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from harness.config import RunConfig
 from harness.decoding import generate_reports, greedy_settings
 from harness.evaluation import nlg_report_scores, nlg_scores
-from harness.models.checkpoint import load_base, load_stage_model
+from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model, read_spec
 from harness.models.presets import get_preset
 from harness.records import RunDir, atomic_write_text, dumps
 from harness.stages.classifier import instructions_for, reference_labels
@@ -93,7 +94,8 @@ def load_any_model(model_dir: str | Path, cfg: RunConfig):
     preset = get_preset(cfg.model.preset)
     p = Path(model_dir)
     if (p / "spec.json").is_file():
-        return load_stage_model(p, cfg.model.dtype, cfg.model.image_size, preset.attn_implementation)
+        attn = read_spec(p).get("attn_implementation") or preset.attn_implementation
+        return load_stage_model(p, cfg.model.dtype, cfg.model.image_size, attn, base_path=cfg.model.path)
     model, processor = load_base(p, cfg.model.dtype, cfg.model.image_size, preset.attn_implementation)
     return model, processor, {"base": str(p), "stage": "base"}
 
@@ -101,6 +103,8 @@ def load_any_model(model_dir: str | Path, cfg: RunConfig):
 def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", run: RunDir | None = None,
                    label: str | None = None, progress: bool = True) -> dict:
     seed_everything(cfg.seed)
+    cfg = copy.deepcopy(cfg)
+    adopt_checkpoint_settings(cfg, model_dir)  # e.g. `eval --model RUN/model` alone: the run's image size
     model, processor, spec = load_any_model(model_dir, cfg)
     model.to(model_device(cfg))
     splits = load_splits(cfg, progress)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from harness.batching import encode_sft, lm_loss
+from harness.batching import IGNORE, encode_sft, lm_loss
 from harness.config import TrainConfig
 from harness.distributed import Dist, shard
 from harness.models.trainable import unwrap
@@ -133,6 +133,28 @@ def eval_loss(model, processor, data: LMData, batch_size: int, max_report_tokens
     return total / max(1.0, count)
 
 
+def _accumulate(model, processor, part: LMData, micro: int, max_report_tokens: int, device, dist: Dist,
+                where: str) -> tuple[torch.Tensor, int]:
+    """Backward of the token-mean loss of `part` in micro-batches of `micro` samples: each micro-batch's
+    token mean is weighted by its share of the report tokens, so the summed gradient is that of one pass.
+    Returns (the token-mean loss, report tokens)."""
+    parts = [part.take(range(s, min(s + micro, len(part)))) for s in range(0, len(part), micro)]
+    # Encoded up front (token ids and pixels, small next to activations): the weights need the total count.
+    batches = [encode_sft(processor, p.images, p.instructions, p.reports, max_report_tokens) for p in parts]
+    total = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in batches)
+    scale = dist.loss_scale(torch.tensor(float(total)))
+    loss_sum = torch.zeros(())
+    for batch in batches:
+        loss, n = lm_loss(model, {k: v.to(device) for k, v in batch.items()})
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"{where}: loss is {float(loss)}; lower train.lr?")
+        (loss * (n / max(total, 1)) * scale).backward()
+        loss_sum += loss.detach().cpu() * n
+    if len(batches) == 1:
+        return loss.detach(), total  # as logged before micro-batches existed, to the last bit
+    return loss_sum / max(total, 1), total
+
+
 def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConfig, run: RunDir, *,
              seed: int, max_report_tokens: int, desc: str = "train",
              on_epoch_end: Callable[[int, int], dict] | None = None, progress: bool = True,
@@ -171,13 +193,8 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         optimizer.zero_grad(set_to_none=True)
         loss, ntok = None, 0
         if idx:  # the last batch of an epoch may leave a process without samples
-            part = train.take(idx)
-            batch = encode_sft(processor, part.images, part.instructions, part.reports, max_report_tokens)
-            batch = {k: v.to(device) for k, v in batch.items()}
-            loss, ntok = lm_loss(model, batch)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"{desc}: loss is {float(loss)} at step {step}; lower train.lr?")
-            (loss * dist.loss_scale(torch.tensor(float(ntok)))).backward()
+            loss, ntok = _accumulate(model, processor, train.take(idx), cfg.micro_batch_size or len(idx),
+                                     max_report_tokens, device, dist, f"{desc}: step {step}")
         elif dist.active:
             dist.loss_scale(torch.tensor(0.0))  # take part in the collective the others are in
         if dist.active:

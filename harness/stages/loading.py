@@ -10,7 +10,7 @@ import torch
 
 from harness.config import RunConfig
 from harness.distributed import Dist, init_distributed
-from harness.models.checkpoint import load_base, load_stage_model
+from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model
 from harness.models.presets import get_preset
 
 
@@ -43,11 +43,19 @@ def load_for_stage(cfg: RunConfig, progress: bool = True):
     attn = preset.attn_implementation
     device = model_device(cfg)
     if cfg.init_from:
-        model, processor, spec = load_stage_model(cfg.init_from, cfg.model.dtype, cfg.model.image_size, attn)
+        model, processor, spec = load_stage_model(cfg.init_from, cfg.model.dtype, cfg.model.image_size, attn,
+                                                  base_path=cfg.model.path)
         return model.to(device), processor, spec["base"]
     path = base_path(cfg, progress)
     model, processor = load_base(path, cfg.model.dtype, cfg.model.image_size, attn)
     return model.to(device), processor, path
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """transformers' non-reentrant checkpointing (works with a frozen base: no input grads needed)."""
+    from harness.models.trainable import unwrap
+
+    unwrap(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 @dataclass
@@ -71,6 +79,8 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     from harness.records import FollowerRun
     from harness.stages.common import load_splits, seed_everything, start_run
 
+    if cfg.init_from:
+        adopt_checkpoint_settings(cfg, cfg.init_from)  # the image size / dtype the checkpoint was trained with
     dist = init_distributed()
     progress = progress and dist.main
     seed_everything(cfg.seed)
@@ -79,5 +89,7 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
         start = StageStart(dist, run, progress, run.complete)
         if not start.complete:
             start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
+            if cfg.model.gradient_checkpointing:
+                enable_gradient_checkpointing(start.model)
             start.splits = load_splits(cfg, progress)
     return start

@@ -12,7 +12,7 @@ from harness.decoding import generate_reports, greedy_settings
 from harness.distributed import Dist
 from harness.evaluation import nlg_scores
 from harness.grpo.trainer import GRPOTrainer, PromptSet
-from harness.models.checkpoint import save_stage_model
+from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, set_trainable
 from harness.stages.classifier import instructions_for
 from harness.stages.common import load_images
@@ -84,7 +84,8 @@ def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
     out = run.path / "model"
     if dist.main:
         extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template") if k in spec}
-        save_stage_model(model, out, base_path, "rl", lora=spec.get("lora") or lora_settings(cfg), extra=extra)
+        save_stage_model(model, out, base_path, "rl", lora=spec.get("lora") or lora_settings(cfg), extra=extra,
+                         settings=model_settings(cfg))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,
                            "regularizer": cfg.rl.regularizer, "reference": cfg.rl.reference,
                            "reward": cfg.rl.reward})

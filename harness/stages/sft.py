@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import ConfigError, RunConfig
-from harness.models.checkpoint import save_stage_model
+from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, set_trainable
 from harness.stages.classifier import predicted_diseases
 from harness.stages.common import disease_instructions, load_images
@@ -45,7 +45,8 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
              "disease_template": cfg.prompt.disease_template, "instruction": cfg.prompt.instruction}
     out = run.path / "model"
     if dist.main:
-        save_stage_model(model, out, base_path, "sft", lora=lora_settings(cfg), extra=extra)
+        save_stage_model(model, out, base_path, "sft", lora=lora_settings(cfg), extra=extra,
+                         settings=model_settings(cfg))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world})
     dist.barrier()
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import RunConfig
-from harness.models.checkpoint import save_stage_model
+from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import count_parameters, set_trainable
 from harness.stages.common import load_images, plain_instructions
 from harness.stages.lm_train import LMData, train_lm
@@ -34,7 +34,7 @@ def run_warmup(cfg: RunConfig, progress: bool = True) -> Path:
                        dist=dist)
     out = run.path / "model"
     if dist.main:
-        save_stage_model(model, out, base_path, "warmup")
+        save_stage_model(model, out, base_path, "warmup", settings=model_settings(cfg))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world})
     dist.barrier()
     return out

@@ -24,6 +24,8 @@ def test_defaults_yaml_and_overrides(tmp_path):
         ("train.lr=-1", "'train.lr' = -1.0 must be > 0"),
         ("model.preset=gpt", "'model.preset' = 'gpt'"),
         ("model.image_size=100", "multiple of 28"),
+        ("data.views=0", "'data.views' = 0 must be >= 1 or null"),
+        ("train.micro_batch_size=0", "'train.micro_batch_size' = 0 must be > 0 or null"),
         ("data.dataset=mimic_cxr", "'data.annotation'"),
         ("nosection", "must look like key.sub=value"),
         ("train=3", "'train' must be a mapping"),
@@ -74,3 +76,26 @@ def test_adaptive_horizon_that_could_flip_beta_is_refused():
     load_config(None, ["rl.regularizer=constant", "rl.kl_horizon=6"])  # unused by other regularizers
     cfg = load_config(None, ["rl.aggregation=dr_grpo", "rl.advantage_scale=none"])
     assert cfg.rl.aggregation == "dr_grpo"
+
+
+@pytest.mark.parametrize(
+    "preset, size, dtype", [("tiny", 112, "float32"), ("qwen2.5-vl-3b", 336, "bfloat16"),
+                            ("qwen2.5-vl-7b", 336, "bfloat16")],
+)
+def test_preset_owns_image_size_and_dtype(preset, size, dtype):
+    cfg = load_config(None, [f"model.preset={preset}"])
+    assert (cfg.model.image_size, cfg.model.dtype) == (size, dtype)
+    # Set explicitly, a value wins over the preset's, in either order of keys.
+    cfg = load_config(None, ["model.image_size=224", "model.dtype=float16", f"model.preset={preset}"])
+    assert (cfg.model.image_size, cfg.model.dtype) == (224, "float16")
+    assert RunConfig().model.image_size == 112 and RunConfig().model.dtype == "float32"
+
+
+def test_preset_values_survive_a_round_trip(tmp_path):
+    from harness.config import from_dict, to_dict
+
+    cfg = load_config(None, ["model.preset=qwen2.5-vl-7b"])
+    again = from_dict(RunConfig, to_dict(cfg))
+    assert (again.model.image_size, again.model.dtype) == (336, "bfloat16")
+    with pytest.raises(ConfigError, match="'model.preset' = 'gpt'"):
+        load_config(None, ["model.preset=gpt"])

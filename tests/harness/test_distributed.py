@@ -176,9 +176,9 @@ def test_two_process_rl_keeps_the_processes_identical(tmp_path):
     assert all(s["reward_mean"] is not None for s in steps)
     evals = read_jsonl(tmp_path / "rl" / "evals.jsonl")
     assert [e["step"] for e in evals] == [0, 2] and all("val_score" in e for e in evals)
-    from safetensors.torch import load_file
+    from harness.models.checkpoint import stage_tensors
 
-    saved = load_file(str(tmp_path / "rl" / "model" / "trainable.safetensors"))
+    saved = stage_tensors(tmp_path / "rl" / "model")
     assert sorted(t.numel() for t in saved.values()) == sorted(t.numel() for t in p0)
     from harness.records import read_json
 
@@ -188,9 +188,8 @@ def test_two_process_rl_keeps_the_processes_identical(tmp_path):
 @pytest.mark.slow
 def test_two_process_warmup_takes_the_steps_of_one_process(tmp_path):
     """Warm-up has no sampling and no dropout: two processes must reach the parameters one process does."""
-    from safetensors.torch import load_file
-
     from harness.cli import main
+    from harness.models.checkpoint import stage_tensors
 
     common = TINY + [f"data.synth_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}",
                      "train.max_steps=3", "train.batch_size=4", "train.lr=1e-2", "train.scheduler=constant",
@@ -203,8 +202,8 @@ def test_two_process_warmup_takes_the_steps_of_one_process(tmp_path):
         torch.set_num_threads(threads)
     _launch(_train_worker, 2, "warmup", common + [f"out_dir={tmp_path / 'two'}"], str(tmp_path))
     assert [(tmp_path / f"rc{r}").read_text() for r in (0, 1)] == ["0", "0"]
-    one = load_file(str(tmp_path / "one" / "model" / "trainable.safetensors"))
-    two = load_file(str(tmp_path / "two" / "model" / "trainable.safetensors"))
+    one = stage_tensors(tmp_path / "one" / "model")
+    two = stage_tensors(tmp_path / "two" / "model")
     assert one.keys() == two.keys()
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-6, msg=name)

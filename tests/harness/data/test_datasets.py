@@ -38,7 +38,7 @@ def iu_file(tmp_path):
     return _write(tmp_path / "annotation.json", {"train": items[:2], "val": items[2:], "test": []})
 
 
-def test_iu_xray_two_views(iu_file):
+def test_iu_xray_two_view_studies(iu_file):
     data = load_annotation(iu_file, "iu_xray")
     assert [len(data[s]) for s in ("train", "val", "test")] == [2, 1, 0]
     sample = data["train"][1]
@@ -51,12 +51,55 @@ def test_iu_xray_two_views(iu_file):
     assert load_annotation(iu_file, "iu_xray", splits=("val",)).keys() == {"val"}
 
 
-def test_iu_xray_needs_two_views(iu_file):
-    data = json.loads(iu_file.read_text())
-    data["train"][0]["image_path"] = data["train"][0]["image_path"][:1]
-    _write(iu_file, data)
-    with pytest.raises(ValueError, match=rf"{re.escape(str(iu_file))}.*CXR0_IM-0000.*2 image path"):
-        load_annotation(iu_file, "iu_xray")
+def _iu_views(tmp_path, counts):
+    """An IU file whose study i has counts[i] views."""
+    items = []
+    for i, n in enumerate(counts):
+        study = f"CXR{i}"
+        for view in range(n):
+            _png(tmp_path / "images" / study / f"{view}.png")
+        items.append({"id": study, "report": "Heart normal.", "image_path": [f"{study}/{v}.png" for v in range(n)]})
+    return _write(tmp_path / "annotation.json", {"train": items, "val": [], "test": []})
+
+
+def test_iu_xray_uses_every_view_by_default(tmp_path):
+    path = _iu_views(tmp_path, [1, 2, 3, 5])
+    train = load_annotation(path, "iu_xray")["train"]
+    assert [len(s.image_paths) for s in train] == [1, 2, 3, 5]
+    assert train[3].image_paths == [tmp_path / "images" / "CXR3" / f"{v}.png" for v in range(5)]
+    assert [len(v) for v in map(lambda s: load_views(s, 28), train)] == [1, 2, 3, 5]
+
+
+def test_iu_xray_views_option_caps_views(tmp_path):
+    path = _iu_views(tmp_path, [1, 2, 4])
+    train = load_annotation(path, "iu_xray", views=2)["train"]
+    assert [len(s.image_paths) for s in train] == [1, 2, 2]
+    assert train[2].image_paths == [tmp_path / "images" / "CXR2" / f"{v}.png" for v in (0, 1)]
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match=rf"views = {re.escape(repr(bad))}.*annotation.json"):
+            load_annotation(path, "iu_xray", views=bad)
+
+
+def test_every_used_view_must_exist_and_one_is_needed(tmp_path):
+    path = _iu_views(tmp_path, [3])
+    (tmp_path / "images" / "CXR0" / "2.png").unlink()
+    with pytest.raises(FileNotFoundError, match=r"CXR0.*2\.png"):
+        load_annotation(path, "iu_xray")
+    assert len(load_annotation(path, "iu_xray", views=2)["train"][0].image_paths) == 2
+    data = json.loads(path.read_text())
+    data["train"][0]["image_path"] = []
+    _write(path, data)
+    with pytest.raises(ValueError, match=r"'CXR0'.*'image_path' is empty"):
+        load_annotation(path, "iu_xray")
+
+
+def test_iu_reports_cleaned_as_r2gen(tmp_path):
+    path = _iu_views(tmp_path, [1])
+    data = json.loads(path.read_text())
+    data["train"][0]["report"] = "Left-sided effusion and/or atelectasis. . No pneumothorax."
+    _write(path, data)
+    report = load_annotation(path, "iu_xray")["train"][0].report
+    assert report == "left-sided effusion andor atelectasis . . no pneumothorax ."
 
 
 def test_mimic_first_view_only(tmp_path):

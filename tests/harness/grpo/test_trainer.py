@@ -214,7 +214,7 @@ def test_best_val_selects_the_best_validation_policy_for_every_reference(tiny_mo
         tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / reference, prompt_set, regularizer="constant",
                       reference=reference, reset_every_epochs=3, scores=[0.9, 0.3, 0.6, 0.4], epochs=3)
         snapshots = {}
-        hook = lambda step, _score, tr=tr: snapshots.__setitem__(step, _params(tr))  # noqa: E731
+        hook = lambda step, _score, tr=tr, snaps=snapshots: snaps.__setitem__(step, _params(tr))  # noqa: E731
         from harness.grpo import trainer as trainer_module
 
         trainer_module.VALIDATION_HOOKS.append(hook)

@@ -3,6 +3,7 @@ uninterrupted one does."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness.config import TrainConfig
@@ -56,3 +57,83 @@ def test_epoch_order_is_a_seeded_permutation():
     assert sorted(epoch_order(10, 0, 1)) == list(range(10))
     assert epoch_order(10, 0, 1) == epoch_order(10, 0, 1)
     assert epoch_order(10, 0, 1) != epoch_order(10, 0, 2)
+
+
+REPORTS_UNEQUAL = ["the heart size is normal . there is no pleural effusion or pneumothorax .", "mild cardiomegaly .",
+                   "the lungs are clear . no acute osseous abnormality .", "small left pleural effusion ."]
+
+
+def _grads(model, processor, images, micro, lora=False):
+    from harness.distributed import Dist
+    from harness.stages.lm_train import _accumulate
+
+    data = LMData([[im] for im in images], ["write", "describe the film", "write", "report"], REPORTS_UNEQUAL)
+    model.zero_grad(set_to_none=True)
+    loss, n = _accumulate(model, processor, data, micro, 30, torch.device("cpu"), Dist(), "test")
+    return float(loss), n, {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("stage", ["warmup", "sft"])
+def test_micro_batched_gradient_equals_the_one_batch_gradient(tiny_tokenizer, tiny_processor, xray_images, stage):
+    """Reports of unequal length: an unweighted mean of micro-batch means would differ."""
+    from harness.models.trainable import add_lora
+
+    model = build_tiny_model(tiny_tokenizer, seed=0, text_hidden=32, text_layers=1, vision_hidden=16, image_size=56)
+    if stage == "sft":
+        model = add_lora(model, r=4, alpha=8, dropout=0.0)
+        with torch.no_grad():  # LoRA B starts at zero: give A a gradient too
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.02)
+    set_trainable(model, stage)
+    loss, n, one = _grads(model, tiny_processor, xray_images, micro=4)
+    for micro in (1, 3):
+        loss_m, n_m, grads = _grads(model, tiny_processor, xray_images, micro)
+        assert n_m == n and loss_m == pytest.approx(loss, rel=1e-5)
+        for k in one:
+            torch.testing.assert_close(grads[k], one[k], rtol=1e-4, atol=1e-7, msg=k)
+    assert any(float(g.abs().sum()) > 0 for g in one.values())
+
+
+def test_train_lm_with_micro_batches_takes_the_same_steps(tiny_tokenizer, tiny_processor, xray_images, tmp_path):
+    data = LMData([[im] for im in xray_images], ["write"] * 4, REPORTS_UNEQUAL)
+    runs = {}
+    for micro in (None, 1):
+        model = _model(tiny_tokenizer)
+        cfg = TrainConfig(epochs=2, batch_size=4, lr=1e-2, scheduler="constant", max_steps=2, micro_batch_size=micro)
+        train_lm(model, tiny_processor, data, None, cfg, RunDir(tmp_path / str(micro)), seed=0, max_report_tokens=30,
+                 progress=False)
+        runs[micro] = (dict(model.named_parameters()), RunDir(tmp_path / str(micro)).steps())
+    (a, steps_a), (b, steps_b) = runs[None], runs[1]
+    assert [s["tokens"] for s in steps_a] == [s["tokens"] for s in steps_b]
+    assert [s["loss"] for s in steps_b] == pytest.approx([s["loss"] for s in steps_a], rel=1e-5)
+    # The accumulated gradient's norm (before clipping) tells a wrong micro-batch weighting apart; the
+    # parameters less so (Adam's first steps are about lr x sign(g)), and float noise in near-zero gradient
+    # entries moves a few of them by up to ~lr/100.
+    assert [s["grad_norm"] for s in steps_b] == pytest.approx([s["grad_norm"] for s in steps_a], rel=1e-5)
+    for n in a:
+        torch.testing.assert_close(b[n], a[n], rtol=1e-4, atol=2e-4)
+
+
+def test_training_forwards_keep_no_kv_cache(tiny_tokenizer, tiny_processor, xray_images):
+    seen = []
+    model = _model(tiny_tokenizer)
+    model.register_forward_pre_hook(lambda mod, args, kwargs: seen.append(kwargs.get("use_cache")), with_kwargs=True)
+    _grads(model, tiny_processor, xray_images, micro=2)
+    assert seen == [False, False]
+
+
+def test_gradient_checkpointing_gives_the_same_gradient(tiny_tokenizer, tiny_processor, xray_images):
+    from harness.models.trainable import add_lora
+    from harness.stages.loading import enable_gradient_checkpointing
+
+    model = build_tiny_model(tiny_tokenizer, seed=0, text_hidden=32, text_layers=2, vision_hidden=16, image_size=56)
+    model = add_lora(model, r=4, alpha=8, dropout=0.0)
+    set_trainable(model, "sft")
+    model.train()
+    _, _, plain = _grads(model, tiny_processor, xray_images, micro=4)
+    enable_gradient_checkpointing(model)
+    assert model.model.language_model.gradient_checkpointing
+    _, _, checkpointed = _grads(model, tiny_processor, xray_images, micro=4)
+    for k in plain:
+        torch.testing.assert_close(checkpointed[k], plain[k], rtol=1e-5, atol=1e-8, msg=k)

@@ -53,6 +53,8 @@ def test_full_tiny_pipeline(workdir, capsys):
     assert main(["train", "sft", *sft, "--no-progress"]) == 0
     spec = read_json(workdir / "sft" / "model" / "spec.json")
     assert spec["lora"] == {"r": 4, "alpha": 8, "dropout": 0.1} and spec["classifier_dir"]
+    assert (spec["image_size"], spec["dtype"], spec["preset"]) == (56, "float32", "tiny")
+    assert (workdir / "sft" / "model" / "adapter_config.json").is_file()
 
     rl = TINY + _common(workdir, "rl") + [
         "train.max_steps=2", f"init_from={workdir / 'sft' / 'model'}", "rl.prompts_per_step=2",

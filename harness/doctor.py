@@ -1,0 +1,196 @@
+"""`regbench doctor`: what this machine has for regbench, offline (nothing is downloaded or asked of a hub).
+
+GPUs and their memory, the versions of the pinned packages, Java (METEOR), which weights are present (the Qwen
+base of each real preset, CheXbert, RadGraph, the disease classifier) and which presets can run here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# The pins of pyproject.toml (README "Pinned versions and why"); "" = any version.
+PINNED = {
+    "torch": "2.14.1", "torchvision": "0.29.1", "transformers": "4.57.6", "peft": "0.21.2",
+    "accelerate": "1.15.0", "timm": "1.0.31", "scikit-learn": "1.7.2", "optuna": "5.0.0",
+    "pycocoevalcap": "1.2", "radgraph": "0.1.18", "f1chexbert": "0.0.2", "deepspeed": "",
+}
+# Parameters of the real presets' models (Hugging Face model cards: 3.75B and 8.29B), for the memory estimate.
+PARAMS = {"qwen2.5-vl-3b": 3.75e9, "qwen2.5-vl-7b": 8.29e9}
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# The frozen base dominates a LoRA run; activations, LoRA + merger with AdamW state and the logits take the
+# rest. A rough floor (this project's estimate, one micro-batch), not a promise that a given batch fits.
+MEMORY_OVERHEAD = 1.5
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Report:
+    gpus: list[dict] = field(default_factory=list)
+    packages: list[Check] = field(default_factory=list)
+    tools: list[Check] = field(default_factory=list)
+    weights: list[Check] = field(default_factory=list)
+    presets: list[Check] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        def rows(checks):
+            return [vars(c) for c in checks]
+
+        return {"gpus": self.gpus, "packages": rows(self.packages), "tools": rows(self.tools),
+                "weights": rows(self.weights), "presets": rows(self.presets)}
+
+
+def gpus() -> list[dict]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        free, total = torch.cuda.mem_get_info(i)
+        out.append({"index": i, "name": props.name, "total_gib": round(total / 2**30, 1),
+                    "free_gib": round(free / 2**30, 1), "bf16": torch.cuda.is_bf16_supported(),
+                    "capability": f"{props.major}.{props.minor}"})
+    return out
+
+
+def package_checks() -> list[Check]:
+    out = []
+    for name, pin in PINNED.items():
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out.append(Check(name, name == "deepspeed", "not installed" + (" (optional)" if not pin else "")))
+            continue
+        # Local builds add "+cpu" etc.; the pin is about the release.
+        ok = not pin or version.split("+")[0] == pin
+        out.append(Check(name, ok, version if ok else f"{version} (pinned {pin})"))
+    return out
+
+
+def tool_checks() -> list[Check]:
+    java = shutil.which("java")
+    return [Check("java", java is not None, java or "not found (METEOR needs Java)")]
+
+
+def _hub_snapshot(repo_id: str) -> str | None:
+    """The cached snapshot folder of a hub model, without network access; None if absent."""
+    from transformers.utils.hub import cached_file
+
+    try:
+        path = cached_file(repo_id, "config.json", local_files_only=True,
+                           _raise_exceptions_for_missing_entries=False,
+                           _raise_exceptions_for_connection_errors=False)
+    except OSError:
+        return None
+    return str(Path(path).parent) if path else None
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
+
+
+def base_location(preset_name: str, model_path: str | None) -> tuple[str | None, str]:
+    """(folder, how it was found) of a real preset's base: `model.path` if given, else the hub cache."""
+    from harness.models.presets import get_preset
+
+    preset = get_preset(preset_name)
+    if model_path and Path(model_path).is_dir():
+        folder = Path(model_path)
+        if not (folder / "config.json").is_file():
+            return None, f"{folder}: no config.json"
+        if not _has_weights(folder):
+            return None, f"{folder}: no *.safetensors / *.bin"
+        return str(folder), f"model.path {folder}"
+    repo = model_path if model_path and re.fullmatch(r"[\w.-]+/[\w.-]+", model_path) else preset.default_path
+    snapshot = _hub_snapshot(repo)
+    if snapshot and _has_weights(Path(snapshot)):
+        return snapshot, f"{repo} in the Hugging Face cache ({snapshot})"
+    return None, f"{repo}: not in the Hugging Face cache and no model.path folder"
+
+
+def weight_checks(cfg) -> list[Check]:
+    from rewards.chexbert import check_chexbert_files
+    from rewards.radgraph import check_radgraph_files
+
+    out = []
+    for name in PARAMS:
+        path = cfg.model.path if cfg.model.preset == name else None
+        folder, detail = base_location(name, path)
+        out.append(Check(f"base {name}", folder is not None, detail))
+    for label, check, arg in (("CheXbert", check_chexbert_files, None),
+                              ("RadGraph " + cfg.eval.radgraph_model, check_radgraph_files, cfg.eval.radgraph_model)):
+        try:
+            where = check(arg) if arg else check()
+            out.append(Check(label, True, str(where)))
+        except FileNotFoundError as e:
+            out.append(Check(label, False, str(e)))
+        except Exception as e:  # a broken install must not stop the rest of the report
+            out.append(Check(label, False, f"{type(e).__name__}: {e}"))
+    out.append(_classifier_check(cfg))
+    return out
+
+
+def _classifier_check(cfg) -> Check:
+    from harness.models.classifier import META_FILE, WEIGHTS_FILE
+
+    c = cfg.classifier
+    if c.dir:
+        missing = [n for n in (META_FILE, WEIGHTS_FILE) if not (Path(c.dir) / n).is_file()]
+        return Check("classifier", not missing,
+                     f"{c.dir}" if not missing else f"{c.dir}: missing {', '.join(missing)}")
+    if c.pretrained_path:
+        ok = Path(c.pretrained_path).is_file()
+        return Check("classifier", ok, f"pretrained_path {c.pretrained_path}" + ("" if ok else " not found"))
+    return Check("classifier", True, "none set (classifier.dir / classifier.pretrained_path); "
+                                     "`regbench classifier train` builds one")
+
+
+def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check]:
+    from harness.models.presets import PRESETS
+
+    out = [Check("tiny", True, "runs anywhere (CPU; stage 0 builds the base)")]
+    found = {c.name: c.ok for c in weights}
+    for name in PARAMS:
+        preset = PRESETS[name]
+        need = PARAMS[name] * _BYTES[preset.dtype] * MEMORY_OVERHEAD / 2**30
+        fits = [g for g in gpu_list if g["total_gib"] >= need and (preset.dtype != "bfloat16" or g["bf16"])]
+        reasons = []
+        if not found.get(f"base {name}"):
+            reasons.append("base weights missing")
+        if not fits:
+            reasons.append(f"no GPU with >= {need:.0f} GiB" + (" and bf16" if preset.dtype == "bfloat16" else ""))
+        detail = (f"{len(fits)} GPU(s) with >= {need:.0f} GiB ({preset.dtype})" if not reasons
+                  else "; ".join(reasons))
+        out.append(Check(name, not reasons, detail))
+    return out
+
+
+def run_doctor(cfg) -> Report:
+    report = Report(gpus=gpus(), packages=package_checks(), tools=tool_checks(), weights=weight_checks(cfg))
+    report.presets = preset_checks(cfg, report.gpus, report.weights)
+    return report
+
+
+def format_report(report: Report) -> str:
+    lines = ["GPUs:"]
+    if not report.gpus:
+        lines.append("  none (CUDA not available): the tiny preset runs on the CPU")
+    for g in report.gpus:
+        lines.append(f"  cuda:{g['index']} {g['name']}: {g['total_gib']} GiB ({g['free_gib']} free), "
+                     f"compute {g['capability']}, bf16 {'yes' if g['bf16'] else 'no'}")
+    for title, checks in (("Packages", report.packages), ("Tools", report.tools), ("Weights", report.weights),
+                          ("Presets that can run here", report.presets)):
+        lines.append(f"{title}:")
+        lines.extend(f"  [{'ok' if c.ok else '--'}] {c.name}: {c.detail}" for c in checks)
+    return "\n".join(lines)

@@ -1,0 +1,70 @@
+"""`regbench doctor` (harness/doctor.py) runs offline and says which presets can run."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from harness.cli import main
+from harness.config import load_config
+from harness.doctor import Check, base_location, package_checks, preset_checks
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("doctor tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_doctor_runs_offline_and_reports_every_section(no_network, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty_hub"))
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"gpus", "packages", "tools", "weights", "presets"}
+    names = {c["name"] for c in report["weights"]}
+    assert {"base qwen2.5-vl-3b", "base qwen2.5-vl-7b", "CheXbert", "classifier"} <= names
+    assert any(n.startswith("RadGraph") for n in names)
+    presets = {c["name"]: c for c in report["presets"]}
+    assert presets["tiny"]["ok"] and set(presets) == {"tiny", "qwen2.5-vl-3b", "qwen2.5-vl-7b"}
+    assert {c["name"] for c in report["packages"]} >= {"torch", "transformers", "peft"}
+    assert main(["doctor"]) == 0
+    assert "Presets that can run here:" in capsys.readouterr().out
+
+
+def test_a_model_path_folder_counts_as_the_base(tmp_path, no_network):
+    folder = tmp_path / "qwen7b"
+    folder.mkdir()
+    assert base_location("qwen2.5-vl-7b", str(folder))[0] is None  # no config.json
+    (folder / "config.json").write_text("{}")
+    assert "no *.safetensors" in base_location("qwen2.5-vl-7b", str(folder))[1]
+    (folder / "model-00001-of-00002.safetensors").write_bytes(b"")
+    assert base_location("qwen2.5-vl-7b", str(folder))[0] == str(folder)
+
+
+def test_presets_need_weights_and_a_large_enough_bf16_gpu():
+    cfg = load_config(None, [])
+    weights = [Check("base qwen2.5-vl-3b", True, ""), Check("base qwen2.5-vl-7b", True, "")]
+    small = [{"index": 0, "total_gib": 16.0, "bf16": True}]
+    rows = {c.name: c for c in preset_checks(cfg, small, weights)}
+    assert rows["qwen2.5-vl-3b"].ok and not rows["qwen2.5-vl-7b"].ok  # 8.29e9 x 2 bytes x 1.5 = 23 GiB
+    assert "23 GiB" in rows["qwen2.5-vl-7b"].detail
+    v100 = [{"index": 0, "total_gib": 32.0, "bf16": False}]
+    assert not {c.name: c for c in preset_checks(cfg, v100, weights)}["qwen2.5-vl-7b"].ok
+    h200 = [{"index": 0, "total_gib": 139.8, "bf16": True}]
+    rows = {c.name: c for c in preset_checks(cfg, h200, [Check("base qwen2.5-vl-3b", False, "")])}
+    assert not rows["qwen2.5-vl-3b"].ok and "weights missing" in rows["qwen2.5-vl-3b"].detail
+
+
+def test_package_versions_are_compared_with_the_pins(monkeypatch):
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "5.0.1" if name == "transformers" else real(name))
+    rows = {c.name: c for c in package_checks()}
+    assert not rows["transformers"].ok and rows["transformers"].detail == "5.0.1 (pinned 4.57.6)"
