@@ -93,7 +93,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
     hyps = generate_reports(model, processor, load_images(samples, cfg.model.image_size), instructions,
                             max_new_tokens=g.max_new_tokens, min_new_tokens=g.min_new_tokens,
                             repetition_penalty=g.repetition_penalty, batch_size=g.batch_size, progress=progress,
-                            desc=f"decode {split}")
+                            desc=f"decode {split}", backend=g.backend)
     refs = {s.id: s.report for s in samples}
     scores = nlg_scores(refs, {s.id: h for s, h in zip(samples, hyps, strict=True)})
     ref_labels = reference_labels(samples) if cfg.eval.ce_backend == "rules" or any(

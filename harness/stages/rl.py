@@ -36,7 +36,7 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
         local = generate_reports(model, processor, [val.images[i] for i in mine],
                                  [val.instructions[i] for i in mine], max_new_tokens=rl.max_new_tokens,
                                  min_new_tokens=0, repetition_penalty=g.repetition_penalty,
-                                 batch_size=g.batch_size, progress=False)
+                                 batch_size=g.batch_size, progress=False, backend=g.backend)
         hyps: list[str] = [""] * len(val)
         for part in dist.gather_objects(list(zip(mine, local, strict=True))):
             for i, text in part:
@@ -76,6 +76,7 @@ def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
     val = prompt_set(cfg, val_samples, spec)
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
                           validate=make_validator(cfg, val, processor, dist), progress=progress, dist=dist)
+    trainer.generation_backend = cfg.generation.backend  # read by GRPOTrainer._rollout
     metrics = trainer.train()
     out = run.path / "model"
     if dist.main:
