@@ -5,12 +5,13 @@
 
 The model is the tiny preset (built like benchmarks/bench_rl_step.py: harness.models.tiny with
 harness.config.ModelConfig's sizes, LoRA r = 32 on every linear layer + the merger, set trainable for stage "rl"),
-the prompts are synthetic chest X-rays (harness.data.phantom). One measured call is `sample_rollout` (encoding,
+the prompts are synthetic chest X-rays (harness.data.phantom). A measured call is `sample_rollout` (encoding,
 decoding, masks and texts: what a GRPO step pays), with the RL sampling settings (T 0.7, top-p 0.9, repetition
 penalty 1.03) and min_new_tokens = max_new_tokens, so every row decodes exactly max_new_tokens tokens.
 Repeats alternate the backends (hf, lean, lean, hf, ...) so both see the same machine load; before timing,
 both backends decode once from the same seed and must return the same tokens (the run stops otherwise).
-Printed: median and min seconds per rollout for each backend and the ratio of the medians.
+The same is then timed for the decoding call alone (`decode_tokens` on the encoded batch, prefill included).
+Printed: median and min seconds per call for each backend and the ratio of the medians.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from bench_rl_step import build_model_and_processor, build_prompts
 
+    from harness.batching import END, encode_prompts, suppressed_token_ids
+    from harness.decoding import decode_tokens
     from harness.grpo.rollout import sample_rollout
+    from harness.models.precision import autocast_for
     from harness.models.trainable import add_lora, set_trainable
 
     torch.set_num_threads(args.threads)
@@ -59,25 +63,42 @@ def main(argv: list[str] | None = None) -> int:
                               temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=args.max_new_tokens,
                               min_new_tokens=args.max_new_tokens, repetition_penalty=1.03, backend=backend)
 
+    # The decoding call alone (prefill included): the same processor inputs sample_rollout builds.
+    tok = processor.tokenizer
+    rep = [v for v in prompts.images for _ in range(args.group_size)]
+    ins = [s for s in prompts.instructions for _ in range(args.group_size)]
+    batch = {k: v.to(args.device) for k, v in encode_prompts(processor, rep, ins).items()}
+
+    def decode(backend: str):
+        torch.manual_seed(args.seed)
+        model.eval()
+        with torch.no_grad(), autocast_for(model):
+            return decode_tokens(model, batch, backend=backend, do_sample=True, temperature=0.7, top_p=0.9,
+                                 top_k=0, max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
+                                 repetition_penalty=1.03, suppress_tokens=suppressed_token_ids(tok),
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.convert_tokens_to_ids(END))
+
     ref, lean = rollout("hf"), rollout("lean")
-    if not torch.equal(ref.sequences, lean.sequences):
+    if not torch.equal(ref.sequences, lean.sequences) or not torch.equal(decode("hf"), decode("lean")):
         print("lean and generate returned different tokens; not timing", file=sys.stderr)
         return 1
-    times: dict[str, list[float]] = {b: [] for b in BACKENDS}
-    for r in range(args.repeats):
-        for backend in BACKENDS if r % 2 == 0 else BACKENDS[::-1]:
-            sync()
-            t0 = time.perf_counter()
-            rollout(backend)
-            sync()
-            times[backend].append(time.perf_counter() - t0)
     rows = args.prompts * args.group_size
-    print(f"rollout of {rows} x {args.max_new_tokens} new tokens, {args.repeats} interleaved repeats, "
-          f"{args.threads} thread(s), {args.device}, torch {torch.__version__}, {platform.processor() or 'cpu'}")
-    med = {b: statistics.median(t) for b, t in times.items()}
-    for b in BACKENDS:
-        print(f"  {b:5s} median {med[b]:.4f} s   min {min(times[b]):.4f} s")
-    print(f"  speed-up (median hf / median lean): {med['hf'] / med['lean']:.2f}x")
+    print(f"{rows} rows x {args.max_new_tokens} new tokens, {args.repeats} interleaved repeats, "
+          f"{args.threads} thread(s), {args.device}, torch {torch.__version__}, {platform.machine()}")
+    for name, fn in (("sample_rollout (encode + decode + texts)", rollout), ("decoding call only", decode)):
+        times: dict[str, list[float]] = {b: [] for b in BACKENDS}
+        for r in range(args.repeats):
+            for backend in BACKENDS if r % 2 == 0 else BACKENDS[::-1]:
+                sync()
+                t0 = time.perf_counter()
+                fn(backend)
+                sync()
+                times[backend].append(time.perf_counter() - t0)
+        med = {b: statistics.median(t) for b, t in times.items()}
+        print(name)
+        for b in BACKENDS:
+            print(f"  {b:5s} median {med[b]:.4f} s   min {min(times[b]):.4f} s")
+        print(f"  speed-up (median hf / median lean): {med['hf'] / med['lean']:.2f}x")
     return 0
 
 

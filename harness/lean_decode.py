@@ -133,15 +133,29 @@ def _decode_mask(attention_mask: torch.Tensor, capacity: int, attn: str, dtype: 
     return torch.where(keep, zero, torch.finfo(dtype).min)
 
 
+def _decode_step(hf, lm, attn: str):
+    """harness/lean_step.DecodeStep in eval mode (what it reproduces); None = call the decoder layers."""
+    if hf.training:
+        return None
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import eager_attention_forward
+
+    from harness.lean_step import DecodeStep
+
+    return DecodeStep(lm, eager_attention_forward if attn == "eager" else ALL_ATTENTION_FUNCTIONS[attn])
+
+
 @torch.no_grad()
 def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int, pad_token_id: int,
                   min_new_tokens: int = 0, repetition_penalty: float = 1.0, do_sample: bool = False,
                   temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                  suppress_tokens: Sequence[int] | None = None, drop_finished: bool = True) -> torch.Tensor:
+                  suppress_tokens: Sequence[int] | None = None, drop_finished: bool | None = None) -> torch.Tensor:
     """Prompt + new tokens [rows, P + steps], as `model.generate(**batch, ...)` returns them with the same
     settings (pad after each row's end token; steps = until every row ended, at most max_new_tokens).
 
-    `top_k` 0 = off. Runs under the caller's autocast / eval state, like `generate`.
+    `top_k` 0 = off. Runs under the caller's autocast / eval state, like `generate`. `drop_finished` None = on
+    the CPU only: there the tokens are tested equal with rows dropped; on CUDA, GEMM kernels chosen by row count
+    may round differently, so rows are kept (same shapes as generate) until a GPU run shows dropping is exact.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens = {max_new_tokens} must be >= 1")
@@ -152,6 +166,8 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     rows, P = input_ids.shape
     device = input_ids.device
     capacity = P + max_new_tokens
+    if drop_finished is None:
+        drop_finished = device.type == "cpu"
     eos = torch.tensor([eos_token_id], device=device)
     procs = logits_processors(P, min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty,
                               do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -179,6 +195,7 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     slots = SlotCache(keys, values, P)
     del cache, out, inputs
 
+    step_fn = _decode_step(hf, lm, attn)
     embed = lm.embed_tokens
     # generate's mask has the dtype of the input embeddings (autocast leaves the embedding in the weight's).
     mask = _decode_mask(attention_mask, capacity, attn, embed.weight.dtype)
@@ -188,6 +205,9 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     pos = (steps[None, :] + hf.model.rope_deltas.to(device).view(-1, 1)).expand(3, rows, -1)
     probe = embed.weight.new_empty(1)
     cos, sin = lm.rotary_emb(probe, pos)  # [3, rows, max_new_tokens, head_dim]
+    if step_fn is not None:
+        cos, sin = step_fn.sections(cos, sin)  # [rows, 1, max_new_tokens, head_dim]
+    row_dim = 0 if step_fn is not None else 1
 
     seq = torch.full((rows, capacity), pad_token_id, dtype=input_ids.dtype, device=device)
     seq[:, :P] = input_ids
@@ -200,7 +220,9 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     n_steps = 0
     for s in range(max_new_tokens):
         cur = P + s
-        scores = procs(seq[:, :cur], logits)
+        scores = logits
+        for proc in procs:  # LogitsProcessorList's own call inspects signatures every step
+            scores = proc(seq[:, :cur], scores)
         if do_sample:
             probs = torch.softmax(scores, dim=-1)
             if probs.shape[0] == rows:
@@ -223,17 +245,20 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
             result[live] = seq
             live, seq, done = live[keep], seq.index_select(0, keep), done[keep]
             slots.keep_rows(keep)
-            cos, sin = cos.index_select(1, keep), sin.index_select(1, keep)
+            cos, sin = cos.index_select(row_dim, keep), sin.index_select(row_dim, keep)
             mask = None if mask is None else mask.index_select(0, keep)
             nxt = nxt[keep]
         # One decode step with the model's own modules.
         cache_pos.fill_(cur)
         hidden = embed(nxt[:, None])
-        pe = (cos[:, :, s:s + 1], sin[:, :, s:s + 1])
+        pe = (cos[..., s:s + 1, :], sin[..., s:s + 1, :])
         step_mask = None if mask is None else mask[..., :cur + 1]
-        for layer in layers:
-            hidden = layer(hidden, attention_mask=step_mask, position_ids=None, past_key_values=slots,
-                           use_cache=True, cache_position=cache_pos, position_embeddings=pe)[0]
+        if step_fn is not None:
+            hidden = step_fn(hidden, *pe, step_mask, slots)
+        else:
+            for layer in layers:
+                hidden = layer(hidden, attention_mask=step_mask, position_ids=None, past_key_values=slots,
+                               use_cache=True, cache_position=cache_pos, position_embeddings=pe)[0]
         slots.advance()
         hidden = lm.norm(hidden)
         logits = hf.lm_head(hidden[:, -1:, :])[:, -1, :].to(dtype=torch.float32)

@@ -23,10 +23,11 @@ from harness.models.tiny import build_tiny_model
 from harness.models.trainable import add_lora, set_trainable
 
 INSTRUCTIONS = ["describe", "write the findings section of the chest x-ray report please", "x", "findings ."]
-# (do_sample, temperature, top_p, top_k, repetition_penalty, min_new_tokens); the third is the RL presets'.
+# (do_sample, temperature, top_p, top_k, repetition_penalty, min_new_tokens): the second and third are the
+# presets' test decoding and RL sampling (experiments/), with fewer tokens.
 SETTINGS = [
     (False, 1.0, 1.0, 0, 1.0, 0),
-    (False, 1.0, 1.0, 0, 1.13, 3),
+    (False, 1.0, 1.0, 0, 1.05, 3),
     (True, 0.7, 0.9, 0, 1.03, 2),
     (True, 1.3, 1.0, 5, 1.0, 0),
     (True, 1.0, 0.6, 0, 1.2, 0),
@@ -60,7 +61,7 @@ def batch(tiny_processor, xray_images):
     return b
 
 
-def _both(model, batch, tok, setting, seed, eos, max_new=14, drop_finished=True):
+def _both(model, batch, tok, setting, seed, eos, max_new=14, drop_finished=None):
     do_sample, temperature, top_p, top_k, rep, min_new = setting
     common = dict(max_new_tokens=max_new, min_new_tokens=min_new, repetition_penalty=rep, do_sample=do_sample,
                   temperature=temperature, top_p=top_p, top_k=top_k, suppress_tokens=suppressed_token_ids(tok),
@@ -68,11 +69,11 @@ def _both(model, batch, tok, setting, seed, eos, max_new=14, drop_finished=True)
     with torch.no_grad(), autocast_for(model):
         torch.manual_seed(seed)
         ref = decode_tokens(model, batch, backend="hf", **common)
-        after_hf = torch.rand(3)
+        after_hf = torch.rand(3, device=ref.device)
         torch.manual_seed(seed)
         common.pop("do_sample")
         lean = lean_generate(model, batch, do_sample=do_sample, drop_finished=drop_finished, **common)
-        after_lean = torch.rand(3)
+        after_lean = torch.rand(3, device=ref.device)
     return ref, lean, after_hf, after_lean
 
 
@@ -184,3 +185,16 @@ def test_unknown_backend_and_unsupported_settings_are_named(lora_model, batch, t
         lora_model.generation_config.no_repeat_ngram_size = 0
     with pytest.raises(ValueError, match="max_new_tokens = 0"):
         lean_generate(lora_model, batch, **{**kw, "max_new_tokens": 0})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the prepared device check)")
+@pytest.mark.parametrize("drop", [None, True], ids=["rows-kept", "rows-dropped"])
+def test_lean_equals_generate_on_cuda(tiny_tokenizer, batch, drop):
+    """The real presets' setting on a GPU: sdpa, bf16 base, greedy and the RL sampling."""
+    model = _lora_model(tiny_tokenizer, "sdpa", torch.bfloat16).cuda()
+    cuda_batch = {k: v.cuda() for k, v in batch.items()}
+    for seed, setting in ((0, SETTINGS[1]), (1, SETTINGS[2])):
+        eos = _mid_report_token(model, cuda_batch, tiny_tokenizer, setting, seed)
+        ref, lean, after_hf, after_lean = _both(model, cuda_batch, tiny_tokenizer, setting, seed, eos,
+                                                drop_finished=drop)
+        assert torch.equal(lean, ref) and torch.equal(after_lean, after_hf), setting
