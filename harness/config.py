@@ -259,6 +259,10 @@ class GenerationConfig:
     min_new_tokens: int = 0
     repetition_penalty: float = 1.0
     batch_size: int = 32
+    # Decoding loop of RL rollouts, validation and test (issue 15): "hf" = transformers' `generate`; "lean" =
+    # harness/lean_decode.py, the same tokens (tests/harness/test_lean_decode.py: every sampling setting of
+    # experiments/, eager and sdpa, fp32 and bf16; on CPU) without generate's per-step overhead.
+    backend: str = "lean"
 
 
 @dataclass
@@ -541,3 +545,5 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
              "must be > 0")
         need(cfg.generation.min_new_tokens <= cfg.generation.max_new_tokens, "generation.min_new_tokens",
              cfg.generation.min_new_tokens, "must be <= generation.max_new_tokens")
+        need(cfg.generation.backend in ("hf", "lean"), "generation.backend", cfg.generation.backend,
+             "must be hf or lean")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.batching import END, encode_prompts, suppressed_token_ids
+from harness.decoding import decode_tokens
 from harness.models.precision import autocast_for
 
 
@@ -47,8 +48,9 @@ def response_mask_from(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:
 @torch.no_grad()
 def sample_rollout(model, processor, images: Sequence[Sequence], instructions: Sequence[str], *, group_size: int,
                    temperature: float, top_p: float, top_k: int, max_new_tokens: int, min_new_tokens: int,
-                   repetition_penalty: float) -> Rollout:
-    """Sample `group_size` candidates per prompt with whatever parameters are live in `model`."""
+                   repetition_penalty: float, backend: str = "hf") -> Rollout:
+    """Sample `group_size` candidates per prompt with whatever parameters are live in `model` (`backend`:
+    generation.backend, harness/decoding.py)."""
     tok = processor.tokenizer
     rep_images = [views for views in images for _ in range(group_size)]
     rep_instr = [ins for ins in instructions for _ in range(group_size)]
@@ -59,11 +61,11 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
     was = model.training
     model.eval()
     with autocast_for(model):
-        seqs = model.generate(
-            **batch, do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else None,
-        max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty,
-        suppress_tokens=suppressed_token_ids(tok), pad_token_id=tok.pad_token_id, eos_token_id=eos,
-    )
+        seqs = decode_tokens(
+            model, batch, backend=backend, do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
+            max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty,
+            suppress_tokens=suppressed_token_ids(tok), pad_token_id=tok.pad_token_id, eos_token_id=eos,
+        )
     model.train(was)
     P = batch["input_ids"].shape[1]
     resp = seqs[:, P:]

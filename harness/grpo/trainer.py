@@ -172,7 +172,8 @@ class GRPOTrainer:
                                   [self.train_set.instructions[i] for i in idx], group_size=rl.group_size,
                                   temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k,
                                   max_new_tokens=rl.max_new_tokens, min_new_tokens=rl.min_new_tokens,
-                                  repetition_penalty=rl.repetition_penalty)
+                                  repetition_penalty=rl.repetition_penalty,
+                                  backend=getattr(self, "generation_backend", "hf"))
 
     @torch.no_grad()
     def _frozen_logprobs(self, logits: torch.Tensor, ro: Rollout, want_entropy: bool):

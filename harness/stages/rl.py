@@ -80,6 +80,7 @@ def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
     val = prompt_set(cfg, val_samples, spec)
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
                           validate=make_validator(cfg, val, processor, dist), progress=progress, dist=dist)
+    trainer.generation_backend = cfg.generation.backend  # read by GRPOTrainer._rollout
     metrics = trainer.train()
     out = run.path / "model"
     if dist.main:

@@ -1,0 +1,106 @@
+"""Rollout time of the lean decoding loop vs transformers' `generate` (issue 15; goal: lean >= 3x faster).
+
+    python benchmarks/bench_rollout.py                      # tiny preset, 4 prompts x G=4 = 16 rows x 48 tokens
+    python benchmarks/bench_rollout.py --repeats 15 --threads 1 --max-new-tokens 48
+
+The model is the tiny preset (built like benchmarks/bench_rl_step.py: harness.models.tiny with
+harness.config.ModelConfig's sizes, LoRA r = 32 on every linear layer + the merger, set trainable for stage "rl"),
+the prompts are synthetic chest X-rays (harness.data.phantom). A measured call is `sample_rollout` (encoding,
+decoding, masks and texts: what a GRPO step pays), with the RL sampling settings (T 0.7, top-p 0.9, repetition
+penalty 1.03) and min_new_tokens = max_new_tokens, so every row decodes exactly max_new_tokens tokens.
+Repeats alternate the backends (hf, lean, lean, hf, ...) so both see the same machine load; before timing,
+both backends decode once from the same seed and must return the same tokens (the run stops otherwise).
+The same is then timed for the decoding call alone (`decode_tokens` on the encoded batch, prefill included).
+Printed: median and min seconds per call for each backend and the ratio of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+BACKENDS = ("hf", "lean")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per rollout (B)")
+    parser.add_argument("--group-size", type=int, default=4, help="candidates per prompt (G)")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--repeats", type=int, default=10, help="measured rollouts per backend")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (the goal is on one core)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import torch
+    from bench_rl_step import build_model_and_processor, build_prompts
+
+    from harness.batching import END, encode_prompts, suppressed_token_ids
+    from harness.decoding import decode_tokens
+    from harness.grpo.rollout import sample_rollout
+    from harness.models.precision import autocast_for
+    from harness.models.trainable import add_lora, set_trainable
+
+    torch.set_num_threads(args.threads)
+    prompts = build_prompts(args.prompts, 112, args.seed)
+    model, processor, mcfg = build_model_and_processor(args.seed)
+    model = add_lora(model, r=mcfg.lora_r, alpha=mcfg.lora_alpha, dropout=mcfg.lora_dropout)
+    set_trainable(model, "rl")
+    model.to(args.device)
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+
+    def rollout(backend: str):
+        torch.manual_seed(args.seed)
+        return sample_rollout(model, processor, prompts.images, prompts.instructions, group_size=args.group_size,
+                              temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=args.max_new_tokens,
+                              min_new_tokens=args.max_new_tokens, repetition_penalty=1.03, backend=backend)
+
+    # The decoding call alone (prefill included): the same processor inputs sample_rollout builds.
+    tok = processor.tokenizer
+    rep = [v for v in prompts.images for _ in range(args.group_size)]
+    ins = [s for s in prompts.instructions for _ in range(args.group_size)]
+    batch = {k: v.to(args.device) for k, v in encode_prompts(processor, rep, ins).items()}
+
+    def decode(backend: str):
+        torch.manual_seed(args.seed)
+        model.eval()
+        with torch.no_grad(), autocast_for(model):
+            return decode_tokens(model, batch, backend=backend, do_sample=True, temperature=0.7, top_p=0.9,
+                                 top_k=0, max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
+                                 repetition_penalty=1.03, suppress_tokens=suppressed_token_ids(tok),
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.convert_tokens_to_ids(END))
+
+    ref, lean = rollout("hf"), rollout("lean")
+    if not torch.equal(ref.sequences, lean.sequences) or not torch.equal(decode("hf"), decode("lean")):
+        print("lean and generate returned different tokens; not timing", file=sys.stderr)
+        return 1
+    rows = args.prompts * args.group_size
+    print(f"{rows} rows x {args.max_new_tokens} new tokens, {args.repeats} interleaved repeats, "
+          f"{args.threads} thread(s), {args.device}, torch {torch.__version__}, {platform.machine()}")
+    for name, fn in (("sample_rollout (encode + decode + texts)", rollout), ("decoding call only", decode)):
+        times: dict[str, list[float]] = {b: [] for b in BACKENDS}
+        for r in range(args.repeats):
+            for backend in BACKENDS if r % 2 == 0 else BACKENDS[::-1]:
+                sync()
+                t0 = time.perf_counter()
+                fn(backend)
+                sync()
+                times[backend].append(time.perf_counter() - t0)
+        med = {b: statistics.median(t) for b, t in times.items()}
+        print(name)
+        for b in BACKENDS:
+            print(f"  {b:5s} median {med[b]:.4f} s   min {min(times[b]):.4f} s")
+        print(f"  speed-up (median hf / median lean): {med['hf'] / med['lean']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
