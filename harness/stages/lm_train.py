@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from harness.batching import encode_sft, lm_loss
+from harness.checkpoint_io import load_state, save_state
 from harness.config import TrainConfig
 from harness.distributed import Dist, shard
 from harness.models.trainable import unwrap
@@ -89,16 +90,14 @@ def _write_checkpoint(run: RunDir, model, optimizer, scheduler, step: int) -> No
     # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run.
     state = {"params": params, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
              "step": step, "torch_rng": torch.get_rng_state()}
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    save_state(state, path)
 
 
 def load_checkpoint(run: RunDir, model, optimizer, scheduler) -> int:
     path = _ckpt_path(run)
     if not path.is_file():
         return 0
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_state(path)
     params = dict(unwrap(model).named_parameters())
     with torch.no_grad():
         for n, v in state["params"].items():

@@ -74,11 +74,12 @@ class VAPRReference(ReferenceStrategy):
         return event
 
     def state_dict(self) -> dict[str, Any]:
+        # plain floats/ints: checkpoints are read with weights_only=True (harness/checkpoint_io.py)
         return {
-            "best_score": self.best_score,
-            "best_epoch": self.best_epoch,
-            "best_step": self.best_step,
-            "num_resets": self.num_resets,
+            "best_score": None if self.best_score is None else float(self.best_score),
+            "best_epoch": None if self.best_epoch is None else int(self.best_epoch),
+            "best_step": None if self.best_step is None else int(self.best_step),
+            "num_resets": int(self.num_resets),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
