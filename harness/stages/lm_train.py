@@ -154,8 +154,7 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg, total)
     step = load_checkpoint(run, model, optimizer, scheduler)
-    if step:
-        run.truncate_logs_after(step)
+    run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
     dist.broadcast_parameters(params)
     device = next(model.parameters()).device
     model.train()
@@ -195,8 +194,6 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         bar.update(1)
         bar.set_postfix(loss=f"{last_loss:.3f}")
         epoch_done = step % steps_per_epoch == 0 or step == total
-        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint(run, model, optimizer, scheduler, step, dist)
         if epoch_done:
             row = {"step": step, "epoch": epoch + 1, "split": "val"}
             if val is not None and len(val):
@@ -204,6 +201,9 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
             if on_epoch_end is not None:
                 row.update(on_epoch_end(epoch + 1, step))
             run.log_eval(row)
+        # After the epoch's validation row: a resume from this checkpoint keeps that row and never redoes it.
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            save_checkpoint(run, model, optimizer, scheduler, step, dist)
     bar.close()
     save_checkpoint(run, model, optimizer, scheduler, step, dist)
     final = {"steps": step, "train_loss": last_loss, "wall_time_s": time.time() - t_start}

@@ -58,6 +58,19 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str]) -> dict:
     return scores
 
 
+def final_validation_done(trainer: GRPOTrainer) -> bool:
+    """True when the run's checkpoint is at its last step and the validation of that step is already logged:
+    the earlier try finished training and died before metrics.json, so resuming must not validate again."""
+    from harness.checkpoint_io import checkpoint_step
+    from harness.records import read_jsonl
+
+    if checkpoint_step(trainer.ckpt_path) != trainer.total_steps:
+        return False
+    # read from the file on every process (a follower's run object reads nothing): all ranks decide alike
+    vals = [e for e in read_jsonl(Path(trainer.run.path) / "evals.jsonl") if e.get("split") == "val"]
+    return bool(vals) and int(vals[-1].get("step", -1)) == trainer.total_steps
+
+
 def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
     """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/distributed.py)."""
     start = begin_stage(cfg, "rl", progress)  # data-parallel under torchrun / accelerate launch
@@ -76,6 +89,8 @@ def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
     val = prompt_set(cfg, val_samples, spec)
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
                           validate=make_validator(cfg, val, processor, dist), progress=progress, dist=dist)
+    if final_validation_done(trainer):
+        trainer.validate_fn = None  # died between the final checkpoint and metrics.json: log no second row
     metrics = trainer.train()
     out = run.path / "model"
     if dist.main:
