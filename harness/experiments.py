@@ -567,7 +567,21 @@ def gpu_slots(workers: int) -> list[str | None]:
     return [ids[i % len(ids)] for i in range(workers)] if ids else [None] * workers
 
 
+def die_with_parent() -> None:
+    """Linux: the kernel sends this process SIGKILL when its parent dies (kill -9 of the runner included), so no
+    orphaned worker goes on writing a run folder that a restarted runner then takes over."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent died before the call above
+        os._exit(1)
+
+
 def _init_worker(slots=None) -> None:
+    die_with_parent()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     gpu = slots.get() if slots is not None else None
     if gpu is not None:  # before torch touches CUDA: this worker then sees one GPU, as cuda:0

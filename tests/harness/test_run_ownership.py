@@ -208,3 +208,47 @@ def test_run_dir_helpers_leave_nothing_behind(tmp_path):
     run.log_step({"step": 1})
     run.clear_logs()
     assert run.steps() == [] and sorted(p.name for p in run.path.iterdir()) == []
+
+
+def _sleeper(path: str) -> None:
+    import time
+
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+def test_workers_die_with_a_killed_runner(tmp_path):
+    """kill -9 of the runner: its pool's worker processes are gone too (no orphan left writing)."""
+    import signal
+    import time
+
+    code = textwrap.dedent(f"""
+        import time
+        from harness.experiments import _make_executor
+        from tests.harness.test_run_ownership import _sleeper
+        ex = _make_executor(2)
+        futs = [ex.submit(_sleeper, {str(tmp_path)!r} + f"/w{{i}}") for i in range(2)]
+        time.sleep(600)
+    """)
+    runner = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    files = [tmp_path / "w0", tmp_path / "w1"]
+    for _ in range(600):  # the workers start (spawn + imports)
+        if all(f.is_file() and f.read_text() for f in files):
+            break
+        time.sleep(0.5)
+    pids = [int(f.read_text()) for f in files]
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+
+    def running(pid: int) -> bool:
+        fields = runlock._stat_fields(pid)
+        return fields is not None and fields[0] != "Z"  # a zombie has exited
+
+    for _ in range(200):
+        if not any(running(p) for p in pids):
+            break
+        time.sleep(0.1)
+    alive = [p for p in pids if running(p)]
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert not alive
