@@ -39,15 +39,25 @@ def _split_config_args(items: list[str]) -> tuple[str | None, list[str]]:
     return config, overrides
 
 
-def _add_config_args(p: argparse.ArgumentParser) -> None:
+def _add_config_args(p: argparse.ArgumentParser, restart: bool = True) -> None:
     p.add_argument("args", nargs="*", metavar="CONFIG | key=value",
                    help="optional YAML config file, then dotted overrides such as train.epochs=2")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    if restart:
+        p.add_argument("--restart", action="store_true",
+                       help="discard what out_dir holds (records, checkpoint, model) and run the stage from the start;"
+                            " without it, a folder of another stage or config is refused")
 
 
 def _cfg(ns, stage: str | None = None):
+    from harness.preflight import check_names
+    from harness.runstate import request_restart
+
     config, overrides = _split_config_args(ns.args)
-    return load_config(config, overrides, stage=stage)
+    cfg = load_config(config, overrides, stage=stage)
+    check_names(cfg, stage)  # unknown reward / metric names fail here, before any model or data set is built
+    request_restart(bool(getattr(ns, "restart", False)))
+    return cfg
 
 
 def cmd_data_synth(ns) -> int:
@@ -92,9 +102,11 @@ def cmd_train(ns) -> int:
 
 
 def cmd_eval(ns) -> int:
+    from harness.preflight import check_split
     from harness.records import RunDir
     from harness.stages.evaluate import evaluate_model
 
+    check_split(ns.split, "--split")
     cfg = _cfg(ns, "eval")
     run = RunDir(ns.out) if ns.out else None
     scores = evaluate_model(cfg, ns.model, ns.split, run=run, progress=not ns.no_progress)
@@ -201,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="regbench",
         description="KL-regularizer benchmark for GRPO fine-tuning of VLMs on chest X-ray report generation.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, print the full traceback (may also be given after the subcommand)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     data = sub.add_parser("data", help="data sets").add_subparsers(dest="data_command", required=True)
@@ -228,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", default="test", help="train, val or test (default test)")
     ev.add_argument("--out", default=None, help="run folder to append evals.jsonl and predictions to")
     ev.add_argument("--per-label", action="store_true", help="also print the per-observation CE table (stderr)")
-    _add_config_args(ev)
+    _add_config_args(ev, restart=False)
     ev.set_defaults(func=cmd_eval)
 
     exp_model = sub.add_parser("export", help="write a stage's model as one merged transformers folder")
@@ -308,8 +322,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_line(e: BaseException) -> str:
+    """One line for any error: the message (which names the file/key/value and what to do), its first line if
+    it has several; errors that are not ours also say their type."""
+    text = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
+    if isinstance(e, ConfigError | FileNotFoundError | ValueError | RuntimeError) and not isinstance(
+            e, UnicodeDecodeError):
+        return text
+    return f"{type(e).__name__}: {text}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # accepted anywhere on the line
+    argv = [a for a in argv if a != "--debug"]
     # Options may sit between CONFIG/key=value arguments (`train rl cfg.yaml --no-progress a.b=1`): argparse
     # stops collecting a positional list at the first option, so collect the rest here.
     ns, extra = parser.parse_known_args(argv)
@@ -319,8 +346,16 @@ def main(argv: list[str] | None = None) -> int:
         ns.args = list(ns.args) + extra
     try:
         return ns.func(ns)
-    except (ConfigError, FileNotFoundError, ValueError) as e:
-        print(f"regbench: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("regbench: interrupted (rerun the same command to resume)", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - every error becomes one line; --debug shows the traceback
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        more = "" if debug else " (--debug shows the traceback)"
+        print(f"regbench: error: {error_line(e)}{more}", file=sys.stderr)
         return 2
     finally:
         if "torch.distributed" in sys.modules:  # a torchrun / accelerate launch: leave the process group

@@ -9,6 +9,7 @@ Unknown keys and values of the wrong type are errors that name the key and the f
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -400,7 +401,9 @@ def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict:
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({e})") from e
     if not isinstance(data, dict):
@@ -408,13 +411,18 @@ def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict:
     return data
 
 
-def load_yaml(path: str | Path) -> dict:
+def load_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
     path = Path(path)
+    if path.resolve() in _chain:
+        names = " -> ".join(str(p) for p in (*_chain, path.resolve()))
+        raise ConfigError(f"{path}: 'base:' cycle ({names}); remove one of these base: lines")
     data = read_yaml_mapping(path)
     # `base:` names another YAML (relative to this file) whose values this one overrides.
     base = data.pop("base", None)
+    if base is not None and not isinstance(base, str):
+        raise ConfigError(f"{path}: 'base' = {base!r} must be a file name")
     if base:
-        merged = load_yaml(path.parent / base)
+        merged = load_yaml(path.parent / base, (*_chain, path.resolve()))
         _deep_update(merged, data)
         data = merged
     return data
@@ -451,19 +459,52 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Defaults <- YAML file (optional; a plain RunConfig mapping, or an experiments/ preset read for `stage`)
     <- dotted overrides; validated."""
     data = stage_view(load_yaml(path), stage, str(path)) if path else {}
-    apply_overrides(data, list(overrides or []))
     source = str(path) if path else "<overrides>"
+    overrides = list(overrides or [])
+    if path and overrides:
+        from_dict(cls, data, source=source)  # the file's own errors name the file, not the overrides
+    # A bad value set on the command line is blamed on that override, not on the file it overrides.
+    sources = {}
+    for item in overrides:
+        apply_overrides(data, [item])
+        sources[item.split("=", 1)[0].strip()] = f"override '{item}'"
+        from_dict(cls, data, source=f"override '{item}'")  # valid before this item: an error is this item's
+    if stage and cls is RunConfig and "out_dir" not in data:
+        data["out_dir"] = f"runs/{stage}"  # stages never share a default run folder
     cfg = from_dict(cls, data, source=source)
-    validate(cfg, source)
+    validate(cfg, source, sources)
     return cfg
 
 
-def validate(cfg: RunConfig, source: str = "<config>") -> None:
+def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:
+    """The override that set `key` (or one of the keys of a joint check such as 'rl.beta_min/beta_base'), else
+    the file."""
+    if not sources:
+        return source
+    if key in sources:
+        return sources[key]
+    section, _, names = key.rpartition(".")
+    for name in names.split("/"):
+        full = f"{section}.{name}" if section else name
+        if full in sources:
+            return sources[full]
+    return source
+
+
+def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] | None = None) -> None:
+    """Range and name checks of every field (`sources`: key -> the command-line override that set it)."""
     def need(cond: bool, key: str, value: Any, why: str) -> None:
         if not cond:
-            raise ConfigError(f"{source}: '{key}' = {value!r} {why}")
+            raise ConfigError(f"{_source_of(key, source, sources)}: '{key}' = {value!r} {why}")
 
+    # Every number: floats finite (an inf learning rate or clip range is never meant), counts and seeds >= 0.
+    for key, value in _numeric_fields(cfg):
+        if isinstance(value, float):
+            need(math.isfinite(value), key, value, "must be a finite number")
+        else:
+            need(value >= 0, key, value, "must be >= 0")
     if isinstance(cfg, RunConfig):
+        _check_ranges(cfg, need)
         need(cfg.data.dataset in ("phantom", "iu_xray", "mimic_cxr"), "data.dataset", cfg.data.dataset,
              "must be phantom, iu_xray or mimic_cxr")
         need(cfg.data.dataset == "phantom" or cfg.data.annotation is not None, "data.annotation",
@@ -547,3 +588,55 @@ def validate(cfg: RunConfig, source: str = "<config>") -> None:
              cfg.generation.min_new_tokens, "must be <= generation.max_new_tokens")
         need(cfg.generation.backend in ("hf", "lean"), "generation.backend", cfg.generation.backend,
              "must be hf or lean")
+
+
+def _numeric_fields(obj, prefix: str = ""):
+    """(dotted key, value) of every int/float field of a config dataclass, nested sections included."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _numeric_fields(value, f"{prefix}{f.name}.")
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            yield f"{prefix}{f.name}", value
+
+
+def _check_ranges(cfg: RunConfig, need) -> None:
+    """Ranges beyond "finite" and ">= 0": what each knob means (the message names the key and the bound)."""
+    def at_least(key: str, bound: float, strict: bool = False, optional: bool = False) -> None:
+        section, _, name = key.rpartition(".")
+        value = getattr(getattr(cfg, section) if section else cfg, name)
+        if value is None and optional:
+            return
+        ok = value > bound if strict else value >= bound
+        need(ok, key, value, f"must be {'>' if strict else '>='} {bound:g}" + (" or null" if optional else ""))
+
+    def within(key: str, lo: float, hi: float, hi_open: bool = False) -> None:
+        section, _, name = key.rpartition(".")
+        value = getattr(getattr(cfg, section), name)
+        ok = lo <= value < hi if hi_open else lo <= value <= hi
+        need(ok, key, value, f"must be in [{lo:g}, {hi:g}{')' if hi_open else ']'}")
+
+    at_least("data.synth_image_size", 28)
+    at_least("model.image_size", 28)
+    for key in ("model.lora_alpha", "model.tiny_text_hidden", "model.tiny_text_layers", "model.tiny_vision_hidden",
+                "model.tiny_vision_depth", "model.tiny_vocab_size", "train.log_every", "prompt.max_report_tokens",
+                "classifier.img_size", "classifier.epochs", "classifier.batch_size", "pretrain.n",
+                "pretrain.batch_size", "rl.kl_horizon", "rl.ema_period", "rl.max_new_tokens",
+                "generation.batch_size"):
+        at_least(key, 1)
+    for key in ("train.grad_clip", "train.vision_lr_mult", "classifier.weight_decay", "pretrain.weight_decay",
+                "pretrain.vision_lr_mult", "pretrain.findings_task_fraction", "pretrain.hint_task_fraction",
+                "rl.eps_high", "rl.entropy_coef", "rl.val_lambda"):
+        at_least(key, 0)
+    for key in ("classifier.lr", "pretrain.lr", "pretrain.epochs", "rl.kl_target", "rl.repetition_penalty",
+                "rl.token_weight_boost", "generation.repetition_penalty"):
+        at_least(key, 0, strict=True)
+    for key in ("rl.val_every_steps", "rl.val_max_samples", "rl.logprob_chunk_positions"):
+        at_least(key, 1, optional=True)
+    for key in ("rl.logprob_temperature", "rl.token_weight_max"):
+        at_least(key, 0, strict=True, optional=True)
+    within("rl.eps_low", 0, 1, hi_open=True)  # the ratio's lower clip 1 - eps_low must stay above 0
+    within("classifier.adam_beta2", 0, 1, hi_open=True)
+    need(cfg.rl.val_rg_metric in ("none", "entity_f1", "radgraph"), "rl.val_rg_metric", cfg.rl.val_rg_metric,
+         "must be none, entity_f1 or radgraph")
+    need(cfg.seed < 2**63, "seed", cfg.seed, "must be < 2**63")

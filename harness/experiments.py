@@ -47,6 +47,7 @@ from harness.config import (
     to_dict,
 )
 from harness.records import atomic_write_json, atomic_write_text, git_commit, read_json
+from harness.runlock import LOCK_NAME  # noqa: F401 - the lock file's name, for callers of this module
 
 INDEX_FORMAT = "regbench.experiment-index/1"
 STAGES = ("warmup", "classifier", "sft", "rl")
@@ -480,49 +481,22 @@ def _node_done(node: Node) -> bool:
     return False
 
 
-LOCK_NAME = ".regbench.lock"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def acquire_lock(run_dir: Path) -> str | None:
-    """Mark a stage run as being executed by this process; None, or why another runner holds it.
+    """Mark a stage run as being executed by this runner (harness/runlock.py); None, or why another live process
+    holds it. The stage itself, in a worker or under a launcher, joins the lock as a co-holder."""
+    from harness.runlock import RunLocked, acquire
 
-    The lock file holds "host pid". A lock of this host whose process is gone (a killed runner) is stale and
-    taken over; a lock of another host is trusted (a shared disk: its process cannot be checked from here)."""
-    import socket
-
-    lock = run_dir / LOCK_NAME
-    me = f"{socket.gethostname()} {os.getpid()}"
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                host, pid = lock.read_text().split()
-            except (OSError, ValueError):
-                host, pid = "?", "0"
-            if host == socket.gethostname() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
-                lock.unlink(missing_ok=True)  # stale (or ours from an earlier run in this process)
-                continue
-            return (f"{run_dir} is being run by another process ({host} pid {pid}, lock {lock}); run this again "
-                    "when it has finished (the stage run is then reused), or delete the lock if that process is gone")
-        with os.fdopen(fd, "w") as f:
-            f.write(me + "\n")
-        return None
-    return f"could not lock {lock}"
+    try:
+        acquire(run_dir)
+    except RunLocked as e:
+        return str(e)
+    return None
 
 
 def release_lock(run_dir: Path) -> None:
-    (run_dir / LOCK_NAME).unlink(missing_ok=True)
+    from harness.runlock import release
+
+    release(run_dir)
 
 
 def _link_stages(plan: Plan) -> None:
@@ -593,7 +567,21 @@ def gpu_slots(workers: int) -> list[str | None]:
     return [ids[i % len(ids)] for i in range(workers)] if ids else [None] * workers
 
 
+def die_with_parent() -> None:
+    """Linux: the kernel sends this process SIGKILL when its parent dies (kill -9 of the runner included), so no
+    orphaned worker goes on writing a run folder that a restarted runner then takes over."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent died before the call above
+        os._exit(1)
+
+
 def _init_worker(slots=None) -> None:
+    die_with_parent()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     gpu = slots.get() if slots is not None else None
     if gpu is not None:  # before torch touches CUDA: this worker then sees one GPU, as cuda:0
@@ -639,19 +627,27 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
 def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
                  launcher: str | None = None) -> dict:
     """Run one node; never raises (the error and traceback come back in the result)."""
+    from harness.runlock import scope
+
     t0 = time.time()
     try:
-        cfg = from_dict(RunConfig, config)
-        if launcher and kind in LAUNCHED_STAGES:
-            result = str(launch_stage(kind, cfg, launcher))
-        elif kind == "eval":
-            result = _resolve_function(function)(cfg, model_dir, progress=False)
-        else:
-            result = str(_resolve_function(function)(cfg, progress=False))
-        return {"ok": True, "result": result, "elapsed_s": time.time() - t0}
+        with scope():  # the run folders the stage locked are given back when it ends (workers run many)
+            return _execute_node(kind, function, config, model_dir, launcher, t0)
     except Exception as e:  # noqa: BLE001 - recorded in the index; other arms go on
         return {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
                 "elapsed_s": time.time() - t0}
+
+
+def _execute_node(kind: str, function: str, config: dict, model_dir: str | None, launcher: str | None,
+                  t0: float) -> dict:
+    cfg = from_dict(RunConfig, config)
+    if launcher and kind in LAUNCHED_STAGES:
+        result = str(launch_stage(kind, cfg, launcher))
+    elif kind == "eval":
+        result = _resolve_function(function)(cfg, model_dir, progress=False)
+    else:
+        result = str(_resolve_function(function)(cfg, progress=False))
+    return {"ok": True, "result": result, "elapsed_s": time.time() - t0}
 
 
 class _InlineExecutor:

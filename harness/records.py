@@ -218,6 +218,11 @@ class RunDir:
     def evals(self) -> list[dict]:
         return read_jsonl(self.path / "evals.jsonl")
 
+    def clear_logs(self) -> None:
+        """A run that starts from zero (no checkpoint) keeps no rows of an earlier, interrupted try."""
+        for name in ("steps.jsonl", "evals.jsonl", "samples.jsonl"):
+            (self.path / name).unlink(missing_ok=True)
+
     def truncate_logs_after(self, step: int) -> None:
         """On resume, drop log lines written after the checkpoint we resume from."""
         for name in ("steps.jsonl", "evals.jsonl", "samples.jsonl"):
@@ -255,6 +260,9 @@ class FollowerRun:
         pass
 
     def truncate_logs_after(self, step: int) -> None:
+        pass
+
+    def clear_logs(self) -> None:
         pass
 
     def close(self) -> None:

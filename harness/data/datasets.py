@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,12 @@ def _parse_item(item: object, path: Path, dataset: str, image_dir: Path, check_i
         raise ValueError(f"{where}: field 'image_path' must be a list of paths")
     if not views:
         raise ValueError(f"{where}: field 'image_path' is empty (a study needs at least one view)")
+    for v in views[:max_views]:
+        # Confined to image_dir (lexically, so a data set whose folder holds symlinks to other disks still works):
+        # an annotation file must not make the program read arbitrary files.
+        if os.path.isabs(v) or os.path.normpath(v).split(os.sep)[0] == os.pardir:
+            raise ValueError(f"{where}: image path {v!r} leaves the image folder {image_dir}; image paths must be "
+                             "relative to data.image_dir (set data.image_dir to a folder that holds them)")
     image_paths = [image_dir / v for v in views[:max_views]]
     if check_images:
         for image_path in image_paths:
@@ -149,8 +156,12 @@ def load_image(path: str | Path, size: int) -> Image.Image:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"image file not found: {path}")
-    with Image.open(path) as raw:
-        image = _to_rgb(raw)
+    try:
+        with Image.open(path) as raw:
+            image = _to_rgb(raw)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # PIL's corrupt-file errors
+        raise ValueError(f"{path}: not a readable image ({type(e).__name__}: {e}); replace the file or drop its "
+                         "study from the annotation file") from e
     width, height = image.size
     side = max(width, height)
     if width != height:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from harness.checkpoint_io import load_state
 from harness.config import RLConfig, TrainConfig
 from harness.distributed import Dist, shard
 from harness.grpo.core import (
@@ -142,7 +143,7 @@ class GRPOTrainer:
     def try_resume(self) -> bool:
         if not self.ckpt_path.is_file():
             return False
-        state = torch.load(self.ckpt_path, map_location="cpu", weights_only=False)
+        state = load_state(self.ckpt_path)
         with torch.no_grad():
             for n, p in zip(self.store.param_names(), self.store.parameters(), strict=True):
                 p.copy_(state["live"][n])

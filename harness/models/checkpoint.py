@@ -66,9 +66,20 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
     elif not _is_hub_id(path_s):
         # Not a folder here and not shaped like a hub id ("org/name"): say so instead of asking the hub.
         raise FileNotFoundError(f"model folder not found: {path_s}")
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
-        path_s, dtype=_DTYPES[dtype], attn_implementation=attn_implementation
-    )
+    if Path(path_s).is_dir():
+        from harness.preflight import check_base_folder
+
+        check_base_folder(path_s, "model folder")
+    try:
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+            path_s, dtype=_DTYPES[dtype], attn_implementation=attn_implementation
+        )
+    except Exception as e:  # noqa: BLE001 - safetensors and transformers raise many types for a bad folder
+        if not Path(path_s).is_dir():
+            raise
+        # e.g. a truncated or corrupt *.safetensors: name the folder, not transformers' internals
+        raise ValueError(f"{path_s}: cannot load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                         "check that its weight files are complete") from e
     kwargs = {}
     if image_size is not None:
         kwargs = {"min_pixels": image_size * image_size, "max_pixels": image_size * image_size}
@@ -158,7 +169,24 @@ def read_spec(model_dir: str | Path) -> dict:
     spec_path = model_dir / SPEC
     if not spec_path.is_file():
         raise FileNotFoundError(f"{model_dir}: not a stage checkpoint ({SPEC} missing)")
-    return json.loads(spec_path.read_text())
+    try:
+        spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{spec_path}: not valid JSON ({e}); rerun the stage that wrote it") from e
+    if not isinstance(spec, dict) or not isinstance(spec.get("base"), str):
+        raise ValueError(f"{spec_path}: needs a 'base' entry naming the base model folder; rerun the stage that "
+                         "wrote it")
+    return spec
+
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; rerun the stage that wrote this model folder")
+    try:
+        return load_file(str(path))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types for a corrupt header
+        raise ValueError(f"{path}: corrupt or truncated safetensors file ({type(e).__name__}: {e}); rerun the "
+                         "stage that wrote it") from e
 
 
 def resolve_base(spec: dict, model_dir: str | Path, fallback: str | Path | None = None) -> str:
@@ -179,10 +207,10 @@ def stage_tensors(model_dir: str | Path) -> dict[str, torch.Tensor]:
     """The stage's merger / LoRA tensors under the unwrapped module's names, from any checkpoint format."""
     model_dir = Path(model_dir)
     if (model_dir / ADAPTER_WEIGHTS).is_file():
-        return {from_peft_key(k): v for k, v in load_file(str(model_dir / ADAPTER_WEIGHTS)).items()}
+        return {from_peft_key(k): v for k, v in _load_safetensors(model_dir / ADAPTER_WEIGHTS).items()}
     for name in (MERGER_WEIGHTS, LEGACY_WEIGHTS):
         if (model_dir / name).is_file():
-            return load_file(str(model_dir / name))
+            return _load_safetensors(model_dir / name)
     raise FileNotFoundError(f"{model_dir}: no weights ({ADAPTER_WEIGHTS}, {MERGER_WEIGHTS} or {LEGACY_WEIGHTS})")
 
 

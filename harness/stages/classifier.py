@@ -25,7 +25,7 @@ from harness.models.classifier import (
     save_classifier,
     train_classifier,
 )
-from harness.stages.common import load_images, load_splits, seed_everything, start_run
+from harness.stages.common import load_images, load_splits, require_train, seed_everything, start_run
 
 
 def reference_labels(samples) -> np.ndarray:
@@ -61,13 +61,16 @@ def _inputs(samples, img_size: int) -> torch.Tensor:
 
 
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
+    from harness.preflight import check_inputs
+
+    check_inputs(cfg, "classifier")
     seed_everything(cfg.seed)
     run = start_run(cfg, "classifier")
     out = run.path / "classifier"
     if run.complete:
         return out
     ccfg = classifier_config(cfg)
-    splits = load_splits(cfg, progress)
+    splits = require_train(load_splits(cfg, progress), cfg, "classifier")
     x_tr, x_va = _inputs(splits["train"], ccfg.img_size), _inputs(splits["val"], ccfg.img_size)
     y_tr = torch.tensor(classifier_targets(reference_labels(splits["train"])), dtype=torch.float32)
     y_va = torch.tensor(classifier_targets(reference_labels(splits["val"])), dtype=torch.float32)

@@ -69,6 +69,16 @@ def load_splits(cfg: RunConfig, progress: bool = True) -> dict:
     return {k: (v[: caps[k]] if caps.get(k) else v) for k, v in splits.items()}
 
 
+def require_train(splits: dict, cfg: RunConfig, stage: str) -> dict:
+    """A training stage needs training samples (and a validation split to choose and report on)."""
+    source = cfg.data.annotation or str(phantom_dir(cfg) / "annotation.json")
+    for split in ("train", "val"):
+        if not splits.get(split):
+            raise ValueError(f"{source}: the {split} split is empty (after data.train_min_tokens / data.max_{split}); "
+                             f"stage {stage} needs {split} samples")
+    return splits
+
+
 def select_train(samples: list, d, source: str) -> list:
     """The training samples a stage uses: reports of at least `train_min_tokens` tokens, then `max_train`
     of them (the first, or a seeded random draw kept in data order); REVA-PO's RL subset is 30 / 10k."""
@@ -91,11 +101,28 @@ def load_images(samples, size: int) -> list[list]:
     return [load_views(s, size) for s in samples]
 
 
-def start_run(cfg: RunConfig, stage: str, extra: dict | None = None) -> RunDir:
-    """The run directory; a new or resumed run gets a fresh manifest, a completed one is left as it is."""
-    run = RunDir(cfg.out_dir, tensorboard=stage == "rl")
+def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bool | None = None) -> RunDir:
+    """The run directory, locked by this process (harness/runlock.py) and checked to be this stage's with this
+    config (harness/runstate.py; `restart` discards what it holds instead). A new or resumed run gets a fresh
+    manifest, a completed one is left as it is; a run with no checkpoint starts from zero, so its logs are
+    emptied (a rerun never appends to the rows of an interrupted or failed try)."""
+    from harness import runlock, runstate
+
+    path = Path(cfg.out_dir)
+    restart = runstate.restart_requested() if restart is None else restart
+    runstate.check_out_dir(path)
+    if not restart:
+        runstate.check_reuse(path, cfg, stage)  # before the folder is touched
+    runlock.acquire(path)
+    if restart:
+        runstate.discard_run(path)
+    else:
+        runstate.check_reuse(path, cfg, stage)  # again, now that no one else writes it
+    run = RunDir(path, tensorboard=stage == "rl")
     if not run.complete:
-        run.write_manifest(to_dict(cfg), cfg.seed, stage, extra)
+        if not runstate.has_checkpoint(path):
+            run.clear_logs()
+        run.write_manifest(to_dict(cfg), cfg.seed, stage, {"config_hash": runstate.config_hash(cfg), **(extra or {})})
     return run
 
 

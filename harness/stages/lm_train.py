@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from harness.batching import IGNORE, encode_sft, lm_loss
+from harness.checkpoint_io import load_state, save_state
 from harness.config import TrainConfig
 from harness.distributed import Dist, shard
 from harness.models.trainable import unwrap
@@ -89,16 +90,14 @@ def _write_checkpoint(run: RunDir, model, optimizer, scheduler, step: int) -> No
     # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run.
     state = {"params": params, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
              "step": step, "torch_rng": torch.get_rng_state()}
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    save_state(state, path)
 
 
 def load_checkpoint(run: RunDir, model, optimizer, scheduler) -> int:
     path = _ckpt_path(run)
     if not path.is_file():
         return 0
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_state(path)
     params = dict(unwrap(model).named_parameters())
     with torch.no_grad():
         for n, v in state["params"].items():
@@ -177,8 +176,7 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg, total)
     step = load_checkpoint(run, model, optimizer, scheduler)
-    if step:
-        run.truncate_logs_after(step)
+    run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
     dist.broadcast_parameters(params)
     device = next(model.parameters()).device
     model.train()
@@ -213,8 +211,6 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         bar.update(1)
         bar.set_postfix(loss=f"{last_loss:.3f}")
         epoch_done = step % steps_per_epoch == 0 or step == total
-        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint(run, model, optimizer, scheduler, step, dist)
         if epoch_done:
             row = {"step": step, "epoch": epoch + 1, "split": "val"}
             if val is not None and len(val):
@@ -222,6 +218,9 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
             if on_epoch_end is not None:
                 row.update(on_epoch_end(epoch + 1, step))
             run.log_eval(row)
+        # After the epoch's validation row: a resume from this checkpoint keeps that row and never redoes it.
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            save_checkpoint(run, model, optimizer, scheduler, step, dist)
     bar.close()
     save_checkpoint(run, model, optimizer, scheduler, step, dist)
     final = {"steps": step, "train_loss": last_loss, "wall_time_s": time.time() - t_start}

@@ -76,9 +76,12 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     """Seed, join the process group of a torchrun / accelerate launch (if any), open the run directory and,
     unless the run is complete, load the model and the data. Rank 0 goes first: it writes the manifest and
     builds what is cached (stage 0, the phantom set); the other processes then read them."""
+    from harness.preflight import check_inputs, check_names
     from harness.records import FollowerRun
-    from harness.stages.common import load_splits, seed_everything, start_run
+    from harness.stages.common import load_splits, require_train, seed_everything, start_run
 
+    check_names(cfg, stage)  # names and input folders first: a typo must not cost a model load or a stage 0
+    check_inputs(cfg, stage)
     if cfg.init_from:
         adopt_checkpoint_settings(cfg, cfg.init_from)  # the image size / dtype the checkpoint was trained with
     dist = init_distributed()
@@ -88,8 +91,9 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
         run = start_run(cfg, stage) if dist.main else FollowerRun(cfg.out_dir)
         start = StageStart(dist, run, progress, run.complete)
         if not start.complete:
+            # The data before the model (neither draws from the global RNGs): a bad data set fails in seconds.
+            start.splits = require_train(load_splits(cfg, progress), cfg, stage)
             start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
             if cfg.model.gradient_checkpointing:
                 enable_gradient_checkpointing(start.model)
-            start.splits = load_splits(cfg, progress)
     return start

@@ -106,9 +106,27 @@ def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = Fals
     """Return the cached tiny base folder, building it first if needed."""
     if cfg.model.preset != "tiny":
         raise ValueError(f"stage 0 (pretrain) is for the tiny preset only, not '{cfg.model.preset}'")
+    from harness import runlock
+
     out = base_dir(cfg)
     if (out / "DONE").is_file() and not force:
         return out
+    # One build per cache entry at a time: a second process waits for the first, then finds it done.
+    lock = out.parent / f"{out.name}.lock"
+    runlock.acquire_file(lock, wait_s=BUILD_WAIT_S)
+    try:
+        if (out / "DONE").is_file() and not force:
+            return out
+        return _build_tiny_base(cfg, out, progress)
+    finally:
+        runlock.release_file(lock)
+
+
+# How long a stage-0 build waits for another process building the same base (it takes minutes on 2 cores).
+BUILD_WAIT_S = 3 * 3600.0
+
+
+def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     from harness.data.datasets import load_annotation
 
     p = cfg.pretrain

@@ -65,7 +65,8 @@ class VAPRReference(ReferenceStrategy):
         return {"reset": True, "num_resets": self.num_resets}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"num_resets": self.num_resets}
+        # a plain int: checkpoints are read with weights_only=True (harness/checkpoint_io.py)
+        return {"num_resets": int(self.num_resets)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.num_resets = int(state.get("num_resets", 0))

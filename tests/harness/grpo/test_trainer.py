@@ -350,3 +350,24 @@ def test_rl_runs_with_each_reward(reward, tiny_model, tiny_processor, tmp_path, 
     row = tr.train_step()
     assert 0.0 <= row["reward_min"] <= row["reward_max"] <= 1.0
     assert np.isfinite(row["loss"])
+
+
+def test_a_resume_after_the_final_checkpoint_logs_no_second_final_validation(tiny_model, tiny_processor, tmp_path,
+                                                                            prompt_set, tiny_tokenizer):
+    """The process died between the final checkpoint and metrics.json: the rerun must not append the run's last
+    validation row again (the loop validates before its final checkpoint, so a resume at the end has nothing
+    left to do but select)."""
+    from harness.models.tiny import build_tiny_model
+
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="rer", reference="vapr")
+    tr.tcfg.max_steps = tr.total_steps = 1  # cut inside the epoch: the loop ends with its own validation
+    tr.train()
+    rows = tr.run.evals()
+    assert [r["step"] for r in rows] == [0, 1]
+    fresh = build_tiny_model(tiny_tokenizer, seed=0, text_hidden=32, text_layers=1, vision_hidden=16, vision_depth=1,
+                             image_size=56)
+    again = _trainer(fresh, tiny_processor, tmp_path, prompt_set, regularizer="rer", reference="vapr")
+    again.tcfg.max_steps = again.total_steps = 1
+    again.train()
+    assert again.run.evals() == rows
+    assert torch.equal(again.store.parameters()[0], tr.store.parameters()[0])

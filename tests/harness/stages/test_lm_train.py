@@ -137,3 +137,42 @@ def test_gradient_checkpointing_gives_the_same_gradient(tiny_tokenizer, tiny_pro
     _, _, checkpointed = _grads(model, tiny_processor, xray_images, micro=4)
     for k in plain:
         torch.testing.assert_close(checkpointed[k], plain[k], rtol=1e-5, atol=1e-8, msg=k)
+
+
+def test_a_kill_at_an_epoch_end_keeps_that_epochs_validation_row(tiny_tokenizer, tiny_processor, xray_images,
+                                                                  tmp_path):
+    """Killed while validating at an epoch end that is also a checkpoint step: the resumed run still has the
+    epoch's row (the checkpoint comes after it), and every step and epoch appears once."""
+    data = _data(xray_images)
+    cfg = TrainConfig(epochs=2, batch_size=2, lr=1e-2, scheduler="constant", checkpoint_every=2)
+
+    class KilledInValidation(RunDir):
+        def log_eval(self, row):
+            if row["step"] == 2:
+                raise KeyboardInterrupt
+            super().log_eval(row)
+
+    try:
+        train_lm(_model(tiny_tokenizer), tiny_processor, data, data, cfg, KilledInValidation(tmp_path), seed=3,
+                 max_report_tokens=10, progress=False)
+    except KeyboardInterrupt:
+        pass
+    run = RunDir(tmp_path)
+    train_lm(_model(tiny_tokenizer), tiny_processor, data, data, cfg, run, seed=3, max_report_tokens=10,
+             progress=False)
+    assert [r["step"] for r in run.steps()] == [1, 2, 3, 4]
+    assert [(r["step"], r["epoch"]) for r in run.evals()] == [(2, 1), (4, 2)]
+
+
+def test_a_restart_without_checkpoint_keeps_no_rows_of_the_earlier_try(tiny_tokenizer, tiny_processor,
+                                                                      xray_images, tmp_path):
+    data = _data(xray_images)
+    cfg = TrainConfig(epochs=1, batch_size=2, lr=1e-2, scheduler="constant", checkpoint_every=0)
+    run = RunDir(tmp_path)
+    run.log_step({"step": 1, "loss": 9.25})  # an interrupted try that never reached a checkpoint
+    run.log_eval({"step": 1, "split": "val"})
+    train_lm(_model(tiny_tokenizer), tiny_processor, data, None, cfg, run, seed=3, max_report_tokens=10,
+             progress=False)
+    assert [r["step"] for r in run.steps()] == [1, 2]
+    assert run.steps()[0]["loss"] != 9.25
+    assert [r["step"] for r in run.evals()] == [2]
