@@ -65,6 +65,7 @@ class Run:
     scores: dict = field(default_factory=dict)  # flat test scores
     status: str = "complete"
     error: str | None = None
+    final_stage: str = "?"  # the stage whose model was tested ("base": the base model; "?": not recorded)
 
     @cached_property
     def steps(self) -> list[dict]:
@@ -81,6 +82,11 @@ class Run:
     @cached_property
     def samples(self) -> list[dict]:
         return read_jsonl(self.rl_dir / "samples.jsonl") if self.rl_dir else []
+
+    @cached_property
+    def rl_metrics(self) -> dict:
+        """The RL run's metrics.json (rl.select's selected_step, final_step, ...), {} without one."""
+        return (_read_json(self.rl_dir / "metrics.json") or {}) if self.rl_dir else {}
 
     @cached_property
     def manifest(self) -> dict:
@@ -216,7 +222,9 @@ def _load_index(path: Path, index: dict) -> Experiment:
         scores = r.get("scores") if isinstance(r.get("scores"), dict) else _test_scores(
             eval_dir, _resolve(path, r.get("metrics")))
         status = r.get("status") or ("complete" if scores else "pending")
-        runs.append(Run(r["arm"], int(r.get("seed", 0)), run_dir, rl_dir, eval_dir, scores, status, r.get("error")))
+        final = (r.get("final_stage") or "base") if "final_stage" in r else "?"
+        runs.append(Run(r["arm"], int(r.get("seed", 0)), run_dir, rl_dir, eval_dir, scores, status, r.get("error"),
+                        final))
     seeds = [int(s) for s in index.get("seeds") or sorted({r.seed for r in runs})]
     return Experiment(path, index.get("study") or path.name, index.get("title") or index.get("study") or path.name,
                       arms, runs, seeds, index.get("reference_arm") or index.get("reference"),
@@ -242,7 +250,7 @@ def _load_run_dirs(path: Path) -> Experiment:
         arms.setdefault(arm, Arm(arm, arm))
         run_dir = m.parent
         scores = _test_scores(run_dir, None)
-        runs.append(Run(arm, int(man.get("seed", 0)), run_dir, run_dir, run_dir, scores, "complete"))
+        runs.append(Run(arm, int(man.get("seed", 0)), run_dir, run_dir, run_dir, scores, "complete", None, "rl"))
     if not runs:
         raise FileNotFoundError(f"{path}: neither index.json nor any RL run directory (manifest.json) found")
     return Experiment(path, path.name, path.name, list(arms.values()), runs, sorted({r.seed for r in runs}))

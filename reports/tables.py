@@ -24,6 +24,7 @@ import pandas as pd
 from reports.bootstrap import DEFAULT_B, paired_bootstrap
 from reports.deltas import CE_GROUP, NLG_GROUP, format_delta, group_delta
 from reports.experiment import Experiment, is_number
+from reports.protocol import arm_tested_at, protocol_issue
 from reports.published import CE_METRICS, NLG_METRICS, SHORT_NAMES, load_published, our_metric_key
 from reports.stats import ALPHA, POWER, holm, mdd_normal, mdd_paired_t, paired_comparison, summarize
 
@@ -154,6 +155,8 @@ def results_frame(exp: Experiment, spec: TableSpec | None = None) -> pd.DataFram
     for arm in exp.arms:
         prow, unmatched = match_published_row(exp, arm, pub_rows)
         boot = None
+        issue = protocol_issue(exp, arm.name, ref) if ref is not None and arm.name != ref else None
+        tested = arm_tested_at(exp, arm.name)
         for metric in spec.metrics:
             vals = exp.values(arm.name, metric)
             s = summarize(list(vals.values()))
@@ -162,11 +165,13 @@ def results_frame(exp: Experiment, spec: TableSpec | None = None) -> pd.DataFram
                    "std": s.std, "n": s.n, "seeds": " ".join(str(k) for k in sorted(vals)),
                    "published": _published_value(prow, metric, spec, scale),
                    "published_row": (prow or {}).get("label"), "published_source": source if prow else None,
-                   "published_unmatched": unmatched,
+                   "published_unmatched": unmatched, "tested_at": tested, "protocol_issue": issue,
                    "reference_arm": ref, "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
                    "p_value": math.nan, "p_holm": math.nan, "test": None, "n_paired": 0, "n_reports": 0,
                    "sd_diff": math.nan, "se_diff": math.nan, "within_noise": None}
-            if ref is not None and arm.name != ref:
+            if issue is not None:
+                rec.update(test=f"refused: {issue}")
+            elif ref is not None and arm.name != ref:
                 c = paired_comparison(vals, exp.values(ref, metric))
                 rec.update(diff=c.diff, diff_lo=c.lo, diff_hi=c.hi, p_value=c.p, test=c.test, n_paired=c.n,
                            sd_diff=c.sd)
@@ -278,7 +283,7 @@ def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[l
     metrics = list(dict.fromkeys(df.metric))
     cols = [df[df.metric == m].column.iloc[0] for m in metrics]
     deltas = spec.published in DELTA_TABLES
-    header = ["Arm", "Source", "n"] + cols + (["ΔNLG", "ΔCE"] if deltas else [])
+    header = ["Arm", "Source", "n", "Tested at"] + cols + (["ΔNLG", "ΔCE"] if deltas else [])
     base = _stage1_arm(df) if deltas else None
     pub_by_label = {r.get("label"): r for r in _published_lookup(spec)[0]}
 
@@ -294,19 +299,19 @@ def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[l
         n = _arm_n(df, arm)
         ref = sub.reference_arm.iloc[0]
         tag = " (reference)" if arm == ref else ""
-        rows.append([f"{label}{tag}", "ours", str(n)] + [_our_cell(sub.loc[m], spec.digits, n, latex)
-                                                          for m in metrics]
+        rows.append([f"{label}{tag}", "ours", str(n), sub.tested_at.iloc[0]]
+                    + [_our_cell(sub.loc[m], spec.digits, n, latex) for m in metrics]
                     + (_our_deltas(df, arm, base, spec) if deltas else []))
         if sub.published_source.notna().any():
             src = sub.published_source.dropna().iloc[0]
             prow = sub.published_row.dropna().iloc[0]
-            rows.append([f"{prow}", f"paper: {src}", "–"] + [_fmt(sub.loc[m]["published"], pub_digits)
+            rows.append([f"{prow}", f"paper: {src}", "–", "–"] + [_fmt(sub.loc[m]["published"], pub_digits)
                                                               for m in metrics] + paper_deltas(prow))
     rows += [r + paper_deltas(r[0]) for r in _paper_block(df, spec, metrics, pub_digits)]
     mdd = mdd_by_metric(df)
     if mdd:
         bases = sorted({b for _, b in mdd.values()})
-        rows.append([MDD_LABEL, "; ".join(bases), "–"] + [_fmt(mdd[m][0], spec.digits) if m in mdd else "–"
+        rows.append([MDD_LABEL, "; ".join(bases), "–", "–"] + [_fmt(mdd[m][0], spec.digits) if m in mdd else "–"
                                                           for m in metrics] + (["–", "–"] if deltas else []))
     return header, rows
 
@@ -320,7 +325,7 @@ def _paper_block(df: pd.DataFrame, spec: TableSpec, metrics: list[str], digits: 
         label = r.get("label") or r.get("arm")
         if label in placed:
             continue
-        out.append([label, f"paper: {source}", "–"] + [_fmt(_published_value(r, m, spec, scale), digits)
+        out.append([label, f"paper: {source}", "–", "–"] + [_fmt(_published_value(r, m, spec, scale), digits)
                                                        for m in metrics])
     return out
 
@@ -341,6 +346,12 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
                    + (f", over n = {', '.join(map(str, n_reports))} test reports" if n_reports else "")
                    + f". {NOISE_MARK} = within noise: p after Holm-Bonferroni over the {n_comparisons(df)} "
                    f"comparisons of this table >= {ALPHA}.")
+    out.append("Tested at: the checkpoint each arm's test scores come from (RL: the step rl.select chose / the "
+               "last step, and the rule; other arms: the end of their last stage), per seed when they differ.")
+    refused = sorted({f"{a}: {i}" for a, i in zip(df.arm, df.protocol_issue, strict=True) if i})
+    if refused:
+        out.append("Comparisons refused (arms not scored the same way as the reference arm): " + "; ".join(refused)
+                   + ".")
     mdd = mdd_by_metric(df)
     if mdd:
         out.append(f"{MDD_LABEL}: the smallest true difference a single comparison detects with probability "
@@ -366,7 +377,7 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
 
 
 def _tests(df: pd.DataFrame) -> list[str]:
-    return sorted({str(t) for t in df.test.dropna() if not str(t).startswith("none")})
+    return sorted({str(t) for t in df.test.dropna() if not str(t).startswith(("none", "refused"))})
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -432,6 +443,9 @@ def differences_rows(df: pd.DataFrame, digits: int = 4) -> tuple[list[str], list
         cells = []
         for m in metrics:
             r = a.loc[m]
+            if str(r.test).startswith("refused"):
+                cells.append("refused")
+                continue
             if r.n_paired == 0:
                 cells.append("–")
                 continue
@@ -454,7 +468,8 @@ DIFFERENCES_NOTE = (f"Cells: difference arm - reference [95% interval] p = two-s
                     f"percentile interval and shifted-null p of the paired bootstrap over test reports (same "
                     f"resampled report ids for both arms, corpus metrics recomputed per resample; METEOR as the "
                     f"mean of its segment scores, CIDEr with the full set's document frequencies). (no test): one "
-                    f"shared seed and no per-report outputs.")
+                    f"shared seed and no per-report outputs. refused: the two arms' test models were chosen by "
+                    f"different rl.select rules or decoded with different settings (reports/protocol.py).")
 
 
 def differences_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> str:

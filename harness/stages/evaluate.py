@@ -122,7 +122,9 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
     hyp_labels = label_with(cfg.eval.ce_backend, hyps, cfg.eval.chexbert_mode)
     scores.update(findings_scores(hyps, ref_labels, cfg.eval.ce_backend, cfg.eval.chexbert_mode, hyp_labels))
     scores.update(clinical_scores(cfg, hyps, [s.report for s in samples]))
-    scores = {"split": split, "stage": spec.get("stage"), "n": len(samples), **scores}
+    # The decoding the reports were made with: reports refuse to compare arms tested with different ones.
+    scores = {"split": split, "stage": spec.get("stage"), "n": len(samples), **scores,
+              "decoding": {"greedy": True, **greedy_settings(cfg.generation)}}
     if label:
         scores["label"] = label
     if run is not None:

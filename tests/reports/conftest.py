@@ -30,6 +30,8 @@ ARMS = {
 BLEU4 = {"rer_vapr": [0.10, 0.12, 0.14], "ckl": [0.09, 0.11, 0.13], "no_kl": [0.12, 0.10, 0.14],
          "no_vapr": [0.11, None, None]}
 N_STEPS = 24
+DECODING = {"greedy": True, "max_new_tokens": 60, "min_new_tokens": 0, "repetition_penalty": 1.0, "batch_size": 32,
+            "backend": "lean"}
 N_REPORTS = 30
 
 
@@ -41,7 +43,7 @@ def _rl_records(run: Path, arm: str, seed: int, regularizer: str, reference: str
     run.mkdir(parents=True)
     cfg = {"seed": seed, "init_from": "../sft/model", "data": {"dataset": dataset},
            "rl": {"regularizer": regularizer, "reference": reference, "reward": "bleu4", "beta_min": 0.05,
-                  "beta_base": 0.1, "beta_max": 0.12}}
+                  "beta_base": 0.1, "beta_max": 0.12, "select": "best_val"}}
     (run / "manifest.json").write_text(json.dumps({"stage": "rl", "seed": seed, "config": cfg}))
     rng = np.random.default_rng(seed)
     base = {"rer": 0.30, "constant": 0.25, "none": 0.10}[regularizer]
@@ -60,7 +62,9 @@ def _rl_records(run: Path, arm: str, seed: int, regularizer: str, reference: str
             row.update(reset=s in (8, 24), best_score=row["val_score"])
         evals.append(row)
     _write_jsonl(run / "evals.jsonl", evals)
-    (run / "metrics.json").write_text(json.dumps({"steps": N_STEPS}))
+    best = evals[2] if arm == "rer_vapr" else evals[-1]  # rer_vapr tested at step 16 of 24, the others at 24
+    (run / "metrics.json").write_text(json.dumps({"steps": N_STEPS, "select": "best_val", "selected_step": best["step"],
+                                                  "selected_score": best["val_score"], "final_step": N_STEPS}))
 
 
 def _analysis(run: Path, seed: int) -> None:
@@ -139,7 +143,7 @@ def write_experiment(root: Path, dataset: str = "phantom") -> Path:
             scores = {"split": "test", "n": 6, "BLEU_1": 0.4, "BLEU_2": 0.3, "BLEU_3": 0.2, "BLEU_4": value,
                       "METEOR": 0.15, "ROUGE_L": 0.30, "CIDEr": 0.5, "ce_micro_precision": 0.5,
                       "ce_micro_recall": 0.4, "ce_micro_f1": 0.44 + 0.01 * seed, "entity_f1": 0.3,
-                      "findings_acc": 0.9}
+                      "findings_acc": 0.9, "decoding": dict(DECODING)}
             (ev / "metrics.json").write_text(json.dumps(scores))
             _predictions(ev, arm, seed)
             entry.update(status="complete", metrics=f"{arm}/seed{seed}/eval/metrics.json")

@@ -149,7 +149,7 @@ def test_iu_xray_studies_show_iu_xray_rows(tmp_path):
     md = to_markdown(exp, results_frame(exp, spec), spec)
     assert "| Clinical-BERT | paper: REVA-PO Table 1 |" in md and "RGRG" not in md  # RGRG: MIMIC-CXR only
     reva_iu = published_row("revapo_table1", "REVA-PO (ours)", dataset="iu_xray")
-    assert f"| REVA-PO (ours) | paper: REVA-PO Table 1 | – | {reva_iu['BLEU_1']:.3f}" in md
+    assert f"| REVA-PO (ours) | paper: REVA-PO Table 1 | – | – | {reva_iu['BLEU_1']:.3f}" in md
     shutil.rmtree(root)
 
 
@@ -176,7 +176,7 @@ def test_markdown(exp, frame):
     lines = md.splitlines()
     header = next(ln for ln in lines if ln.startswith("| Arm"))
     cols = [c.strip() for c in header.strip("|").split("|")]
-    assert cols[:9] == ["Arm", "Source", "n", "B-1", "B-2", "B-3", "B-4", "R-L", "MTR"]
+    assert cols[:10] == ["Arm", "Source", "n", "Tested at", "B-1", "B-2", "B-3", "B-4", "R-L", "MTR"]
     b4 = cols.index("B-4")
 
     def row(prefix, source):
@@ -190,6 +190,8 @@ def test_markdown(exp, frame):
     assert row("w/o KL", "ours")[b4] == f"0.1200 [{lo:.4f}, {hi:.4f}] {NOISE_MARK}"
     no_vapr = row("w/o VAPR", "ours")
     assert no_vapr[2] == "1" and no_vapr[b4] == "0.1100"  # different from the reference (report bootstrap)
+    assert row("Ours (RER+VAPR) (reference)", "ours")[3] == "rl step 16/24 (best_val)"
+    assert no_vapr[3] == "rl step 24/24 (best_val)" and row("Ours (RER+VAPR)", "paper")[3] == "–"
     assert row("w/o VAPR", "paper")[b4] == "0.134"
     assert row("Ours (RER+VAPR) (reference)", "ours")[cols.index("RG")] == "–"
     assert row("MDD", "seeds n=3")[b4] == f"{mdd_paired_t(3, 0.02 / 2**0.5):.4f}"

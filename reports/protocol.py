@@ -1,0 +1,80 @@
+"""Which checkpoint each arm was tested at, and whether two arms were scored the same way.
+
+A comparison is only fair when both arms' test models were chosen by the same rule (`rl.select`: best_val or
+final, issue 9) and decoded with the same greedy settings. Both are read from the run records:
+- the rule: the RL run's manifest (`config.rl.select`), else the `select` its metrics.json records;
+- the checkpoint: the RL run's metrics.json `selected_step` / `final_step` (arms without RL: the end of their
+  last stage);
+- the decoding: the test evaluation's `decoding` (harness/stages/evaluate.py); older records without it are
+  "unknown" and never refused.
+"""
+
+from __future__ import annotations
+
+from reports.experiment import Experiment, Run
+
+# Settings that change the decoded tokens (batch size and backend do not: decoding is per row and the lean
+# backend equals transformers' generate, tests/harness/test_lean_decode.py).
+DECODING_KEYS = ("greedy", "max_new_tokens", "min_new_tokens", "repetition_penalty")
+
+
+def select_rule(run: Run) -> str | None:
+    """The configured rl.select of the run's RL stage; None when the arm has no RL stage."""
+    if run.rl_dir is None:
+        return None
+    rule = (run.config.get("rl") or {}).get("select")
+    if rule:
+        return str(rule)
+    recorded = run.rl_metrics.get("select")
+    return str(recorded).split()[0] if recorded else None
+
+
+def decoding(run: Run) -> dict | None:
+    d = run.scores.get("decoding")
+    if not isinstance(d, dict):
+        return None
+    return {k: d.get(k) for k in DECODING_KEYS}
+
+
+def tested_at(run: Run) -> str:
+    """e.g. "rl step 24/30 (best_val)", "sft: end", "base model"."""
+    if run.rl_dir is not None:
+        m = run.rl_metrics
+        if "selected_step" not in m:
+            return "rl (step not recorded)"
+        rule = m.get("select") or select_rule(run) or "?"
+        return f"rl step {m['selected_step']}/{m.get('final_step', '?')} ({rule})"
+    if run.final_stage == "base":
+        return "base model"
+    return "?" if run.final_stage == "?" else f"{run.final_stage}: end"
+
+
+def arm_tested_at(exp: Experiment, arm: str) -> str:
+    """One cell for the arm: its runs' checkpoints (seeds in order), identical ones merged."""
+    cells = [tested_at(r) for r in exp.runs_of(arm)]
+    if not cells:
+        return "–"
+    unique = list(dict.fromkeys(cells))
+    if len(unique) == 1:
+        return unique[0]
+    rules = {c.rsplit("(", 1)[-1].rstrip(")") for c in cells if c.startswith("rl step")}
+    if len(rules) == 1 and all(c.startswith("rl step") for c in cells):
+        steps = ", ".join(c.split()[2] for c in cells)
+        return f"rl steps {steps} ({rules.pop()})"
+    return "; ".join(cells)
+
+
+def protocol_issue(exp: Experiment, arm: str, ref: str) -> str | None:
+    """Why `arm` and `ref` may not be compared (different rl.select rules or test decoding), or None."""
+    issues = []
+    rules = {a: {select_rule(r) for r in exp.runs_of(a)} - {None} for a in (arm, ref)}
+    if rules[arm] and rules[ref] and rules[arm] != rules[ref]:
+        issues.append(f"rl.select {'/'.join(sorted(rules[arm]))} vs {'/'.join(sorted(rules[ref]))}")
+    decs = {a: [d for d in (decoding(r) for r in exp.runs_of(a)) if d is not None] for a in (arm, ref)}
+    if decs[arm] and decs[ref]:
+        keys = [k for k in DECODING_KEYS
+                if {repr(d[k]) for d in decs[arm]} != {repr(d[k]) for d in decs[ref]}]
+        if keys:
+            a, b = decs[arm][0], decs[ref][0]
+            issues.append("test decoding " + ", ".join(f"{k} {a[k]} vs {b[k]}" for k in keys))
+    return "; ".join(issues) or None
