@@ -53,7 +53,7 @@ INDEX_FORMAT = "regbench.experiment-index/1"
 STAGES = ("warmup", "classifier", "sft", "rl")
 MODEL_STAGES = ("warmup", "sft", "rl")
 OVERRIDE_SCOPES = ("all", *STAGES, "eval")
-NODE_ORDER = ("data", "pretrain", *STAGES, "eval")
+NODE_ORDER = ("data", "pretrain", *STAGES, "eval", "analysis")
 
 # What runs each node: "module:function", looked up at call time (so tests can monkeypatch the stage modules,
 # or pass importable fakes that also work in spawned workers).
@@ -67,10 +67,13 @@ DEFAULT_FUNCTIONS = {
     "sft": "harness.stages.sft:run_sft",
     "rl": "harness.stages.rl:run_rl",
     "eval": "harness.experiments:evaluate_final",
+    # Supp. A records of an RL run (study field `analyses`): fn(rl_run_dir, kinds, n_prompts, group_size, seed,
+    # key=..., progress=...) -> paths
+    "analysis": "harness.stages.analyze:run_analyses",
 }
 
 _STUDY_KEYS = {"study", "title", "description", "reproduces", "reference", "seeds", "pipeline", "arms", "preset",
-               "common", "stages"}
+               "common", "stages", "analyses", "published_dataset"}
 _ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
 
@@ -113,6 +116,10 @@ class Study:
     # The merged document: the preset's `common` and `stages` sections with the study's on top.
     common: dict
     stages: dict
+    # `analyses:` (harness/stages/analyze.py: parse_study_analyses): Supp. A records after the RL arms, or None.
+    analyses: dict | None = None
+    # `published_dataset:` the data set whose published rows the report shows when ours is synthetic.
+    published_dataset: str | None = None
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -233,9 +240,16 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
     reference = doc.get("reference", arms[0].name)
     if reference not in names:
         raise ConfigError(f"{path}: reference arm '{reference}' is not one of the arms: {', '.join(names)}")
+    from harness.stages.analyze import parse_study_analyses
+
+    try:
+        analyses = parse_study_analyses(doc.get("analyses"), str(path), names)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     return Study(name=name, title=str(doc.get("title", name)), path=path, preset=preset_name,
                  preset_file=preset_file, reproduces=doc.get("reproduces"), reference=reference, seeds=seeds,
-                 arms=arms, common=doc.get("common") or {}, stages=doc.get("stages") or {})
+                 arms=arms, common=doc.get("common") or {}, stages=doc.get("stages") or {}, analyses=analyses,
+                 published_dataset=doc.get("published_dataset"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -331,6 +345,7 @@ class RunPlan:
     eval_node: str
     final_stage: str | None
     init_from: dict[str, str | None]   # model stage -> the stage it starts from (None = base model)
+    analysis_node: str | None = None   # the Supp. A records of its RL run (study field `analyses`)
 
 
 @dataclass
@@ -456,6 +471,13 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                               model_dir=str(prev_model.run_dir / "model") if prev_model else None, users=[user])
             runs[user] = RunPlan(arm.name, seed, run_dir, stage_ids, eid,
                                  prev_model.kind if prev_model else None, init_from)
+            spec = study.analyses
+            if spec and "rl" in stage_ids and (spec["arms"] is None or arm.name in spec["arms"]):
+                rl = nodes[stage_ids["rl"]]
+                settings = {k: spec[k] for k in ("kinds", "n_prompts", "group_size", "seed")}
+                akey = hashlib.sha256(json.dumps([rl.key, settings], sort_keys=True).encode()).hexdigest()[:10]
+                runs[user].analysis_node = add(Node(f"analysis:{rl.key}", "analysis", akey, {**settings, "key": akey},
+                                                    [rl.id], run_dir=rl.run_dir, model_dir=str(rl.run_dir)), user).id
     return Plan(study, out, seeds, nodes, runs, stages_root)
 
 
@@ -474,6 +496,10 @@ def _node_done(node: Node) -> bool:
         from harness.stages.common import phantom_dir
 
         return (phantom_dir(from_dict(RunConfig, node.config)) / "annotation.json").is_file()
+    if node.kind == "analysis":
+        from harness.stages.analyze import analyses_done
+
+        return analyses_done(node.run_dir, node.config["kinds"], node.key)
     if node.kind == "pretrain":
         from harness.stages.pretrain import base_dir
 
@@ -640,11 +666,13 @@ def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
 
 def _execute_node(kind: str, function: str, config: dict, model_dir: str | None, launcher: str | None,
                   t0: float) -> dict:
-    cfg = from_dict(RunConfig, config)
+    cfg = from_dict(RunConfig, config) if kind != "analysis" else None
     if launcher and kind in LAUNCHED_STAGES:
         result = str(launch_stage(kind, cfg, launcher))
     elif kind == "eval":
         result = _resolve_function(function)(cfg, model_dir, progress=False)
+    elif kind == "analysis":  # `config` holds the analysis settings, `model_dir` the RL run directory
+        result = [str(p) for p in _resolve_function(function)(model_dir, **config, progress=False)]
     else:
         result = str(_resolve_function(function)(cfg, progress=False))
     return {"ok": True, "result": result, "elapsed_s": time.time() - t0}
@@ -734,6 +762,11 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
                 stages[stage]["error"] = n.error
         ev = plan.nodes[rp.eval_node]
         info = run_info.get((arm, seed), {})
+        if rp.analysis_node:
+            an = plan.nodes[rp.analysis_node]
+            stages["analysis"] = {"key": an.key, "dir": _rel(plan, an.run_dir), "status": an.status,
+                                  "elapsed_s": an.elapsed_s, "kinds": an.config["kinds"],
+                                  **({"error": an.error} if an.error else {})}
         runs.append({
             "arm": arm, "seed": seed, "dir": _rel(plan, rp.dir), "status": status, "error": error,
             "failed_stage": failed_stage, "final_stage": rp.final_stage, "eval_dir": _rel(plan, ev.run_dir),
@@ -743,7 +776,8 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
     return {
         "format": INDEX_FORMAT, "study": study.name, "title": study.title, "study_file": str(study.path),
         "preset": study.preset, "preset_file": str(study.preset_file), "reproduces": study.reproduces,
-        "reference_arm": study.reference, "seeds": plan.seeds, "arms": [a.describe() for a in study.arms],
+        "reference_arm": study.reference, "published_dataset": study.published_dataset, "seeds": plan.seeds,
+        "arms": [a.describe() for a in study.arms],
         "stages_dir": _rel(plan, plan.stages_root), "runs": runs, "summary": summary, "created": created,
         "updated": _now(), "git_commit": git_commit(),
         "argv": list(argv if argv is not None else sys.argv),
@@ -804,6 +838,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     # Only what the selected, incomplete runs need.
     needed: set[str] = set()
     stack = [plan.runs[k].eval_node for k in selected if plan.nodes[plan.runs[k].eval_node].status != "complete"]
+    stack += [plan.runs[k].analysis_node for k in selected if plan.runs[k].analysis_node]
     while stack:
         nid = stack.pop()
         if nid in needed or plan.nodes[nid].status == "complete":

@@ -124,3 +124,28 @@ def sign_alignment(bleu, f1) -> dict:
     """Both Supp. A.3 statistics: P_sign by the paper's formula, its non-zero-advantage variant, P_top1."""
     return {"p_sign": p_sign(bleu, f1), "p_sign_nonzero": p_sign(bleu, f1, zeros="exclude"),
             "p_top1": p_top1(bleu, f1)}
+
+
+def _num(v, digits: int = 3) -> str:
+    """A number, or "n/a" for NaN or the null JSON holds in its place (e.g. P_sign with nothing to count)."""
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def policy_stats(kind: str, rewards: dict) -> dict:
+    """The statistics of one policy's stored rewards: sign alignment, or the within-group std summary per reward."""
+    if kind == "sign-alignment":
+        return sign_alignment(rewards["bleu4"], rewards["chexpert_f1"])
+    return {name: within_group_std_summary(r) for name, r in rewards.items()}
+
+
+def summary_lines(record: dict) -> list[str]:
+    """Short lines about an analysis record (harness/stages/analyze.py's file), recomputed from its rewards."""
+    lines = [f"{record['kind']}: {record['n_prompts']} prompts x G={record['group_size']} (seed {record['seed']})"]
+    for pol, res in record["policies"].items():
+        st = policy_stats(record["kind"], res["rewards"])
+        if record["kind"] == "sign-alignment":
+            lines.append(f"  {pol:6s} P_sign={_num(st['p_sign']['value'])} (n={st['p_sign']['n_counted']})  "
+                         f"P_top1={_num(st['p_top1']['value'])} (groups={st['p_top1']['n_groups_used']})")
+        else:
+            lines.append(f"  {pol:6s} " + "  ".join(f"{k}: mean std {_num(v['mean'], 4)}" for k, v in st.items()))
+    return lines

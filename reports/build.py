@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports import figures as F
+from reports.analyses import within_group_std
 from reports.bootstrap import DEFAULT_B
 from reports.experiment import Experiment, load_experiment
 from reports.html import Figure, Table, write_page
@@ -91,13 +92,14 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
     if arm:
         found = [(r, r.analysis("reward-variance")) for r in exp.runs_of(arm)]
         found = [(r, d) for r, d in found if d]
-        names = list(dict.fromkeys(k for _, d in found for p in d["policies"].values() for k in p["stats"]))
+        names = list(dict.fromkeys(k for _, d in found for p in d["policies"].values() for k in p["rewards"]))
         rows = []
         for name in names:
             cells = [name]
             for pol in ("before", "after"):
-                by_seed = {r.seed: d["policies"][pol]["stats"][name]["mean"] for r, d in found
-                           if name in d["policies"].get(pol, {}).get("stats", {})}
+                # recomputed from the stored rewards (reports/analyses.py), not from any summary in the file
+                by_seed = {r.seed: float(within_group_std(d["policies"][pol]["rewards"][name]).mean()) for r, d in found
+                           if name in d["policies"].get(pol, {}).get("rewards", {})}
                 s = summarize(list(by_seed.values()))
                 cells.append(_fmt_ci(s, 4))
                 records.append({"table": "supp_a1", "arm": arm, "policy": pol, "stat": f"mean_std_{name}",
@@ -208,17 +210,19 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
     paths = F.fig_s5_reward_std(exp, fdir)
     if paths:
         figs.append(Figure("Fig. S5: within-group reward std before / after RL", paths[0],
-                           "From analysis_reward-variance.json (regbench analyze reward-variance RUN)."))
+                           "From analysis_reward-variance.json (the study's `analyses`, or `regbench analyze "
+                           "reward-variance RUN`)."))
     else:
-        skipped.append("Fig. S5: no usable analysis_reward-variance.json in any RL run (run `regbench analyze "
-                       "reward-variance RUN`)")
+        skipped.append("Fig. S5: no usable analysis_reward-variance.json in any RL run (add `analyses: "
+                       "[reward_variance]` to the study, or run `regbench analyze reward-variance RUN`)")
     paths = F.fig_a3_alignment(exp, fdir)
     if paths:
         figs.append(Figure("Supp. A.3: P_sign and P_top1 before / after RL", paths[0],
                            "From analysis_sign-alignment.json; black diamonds: REVA-PO Supp. A.3."))
     else:
         skipped.append("Supp. A.3: no analysis_sign-alignment.json with a countable P_sign / P_top1 in any RL "
-                       "run (run `regbench analyze sign-alignment RUN`)")
+                       "run (add `analyses: [sign_alignment]` to the study, or run `regbench analyze "
+                       "sign-alignment RUN`)")
     for db in F.optuna_files(experiment_dir):
         for paths in F.fig_optuna(db, fdir):
             name = paths[0].stem.removeprefix("fig_optuna_")

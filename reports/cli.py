@@ -1,4 +1,5 @@
-"""The `report` and `analyze` subcommands; harness/cli.py registers them with one call:
+"""The `report` and `analyze` subcommands; harness/cli.py registers them with one call (the analysis itself,
+sampling from models, is harness/stages/analyze.py; reports/ only reads the files it writes):
 
     from reports.cli import add_subcommands
     add_subcommands(sub)        # sub = parser.add_subparsers(...)
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from reports.analysis_cli import KINDS
+KINDS = ("reward-variance", "sign-alignment")  # harness/stages/analyze.py (not imported here: it loads torch)
 
 
 def cmd_report(ns) -> int:
@@ -25,11 +26,13 @@ def cmd_report(ns) -> int:
 
 
 def cmd_analyze(ns) -> int:
-    from reports.analysis_cli import run_analysis, summary_lines
+    from harness.records import read_json
+    from harness.stages.analyze import run_analysis
+    from reports.analyses import summary_lines
 
     path = run_analysis(ns.kind, ns.run, n_prompts=ns.n_prompts, group_size=ns.group_size, seed=ns.seed,
                         device=ns.device, batch_prompts=ns.batch_prompts)
-    for line in summary_lines(path):
+    for line in summary_lines(read_json(path)):
         print(line)
     print(f"wrote {path}")
     return 0

@@ -399,7 +399,9 @@ def test_real_tiny_study_end_to_end(tmp_path):
   - name: b
     overrides: {rl: [rl.regularizer=constant, rl.reference=static]}
 """
-    path = write_study(tmp_path, arms, seeds="[0]", name="e2e")
+    path = write_study(tmp_path, arms, seeds="[0]", name="e2e",
+                       extra="analyses: {kinds: [reward_variance, sign_alignment], arms: [a], n_prompts: 2, "
+                             "group_size: 2}\n")
     sets = [f"common.{x}" for x in TINY] + [
         f"common.cache_dir={tmp_path / 'cache'}",
         "stages.warmup.train.max_steps=2", "stages.warmup.train.batch_size=4",
@@ -430,6 +432,14 @@ def test_real_tiny_study_end_to_end(tmp_path):
         assert manifest["config"]["train"]["max_steps"] == 2
     assert read_json(out / a["dir"] / "rl" / "metrics.json")["regularizer"] == "rer"
     assert read_json(out / b["dir"] / "rl" / "metrics.json")["regularizer"] == "constant"
+    # the study's analyses ran after arm a's RL stage (only a's), sampled from the real policies
+    assert a["stages"]["analysis"]["status"] == "complete" and "analysis" not in b["stages"]
+    for kind in ("reward-variance", "sign-alignment"):
+        rec = read_json(out / a["dir"] / "rl" / f"analysis_{kind}.json")
+        assert rec["key"] == a["stages"]["analysis"]["key"] and rec["n_prompts"] == 2
+        groups = rec["policies"]["after"]["candidates"]
+        assert len(groups) == 2 and all(len(g) == 2 and all(isinstance(t, str) for t in g) for g in groups)
+        assert len(rec["policies"]["before"]["rewards"]["bleu4"]) == 2
     assert elapsed < 90, f"tiny 2-arm study took {elapsed:.0f}s"
     print(f"tiny 2-arm x 1-seed study: {elapsed:.1f}s")
 
