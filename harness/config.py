@@ -235,6 +235,10 @@ class RLConfig:
     zero_std_groups: str = "keep"
     # Reward (rewards/registry.py).
     reward: str = "bleu4"
+    # Options of a registered regularizer / reference strategy that RLConfig has no field for (a plug-in's own
+    # knobs, by the class's field names; e.g. {scale: 0.5}). Fields RLConfig has are passed by name already.
+    regularizer_args: dict[str, Any] = field(default_factory=dict)
+    reference_args: dict[str, Any] = field(default_factory=dict)
     # Validation score: paper Eq. 10 (sum(M) + lambda RG) / (|M| + 1), or official mean(M) + lambda RG,
     # M = BLEU-1..4, METEOR, ROUGE-L; lambda = 0.1. RG from `val_rg_metric`: the paper uses RadGraph F1
     # (radgraph-xl, partial: `radgraph`, needs its weights); the default is the offline clinical-entity F1
@@ -491,6 +495,30 @@ def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:
     return source
 
 
+def _check_plugins(rl: RLConfig, need, where) -> None:
+    """Names against the registries (regularizers/, regularizers/reference/, rewards/; the message lists the
+    registered ones), then a trial build of the regularizer and the reference strategy from this config, so a
+    typo or a bound the class refuses fails when the config loads, before any stage runs."""
+    from regularizers.registry import (
+        available_references,
+        available_regularizers,
+        reference_from_config,
+        regularizer_from_config,
+    )
+    from rewards.registry import available_rewards
+
+    for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
+                              ("rl.reference", rl.reference, available_references()),
+                              ("rl.reward", rl.reward, available_rewards())):
+        need(value in names, key, value, f"is not registered; registered: {', '.join(names)}")
+    for key, build in (("rl.regularizer", regularizer_from_config), ("rl.reference", reference_from_config)):
+        try:
+            build(rl)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where(key)}: '{key}' = {getattr(rl, key[3:])!r} cannot be built from this "
+                              f"config: {e}") from e
+
+
 def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] | None = None) -> None:
     """Range and name checks of every field (`sources`: key -> the command-line override that set it)."""
     def need(cond: bool, key: str, value: Any, why: str) -> None:
@@ -539,9 +567,7 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(cfg.train.max_steps is None or cfg.train.max_steps > 0, "train.max_steps", cfg.train.max_steps,
              "must be > 0 or null")
         rl = cfg.rl
-        need(rl.regularizer in ("none", "constant", "adaptive", "rer"), "rl.regularizer", rl.regularizer,
-             "must be none, constant, adaptive or rer")
-        need(rl.reference in ("static", "ema", "vapr"), "rl.reference", rl.reference, "must be static, ema or vapr")
+        _check_plugins(rl, need, lambda key: _source_of(key, source, sources))
         need(0 <= rl.beta_min <= rl.beta_base <= rl.beta_max, "rl.beta_min/beta_base/beta_max",
              (rl.beta_min, rl.beta_base, rl.beta_max), "must satisfy 0 <= beta_min <= beta_base <= beta_max")
         need(rl.group_size >= 2, "rl.group_size", rl.group_size, "must be >= 2 (advantages are group-relative)")

@@ -33,6 +33,8 @@ __all__ = [
     "build_reference",
     "build_regularizer",
     "config_fields",
+    "reference_from_config",
+    "regularizer_from_config",
     "register_reference",
     "register_regularizer",
 ]
@@ -156,9 +158,18 @@ def _register(table: dict, name: str, cls: type, base: type, kind: str) -> None:
 
 
 def _ensure_builtins() -> None:
-    # The built-in classes register themselves on import; importing the package imports them all.
-    import regularizers  # noqa: F401
-    import regularizers.reference  # noqa: F401
+    """Import every module of regularizers/ and regularizers/reference/: a class registers itself on import, so a
+    new regularizer or reference strategy is one file with one decorator, found without editing any list."""
+    import importlib
+    import pkgutil
+
+    import regularizers
+    import regularizers.reference
+
+    for package in (regularizers, regularizers.reference):
+        for info in pkgutil.iter_modules(package.__path__):
+            if info.name != "registry":
+                importlib.import_module(f"{package.__name__}.{info.name}")
 
 
 def _build(table: dict, name: str, cfg: dict[str, Any], kind: str):
@@ -176,16 +187,30 @@ def _build(table: dict, name: str, cfg: dict[str, Any], kind: str):
     return cls(**cfg)
 
 
-def config_fields(kind: str, name: str, section: Any) -> dict[str, Any]:
+def config_fields(kind: str, name: str, section: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The values of ``section`` (a config dataclass, e.g. RLConfig) for the fields of the class registered as
-    ``name``: a class's field names are the config's, so one builder serves every regularizer and reference."""
+    ``name`` -- a class's field names are the config's, so one builder serves every regularizer and reference --
+    updated with ``extra`` (``rl.regularizer_args`` / ``rl.reference_args``: the knobs of a plug-in that the RL
+    config does not have; a name the class lacks is an error listing its fields)."""
     _ensure_builtins()
     table = {"regularizer": REGULARIZERS, "reference strategy": REFERENCES}[kind]
     if name not in table:
         raise ValueError(f"unknown {kind} {name!r}; available: {sorted(table)}")
     cls = table[name]
     names = [f.name for f in dataclasses.fields(cls) if f.init] if dataclasses.is_dataclass(cls) else []
-    return {n: getattr(section, n) for n in names if hasattr(section, n)}
+    return {**{n: getattr(section, n) for n in names if hasattr(section, n)}, **(extra or {})}
+
+
+def regularizer_from_config(rl: Any) -> Regularizer:
+    """The regularizer named by ``rl.regularizer``, given the RL config fields its class declares."""
+    kind = "regularizer"
+    return build_regularizer(rl.regularizer, **config_fields(kind, rl.regularizer, rl, rl.regularizer_args))
+
+
+def reference_from_config(rl: Any) -> ReferenceStrategy:
+    """The reference strategy named by ``rl.reference``, given the RL config fields its class declares."""
+    kind = "reference strategy"
+    return build_reference(rl.reference, **config_fields(kind, rl.reference, rl, rl.reference_args))
 
 
 def build_regularizer(name: str, **cfg: Any) -> Regularizer:

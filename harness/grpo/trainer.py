@@ -46,10 +46,9 @@ from harness.grpo.rollout import Rollout, response_logits, sample_rollout
 from harness.grpo.selection import BestTracker
 from harness.grpo.validation import validation_score
 from harness.records import RunDir
+from harness.schedule import epoch_order, make_scheduler
 from harness.snapshots import SnapshotStore
-from harness.stages.lm_train import epoch_order, make_scheduler
-from regularizers import build_reference, build_regularizer
-from regularizers.registry import config_fields
+from regularizers.registry import reference_from_config, regularizer_from_config
 from rewards.registry import compute_reward
 
 # Called as hook(step, val_score) after every validation (on every process), e.g. by an Optuna search that
@@ -69,16 +68,6 @@ class PromptSet:
         return len(self.ids)
 
 
-def build_regularizer_from(rl: RLConfig):
-    """The regularizer named by rl.regularizer, given the RL config fields its class declares."""
-    return build_regularizer(rl.regularizer, **config_fields("regularizer", rl.regularizer, rl))
-
-
-def build_reference_from(rl: RLConfig):
-    """The reference strategy named by rl.reference, given the RL config fields its class declares."""
-    return build_reference(rl.reference, **config_fields("reference strategy", rl.reference, rl))
-
-
 class GRPOTrainer:
     def __init__(self, model, processor, rl: RLConfig, train_cfg: TrainConfig, run: RunDir, train: PromptSet,
                  val: PromptSet | None, *, seed: int, validate: Callable[[object], dict] | None = None,
@@ -96,8 +85,8 @@ class GRPOTrainer:
         self.dist.broadcast_parameters(self.params)  # every process starts from rank 0's values
         # Snapshots live beside the model (GPU memory holds them easily; swaps then never cross PCIe).
         self.store = SnapshotStore(model, device=self.params[0].device)
-        self.regularizer = build_regularizer_from(rl)
-        self.reference = build_reference_from(rl)
+        self.regularizer = regularizer_from_config(rl)
+        self.reference = reference_from_config(rl)
         if rl.regularizer == "none" and rl.reference != "static":
             print(f"[rl] note: regularizer 'none' with reference '{rl.reference}': the reference is unused")
         self.steps_per_epoch = math.ceil(len(train) / rl.prompts_per_step)

@@ -85,3 +85,8 @@ def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def count_parameters(model: nn.Module) -> tuple[int, int]:
     params = list(unwrap(model).parameters())
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+
+
+def lora_settings(cfg) -> dict:
+    """add_lora's arguments from a RunConfig's model section (REVA-PO Supp. D.2: r = alpha = 32, dropout 0.1)."""
+    return {"r": cfg.model.lora_r, "alpha": cfg.model.lora_alpha, "dropout": cfg.model.lora_dropout}

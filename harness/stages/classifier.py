@@ -17,33 +17,13 @@ from harness.models.classifier import (
     build_classifier,
     choose_thresholds,
     classifier_targets,
-    load_classifier,
-    positive_names,
     predict_labels,
     predict_proba,
-    preprocess,
     save_classifier,
     train_classifier,
 )
-from harness.stages.common import load_images, load_splits, require_train, seed_everything, start_run
-
-
-def reference_labels(samples) -> np.ndarray:
-    """[N, 14] CheXpert-style labels of the references: stored labels, else categories, else the labeler."""
-    out = np.full((len(samples), len(OBSERVATIONS)), np.nan)
-    need = []
-    for i, s in enumerate(samples):
-        if s.labels is not None:
-            out[i] = s.labels
-        elif s.categories is not None:
-            out[i] = [1.0 if o in s.categories else np.nan for o in OBSERVATIONS]
-        else:
-            need.append(i)
-    if need:
-        from rewards.chexpert import label_reports
-
-        out[need] = label_reports([samples[i].report for i in need])
-    return out
+from harness.prompts import classifier_inputs, reference_labels
+from harness.stages.common import load_splits, require_train, seed_everything, start_run
 
 
 def classifier_config(cfg: RunConfig) -> ClassifierConfig:
@@ -52,12 +32,6 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
                             batch_size=c.batch_size, lr=c.lr,
                             weight_decay=c.weight_decay, adam_beta2=c.adam_beta2, pretrained_path=c.pretrained_path,
                             seed=cfg.seed)
-
-
-def _inputs(samples, img_size: int) -> torch.Tensor:
-    # The classifier sees the first view of each study.
-    views = load_images(samples, img_size)
-    return preprocess([v[0] for v in views], img_size)
 
 
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
@@ -71,7 +45,7 @@ def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
         return out
     ccfg = classifier_config(cfg)
     splits = require_train(load_splits(cfg, progress), cfg, "classifier")
-    x_tr, x_va = _inputs(splits["train"], ccfg.img_size), _inputs(splits["val"], ccfg.img_size)
+    x_tr, x_va = classifier_inputs(splits["train"], ccfg.img_size), classifier_inputs(splits["val"], ccfg.img_size)
     y_tr = torch.tensor(classifier_targets(reference_labels(splits["train"])), dtype=torch.float32)
     y_va = torch.tensor(classifier_targets(reference_labels(splits["val"])), dtype=torch.float32)
     model = build_classifier(ccfg)
@@ -85,7 +59,7 @@ def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
     save_classifier(model, ccfg, thresholds, out)
     metrics = {"thresholds": dict(zip(OBSERVATIONS, thresholds.tolist(), strict=True))}
     for split in ("val", "test"):
-        x = x_va if split == "val" else _inputs(splits["test"], ccfg.img_size)
+        x = x_va if split == "val" else classifier_inputs(splits["test"], ccfg.img_size)
         y = y_va.numpy() if split == "val" else classifier_targets(reference_labels(splits["test"]))
         pred = predict_labels(predict_proba(model, x), thresholds)
         metrics[f"{split}_micro_f1"] = _micro_f1(pred, y)
@@ -100,23 +74,3 @@ def _micro_f1(pred: np.ndarray, target: np.ndarray) -> float:
     fp = float(((pred == 1) & (target != 1)).sum())
     fn = float(((pred != 1) & (target == 1)).sum())
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
-
-
-def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
-    """Names of the observations the frozen classifier predicts positive, per sample."""
-    model, ccfg, thresholds = load_classifier(classifier_dir)
-    probs = predict_proba(model, _inputs(samples, ccfg.img_size))
-    return [positive_names(row) for row in predict_labels(probs, thresholds)]
-
-
-def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:
-    """Prompts rebuilt the way a stage checkpoint was trained: with the classifier's predicted diseases when its
-    spec records a classifier (stage 2 onwards), plain otherwise."""
-    from harness.batching import instruction_text
-
-    if not spec.get("classifier_dir"):
-        return [cfg.prompt.instruction] * len(samples)
-    names = predicted_diseases(spec["classifier_dir"], samples)
-    instruction = spec.get("instruction", cfg.prompt.instruction)
-    template = spec.get("disease_template", cfg.prompt.disease_template)
-    return [instruction_text(instruction, ns, template) for ns in names]

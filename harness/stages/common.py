@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.batching import instruction_text
 from harness.config import RunConfig, to_dict
 from harness.records import RunDir
 
@@ -95,12 +94,6 @@ def select_train(samples: list, d, source: str) -> list:
     return [samples[i] for i in keep]
 
 
-def load_images(samples, size: int) -> list[list]:
-    from harness.data.datasets import load_views
-
-    return [load_views(s, size) for s in samples]
-
-
 def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bool | None = None) -> RunDir:
     """The run directory, locked by this process (harness/runlock.py) and checked to be this stage's with this
     config (harness/runstate.py; `restart` discards what it holds instead). A new or resumed run gets a fresh
@@ -124,11 +117,3 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
             run.clear_logs()
         run.write_manifest(to_dict(cfg), cfg.seed, stage, {"config_hash": runstate.config_hash(cfg), **(extra or {})})
     return run
-
-
-def plain_instructions(cfg: RunConfig, n: int) -> list[str]:
-    return [cfg.prompt.instruction] * n
-
-
-def disease_instructions(cfg: RunConfig, names: list[list[str]]) -> list[str]:
-    return [instruction_text(cfg.prompt.instruction, ns, cfg.prompt.disease_template) for ns in names]

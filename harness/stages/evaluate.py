@@ -16,9 +16,9 @@ from harness.decoding import generate_reports, greedy_settings
 from harness.evaluation import nlg_report_scores, nlg_scores
 from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model, read_spec
 from harness.models.presets import get_preset
+from harness.prompts import instructions_for, load_images, reference_labels
 from harness.records import RunDir, atomic_write_text, dumps
-from harness.stages.classifier import instructions_for, reference_labels
-from harness.stages.common import load_images, load_splits, seed_everything
+from harness.stages.common import load_splits, seed_everything
 from harness.stages.loading import model_device
 
 

@@ -24,6 +24,7 @@ from harness.config import TrainConfig
 from harness.distributed import Dist, shard
 from harness.models.trainable import unwrap
 from harness.records import RunDir
+from harness.schedule import epoch_order, make_scheduler
 
 
 @dataclass
@@ -50,25 +51,6 @@ def param_groups(model, cfg: TrainConfig) -> list[dict]:
     if vision:
         groups.append({"params": vision, "lr": cfg.lr * cfg.vision_lr_mult})
     return groups
-
-
-def make_scheduler(optimizer, cfg: TrainConfig, total_steps: int):
-    warm = max(0, cfg.warmup_steps)
-
-    def factor(step: int) -> float:
-        if warm and step < warm:
-            return (step + 1) / warm
-        if cfg.scheduler == "cosine":
-            span = max(1, total_steps - warm)
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warm) / span)))
-        return 1.0
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    return torch.randperm(n, generator=g).tolist()
 
 
 def _ckpt_path(run: RunDir) -> Path:

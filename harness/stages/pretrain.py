@@ -19,8 +19,9 @@ from harness.config import RunConfig, TrainConfig
 from harness.constants import OBSERVATIONS
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
+from harness.prompts import load_images
 from harness.records import RunDir, atomic_write_json
-from harness.stages.common import default_cache_dir, ensure_phantom, load_images, seed_everything, torch_threads
+from harness.stages.common import default_cache_dir, ensure_phantom, seed_everything, torch_threads
 from harness.stages.lm_train import LMData, train_lm
 
 # Bump when the generator or this recipe changes in a way the config does not show.

@@ -13,11 +13,9 @@ from harness.distributed import Dist
 from harness.evaluation import nlg_scores
 from harness.grpo.trainer import GRPOTrainer, PromptSet
 from harness.models.checkpoint import model_settings, save_stage_model
-from harness.models.trainable import add_lora, count_parameters, set_trainable
-from harness.stages.classifier import instructions_for
-from harness.stages.common import load_images
+from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
+from harness.prompts import instructions_for, load_images
 from harness.stages.loading import begin_stage
-from harness.stages.sft import lora_settings
 
 
 def prompt_set(cfg: RunConfig, samples, spec: dict) -> PromptSet:

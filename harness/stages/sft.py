@@ -9,15 +9,10 @@ from pathlib import Path
 
 from harness.config import ConfigError, RunConfig
 from harness.models.checkpoint import model_settings, save_stage_model
-from harness.models.trainable import add_lora, count_parameters, set_trainable
-from harness.stages.classifier import predicted_diseases
-from harness.stages.common import disease_instructions, load_images
+from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
+from harness.prompts import disease_instructions, load_images, predicted_diseases
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.loading import begin_stage
-
-
-def lora_settings(cfg: RunConfig) -> dict:
-    return {"r": cfg.model.lora_r, "alpha": cfg.model.lora_alpha, "dropout": cfg.model.lora_dropout}
 
 
 def run_sft(cfg: RunConfig, progress: bool = True) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.config import RunConfig
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import count_parameters, set_trainable
-from harness.stages.common import load_images, plain_instructions
+from harness.prompts import load_images, plain_instructions
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.loading import begin_stage
 

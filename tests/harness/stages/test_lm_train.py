@@ -10,7 +10,8 @@ from harness.config import TrainConfig
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import set_trainable
 from harness.records import RunDir
-from harness.stages.lm_train import LMData, epoch_order, train_lm
+from harness.schedule import epoch_order
+from harness.stages.lm_train import LMData, train_lm
 
 
 def _data(images):

@@ -1,0 +1,72 @@
+"""What a model is asked and what it is scored against, the same in every stage: the instruction (plain, or
+with the frozen classifier's predicted diseases: REVA-PO Sec. 3.2), the images of a sample, and the reference
+labels of the 14 observations. Below the stages: each stage, the RL engine and the evaluation read these."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.batching import instruction_text
+from harness.config import RunConfig
+from harness.constants import OBSERVATIONS
+from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba, preprocess
+
+
+def load_images(samples, size: int) -> list[list]:
+    """Every view of each sample, padded to square and resized to size x size."""
+    from harness.data.datasets import load_views
+
+    return [load_views(s, size) for s in samples]
+
+
+def plain_instructions(cfg: RunConfig, n: int) -> list[str]:
+    return [cfg.prompt.instruction] * n
+
+
+def disease_instructions(cfg: RunConfig, names: list[list[str]]) -> list[str]:
+    return [instruction_text(cfg.prompt.instruction, ns, cfg.prompt.disease_template) for ns in names]
+
+
+def reference_labels(samples) -> np.ndarray:
+    """[N, 14] CheXpert-style labels of the references: stored labels, else categories, else the labeler."""
+    out = np.full((len(samples), len(OBSERVATIONS)), np.nan)
+    need = []
+    for i, s in enumerate(samples):
+        if s.labels is not None:
+            out[i] = s.labels
+        elif s.categories is not None:
+            out[i] = [1.0 if o in s.categories else np.nan for o in OBSERVATIONS]
+        else:
+            need.append(i)
+    if need:
+        from rewards.chexpert import label_reports
+
+        out[need] = label_reports([samples[i].report for i in need])
+    return out
+
+
+def classifier_inputs(samples, img_size: int) -> torch.Tensor:
+    # The classifier sees the first view of each study.
+    views = load_images(samples, img_size)
+    return preprocess([v[0] for v in views], img_size)
+
+
+def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
+    """Names of the observations the frozen classifier predicts positive, per sample."""
+    model, ccfg, thresholds = load_classifier(classifier_dir)
+    probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size))
+    return [positive_names(row) for row in predict_labels(probs, thresholds)]
+
+
+def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:
+    """Prompts rebuilt the way a stage checkpoint was trained: with the classifier's predicted diseases when its
+    spec records a classifier (stage 2 onwards), plain otherwise."""
+    if not spec.get("classifier_dir"):
+        return [cfg.prompt.instruction] * len(samples)
+    names = predicted_diseases(spec["classifier_dir"], samples)
+    instruction = spec.get("instruction", cfg.prompt.instruction)
+    template = spec.get("disease_template", cfg.prompt.disease_template)
+    return [instruction_text(instruction, ns, template) for ns in names]
