@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_subcommands(sub)
 
-    demo = sub.add_parser("demo", help="the whole tiny study on synthetic data: stages 0-2, five RL arms, report")
+    demo = sub.add_parser("demo", help="the whole tiny study on synthetic data: stages 0-2, six RL arms, report")
     demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     demo.add_argument("--workers", type=int, default=2, help="parallel worker processes for the RL arms")
     demo.add_argument("--no-progress", action="store_true", help="hide progress bars")

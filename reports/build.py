@@ -21,6 +21,7 @@ import pandas as pd
 from reports import figures as F
 from reports.analyses import within_group_std
 from reports.bootstrap import DEFAULT_B
+from reports.examples import STAGE_NAMES, fig4_table, find_inversion, inversion_rows, text_figure
 from reports.experiment import Experiment, load_experiment
 from reports.html import Figure, Table, write_page
 from reports.published import published_table
@@ -114,6 +115,57 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
     return tables, pd.DataFrame.from_records(records)
 
 
+def _table_md(t: Table) -> str:
+    cells = [[c.replace("|", "\\|").replace("\n", " ") for c in r] for r in [t.header, *t.rows]]
+    return (f"### {t.title}\n\n| " + " | ".join(cells[0]) + " |\n|" + "---|" * len(t.header) + "\n"
+            + "\n".join("| " + " | ".join(r) + " |" for r in cells[1:]) + "\n\n"
+            + "\n".join(f"- {n}" for n in t.notes) + "\n")
+
+
+def example_sections(exp: Experiment, fdir: Path) -> tuple[list[Table], list[Figure], list[str]]:
+    """Fig. 4 and Fig. S6 as tables (the texts) and as figures; what could not be drawn, and why."""
+    tables, figs, skipped = [], [], []
+    fig4 = fig4_table(exp)
+    if fig4:
+        columns, rows = fig4
+        seed = columns[0].seed
+        title = "Fig. 4: test reports per stage beside the reference"
+        tables.append(Table(title, ["Report", "Source", "Findings", "Text"], rows, [
+            f"Test split, seed {seed}; columns: {'; '.join(c.label for c in columns)}. Findings: the eval stage's "
+            "labels (positive = 1) of each text; '+' = also a ground-truth finding, '(FP)' = not one, 'missed' = "
+            "ground-truth findings the text lacks. Ground truth: the reference report's labels (the synthetic "
+            "ground truth on phantom data). Reports chosen: a positive ground-truth finding first, then where the "
+            "stages disagree most (reports/examples.py)."], ["paper" if r[1] == "Reference" else "" for r in rows]))
+        blocks = [(f"[{r[0]}] {r[1]} — {r[2]}", r[3], "#1f4e79" if r[1] == "Reference" else "#7a3b00")
+                  for r in rows]
+        figs.append(Figure(title, text_figure(title, blocks, fdir, "fig4_examples")[0],
+                           "The texts of the table 'Fig. 4' (reference, then each stage's report)."))
+    else:
+        need = ", ".join(STAGE_NAMES.values())
+        skipped.append(f"Fig. 4: no test report decoded by every column ({need}); the eval stage writes them to "
+                       "predictions_final_test.jsonl")
+    inv = find_inversion(exp)
+    if inv:
+        opposite = ("opposite orders" if inv.tau <= -1 + 1e-9
+                    else f"the most discordant orders found (tau {inv.tau:.2f})")
+        title = f"Fig. S6: reward inversion, BLEU-4 vs {inv.clinical}"
+        tables.append(Table(title, ["Text", "BLEU-4 (rank)", f"{inv.clinical} (rank)", "Report"],
+                            inversion_rows(inv), [
+            f"Validation report {inv.report_id}, arm {inv.arm}, seed {inv.seed}, {inv.policy} RL "
+            f"(analysis_{inv.kind}.json): the G = {len(inv.candidates)} sampled candidates, ranked in {opposite} "
+            f"by BLEU-4 and {inv.clinical} (Kendall's tau-b = {inv.tau:.2f}). REVA-PO's Fig. S6 shows RadGraph "
+            "F1 preferring a less readable candidate; the clinical reward here is the first of radgraph_f1, "
+            "entity_f1, chexpert_f1 that the records hold."]))
+        blocks = [(f"{r[0]}: BLEU-4 {r[1]}, {inv.clinical} {r[2]}", r[3], "#1f4e79" if r[0] == "Reference"
+                   else "#7a3b00") for r in inversion_rows(inv)]
+        figs.append(Figure(title, text_figure(title, blocks, fdir, "fig_s6_reward_inversion")[0],
+                           f"Candidates of one validation group; tau-b {inv.tau:.2f}."))
+    else:
+        skipped.append("Fig. S6: no analysis record with candidates that BLEU-4 and a clinical reward both rank "
+                       "(add `analyses: [reward_variance]` to the study)")
+    return tables, figs, skipped
+
+
 def _fig2_bounds(exp: Experiment) -> list[tuple[str, float, float, float]]:
     out = [("MIMIC-CXR (0.05/0.10/0.12)", 0.05, 0.10, 0.12), ("IU-Xray (0.05/0.10/0.15)", 0.05, 0.10, 0.15)]
     for a in exp.arms:
@@ -173,11 +225,7 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
     a_tables, a_frame = supp_a_tables(exp, B, seed)
     if len(a_frame):
         to_csv(a_frame, tdir / "supp_a.csv")
-        a_md = []
-        for t in a_tables:
-            a_md.append(f"### {t.title}\n\n| " + " | ".join(t.header) + " |\n|" + "---|" * len(t.header) + "\n"
-                        + "\n".join("| " + " | ".join(r) + " |" for r in t.rows) + "\n\n"
-                        + "\n".join(f"- {n}" for n in t.notes) + "\n")
+        a_md = [_table_md(t) for t in a_tables]
         (tdir / "supp_a.md").write_text("\n".join(a_md), encoding="utf-8")
         md_parts += a_md
 
@@ -223,6 +271,10 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
         skipped.append("Supp. A.3: no analysis_sign-alignment.json with a countable P_sign / P_top1 in any RL "
                        "run (add `analyses: [sign_alignment]` to the study, or run `regbench analyze "
                        "sign-alignment RUN`)")
+    ex_tables, ex_figs, ex_skipped = example_sections(exp, fdir)
+    figs += ex_figs
+    skipped += ex_skipped
+    md_parts += [_table_md(t) for t in ex_tables]
     for db in F.optuna_files(experiment_dir):
         for paths in F.fig_optuna(db, fdir):
             name = paths[0].stem.removeprefix("fig_optuna_")
@@ -247,5 +299,6 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
     failed = [f"{r.arm} seed {r.seed}: {r.error}" for r in exp.runs if r.status == "failed"]
     stages = stage_table(exp)
     sections = [("Tables", texts + html_tables + a_tables + ([stages] if stages else [])), ("Figures", figs),
+                ("Examples (Fig. 4, Fig. S6: the texts)", ex_tables),
                 ("Not drawn", skipped), ("Failed runs", failed)]
     return write_page(out / "index.html", exp.title, meta, sections)

@@ -90,7 +90,10 @@ def test_studies_as_written(study_file):
         "regularizer_matrix": {f"{g}_{r}" for g in ("none", "constant", "adaptive", "rer")
                                for r in ("static", "ema", "vapr")},
         "reward_matrix": {"bleu4", "chexpert_f1", "entity_f1", "ce_f1", "mccs", "mrg_r1", "ditpo_bleu4"},
-        "demo_rl_ablation": {"ckl", "no_kl", "adaptive", "ema", "rer_vapr"},
+        "demo_rl_ablation": {"ckl", "no_kl", "adaptive", "rer_static", "ema", "rer_vapr"},
+        "table1_iu_xray": {"reva_po", "base", "s1", "s1_s2"},
+        "table1_mimic_cxr": {"reva_po", "base", "s1", "s1_s2"},
+        "table2_mimic_cxr": {"reva_po", "base", "s1", "s1_s2"},
     }[study.name]
     assert names == expected
 
@@ -155,8 +158,15 @@ def test_demo_runs_its_study_on_the_tiny_preset():
     assert study.preset == "tiny-bench" and study.seeds == [0]
     regs = {(resolve_config(study, a, "rl", 0).rl.regularizer, resolve_config(study, a, "rl", 0).rl.reference)
             for a in study.arms}
-    assert regs == {("constant", "static"), ("none", "static"), ("adaptive", "static"), ("constant", "ema"),
-                    ("rer", "vapr")}
+    assert regs == {("constant", "static"), ("none", "static"), ("adaptive", "static"), ("rer", "static"),
+                    ("constant", "ema"), ("rer", "vapr")}
+    # one factor at a time: every arm has a neighbour that differs from it in exactly one of the two factors,
+    # and Fig. 3's pairs exist (RER vs constant under one reference; RER with vapr and with static)
+    for r in regs:
+        assert any(sum(x != y for x, y in zip(r, o, strict=True)) == 1 for o in regs if o != r), r
+    assert {("rer", "static"), ("constant", "static"), ("rer", "vapr"), ("none", "static")} <= regs
+    assert study.analyses["arms"] == ["rer_vapr"] and set(study.analyses["kinds"]) == {"reward-variance",
+                                                                                       "sign-alignment"}
 
 
 def test_bad_study_files_fail_clearly(tmp_path):
