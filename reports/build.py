@@ -156,8 +156,8 @@ def example_sections(exp: Experiment, fdir: Path) -> tuple[list[Table], list[Fig
             f"by BLEU-4 and {inv.clinical} (Kendall's tau-b = {inv.tau:.2f}). REVA-PO's Fig. S6 shows RadGraph "
             "F1 preferring a less readable candidate; the clinical reward here is the first of radgraph_f1, "
             "entity_f1, chexpert_f1 that the records hold."]))
-        blocks = [(f"{r[0]}: BLEU-4 {r[1]}, {inv.clinical} {r[2]}", r[3], "#1f4e79" if r[0] == "Reference"
-                   else "#7a3b00") for r in inversion_rows(inv)]
+        blocks = [("Reference", r[3], "#1f4e79") if r[0] == "Reference" else
+                  (f"{r[0]}: BLEU-4 {r[1]}, {inv.clinical} {r[2]}", r[3], "#7a3b00") for r in inversion_rows(inv)]
         figs.append(Figure(title, text_figure(title, blocks, fdir, "fig_s6_reward_inversion")[0],
                            f"Candidates of one validation group; tau-b {inv.tau:.2f}."))
     else:

@@ -350,7 +350,8 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
                    f"comparisons of this table >= {ALPHA}.")
     out.append("Tested at: the checkpoint each arm's test scores come from (RL: the step rl.select chose / the "
                "last step, and the rule; other arms: the end of their last stage), per seed when they differ.")
-    refused = sorted({f"{a}: {i}" for a, i in zip(df.arm, df.protocol_issue, strict=True) if i})
+    refused = sorted({f"{a}: {i}" for a, i in zip(df.arm, df.protocol_issue, strict=True)
+                      if isinstance(i, str)})
     if refused:
         out.append("Comparisons refused (arms not scored the same way as the reference arm): " + "; ".join(refused)
                    + ".")
@@ -372,7 +373,8 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
                    f"regularizer, reference and reward all match that arm's; the others follow our rows. CheXpert "
                    f"P/R/F1 are compared with our {spec.ce_average}-averaged CE scores; RG with RadGraph F1 "
                    f"(partial) when its weights were available (else –).")
-        unmatched = sorted({f"{a}: {u}" for a, u in zip(df.arm, df.published_unmatched, strict=True) if u})
+        unmatched = sorted({f"{a}: {u}" for a, u in zip(df.arm, df.published_unmatched, strict=True)
+                            if isinstance(u, str)})  # pandas holds a missing reason as NaN, which is truthy
         if unmatched:
             out.append("Named paper rows not placed beside an arm: " + "; ".join(unmatched) + ".")
     return out + list(spec.notes)

@@ -46,7 +46,7 @@ def _rl_records(run: Path, arm: str, seed: int, regularizer: str, reference: str
                   "beta_base": 0.1, "beta_max": 0.12, "select": "best_val"}}
     (run / "manifest.json").write_text(json.dumps({"stage": "rl", "seed": seed, "config": cfg}))
     rng = np.random.default_rng(seed)
-    base = {"rer": 0.30, "constant": 0.25, "none": 0.10}[regularizer]
+    base = {"rer": 0.30, "constant": 0.25, "none": 0.10}.get(regularizer, 0.2)
     steps = []
     for s in range(1, N_STEPS + 1):
         kl = 0.0 if regularizer == "none" else 0.001 * (s % 8 + 1 if reference == "vapr" else s)
@@ -174,3 +174,133 @@ def built_report(experiment_dir, tmp_path_factory) -> Path:
     from reports.build import build_report
 
     return build_report(experiment_dir, tmp_path_factory.mktemp("report"), B=2000)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The records a study file's experiment writes (arms, factors, pipelines from the YAML itself), with texts: the
+# demo's page must draw every figure, Tables 1 / 2 must show their published rows.
+
+SENTENCES = ["the heart size is normal .", "mild cardiomegaly .", "small left pleural effusion .",
+             "no pneumothorax .", "the lungs are clear .", "right lower lobe opacity .", "a support device is seen ."]
+CARDIO, EFFUSION = 2, 10  # OBSERVATIONS indices (harness/constants.py)
+
+
+def _texts_and_labels(rng, quality: float) -> tuple[str, list]:
+    picks = sorted(set(rng.choice(len(SENTENCES), size=3, replace=True).tolist()))
+    labels = [0.0] * 14
+    if 1 in picks:
+        labels[CARDIO] = 1.0
+    if 2 in picks:
+        labels[EFFUSION] = 1.0
+    return " ".join(SENTENCES[i] for i in picks), labels
+
+
+def _text_predictions(path: Path, model: str, seed: int, quality: float) -> None:
+    """Per-report rows with texts: the same references for every model of a seed, outputs by model."""
+    rng = np.random.default_rng(seed)
+    out_rng = np.random.default_rng([sum(map(ord, model)), seed])
+    rows = []
+    for i in range(N_REPORTS):
+        ref, ref_labels = _texts_and_labels(rng, 1.0)
+        if out_rng.random() < quality:
+            gen, hyp_labels = ref, list(ref_labels)
+        else:
+            gen, hyp_labels = _texts_and_labels(out_rng, quality)
+        n = len(gen.split())
+        nlg = {**{f"correct_{k + 1}": float(max(0, n - k) if gen == ref else 0) for k in range(4)},
+               **{f"guess_{k + 1}": float(max(0, n - k)) for k in range(4)},
+               "testlen": float(n), "reflen": float(len(ref.split())), "ROUGE_L": 1.0 if gen == ref else 0.2,
+               "CIDEr": 0.5, "METEOR": 0.15}
+        rows.append({"id": f"t{i:02d}", "reference": ref, "generated": gen, "nlg": nlg, "hyp_labels": hyp_labels,
+                     "ref_labels": [None if (j not in (CARDIO, EFFUSION) and v == 0.0) else v
+                                    for j, v in enumerate(ref_labels)], "entity_f1": 0.3})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_jsonl(path, rows)
+
+
+INVERTED = {"bleu4": [0.1, 0.2, 0.3, 0.4], "entity_f1": [0.9, 0.6, 0.4, 0.1], "chexpert_f1": [1.0, 0.5, 0.5, 0.0]}
+
+
+def _analysis_with_texts(run: Path, seed: int) -> None:
+    """analysis_*.json as harness/stages/analyze.py writes them: 3 groups x G = 4 with texts; group v1 is ranked in
+    exactly opposite orders by BLEU-4 and entity F1 (Fig. S6)."""
+    refs = [SENTENCES[0] + " " + SENTENCES[3], SENTENCES[1], SENTENCES[2] + " " + SENTENCES[4]]
+    groups = [[f"{SENTENCES[(g + j) % 7]} {SENTENCES[(g + 2 * j) % 7]}" for j in range(4)] for g in range(3)]
+    flat = {"bleu4": [[0.3, 0.3, 0.1, 0.2], INVERTED["bleu4"], [0.0, 0.5, 0.2, 0.6]],
+            "entity_f1": [[0.2, 0.4, 0.1, 0.2], INVERTED["entity_f1"], [0.1, 0.5, 0.3, 0.6]],
+            "chexpert_f1": [[0.0, 0.5, 0.5, 1.0], INVERTED["chexpert_f1"], [1.0, 1.0, 1.0, 1.0]]}
+    for kind, used in (("reward-variance", ["bleu4", "chexpert_f1", "entity_f1"]),
+                       ("sign-alignment", ["bleu4", "chexpert_f1"])):
+        pols = {}
+        for pol, shift in (("before", 0.0), ("after", 0.05)):
+            pols[pol] = {"model": "m", "ids": ["v0", "v1", "v2"], "references": refs, "candidates": groups,
+                         "rewards": {n: [[v + (shift if n == "bleu4" and b != 1 else 0.0) for v in g]
+                                         for b, g in enumerate(flat[n])] for n in used}}
+        (run / f"analysis_{kind}.json").write_text(json.dumps(
+            {"format": "regbench.analysis/1", "kind": kind, "key": "k", "n_prompts": 3, "group_size": 4,
+             "seed": seed, "rewards_used": used, "policies": pols}))
+
+
+def write_study_experiment(root: Path, study_file: Path, dataset: str = "phantom", stage_evals: bool = False) -> Path:
+    """Records of a study file's arms x seeds as the runner writes them: RL runs for arms with an RL stage (with
+    the analyses the study asks for), test evaluations with per-report texts for every arm, and (stage_evals)
+    the demo's base / warm-up / SFT evaluations in eval_stages/."""
+    from harness.experiments import load_study
+
+    study = load_study(study_file)
+    quality = {"base": 0.05, "warmup": 0.2, "sft": 0.4, "rl": 0.6}
+    runs = []
+    for arm in study.arms:
+        for seed in study.seeds:
+            final = arm.final_stage or "base"
+            entry = {"arm": arm.name, "seed": seed, "dir": f"{arm.name}/seed{seed}",
+                     "eval_dir": f"{arm.name}/seed{seed}/eval", "status": "complete",
+                     "final_stage": arm.final_stage, "metrics": f"{arm.name}/seed{seed}/eval/metrics.json",
+                     "stages": {s: {"dir": f"stages/{s}-seed{seed}", "status": "complete", "elapsed_s": 5.0,
+                                    "shared_by": [arm.name]} for s in arm.pipeline}}
+            if "rl" in arm.pipeline:
+                rl_rel = f"stages/rl-seed{seed}-{arm.name}"
+                entry["stages"]["rl"]["dir"] = rl_rel
+                f = arm.factors
+                _rl_records(root / rl_rel, arm.name, seed, f.get("regularizer", "rer"), f.get("reference", "vapr"),
+                            dataset)
+                ana = study.analyses
+                if ana and (ana["arms"] is None or arm.name in ana["arms"]):
+                    _analysis_with_texts(root / rl_rel, seed)
+                    entry["stages"]["analysis"] = {"dir": rl_rel, "status": "complete", "kinds": ana["kinds"]}
+            ev = root / arm.name / f"seed{seed}" / "eval"
+            _text_predictions(ev / "predictions_final_test.jsonl", arm.name, seed, quality[final])
+            q = quality[final] + 0.002 * len(arm.name)
+            scores = {"split": "test", "n": N_REPORTS, "BLEU_1": 0.3 + q / 2, "BLEU_2": 0.2 + q / 2,
+                      "BLEU_3": 0.1 + q / 2, "BLEU_4": 0.05 + q / 2, "METEOR": 0.1 + q / 4, "ROUGE_L": 0.2 + q / 3,
+                      "CIDEr": 0.5, "ce_micro_precision": 0.3 + q / 3, "ce_micro_recall": 0.2 + q / 3,
+                      "ce_micro_f1": 0.25 + q / 3, "entity_f1": 0.3, "findings_acc": 0.8,
+                      "decoding": dict(DECODING)}
+            (ev / "metrics.json").write_text(json.dumps(scores))
+            runs.append(entry)
+    if stage_evals:
+        for label, q in (("base", 0.05), ("warm-up", 0.2), ("SFT", 0.4)):
+            _text_predictions(root / "eval_stages" / f"predictions_{label}_test.jsonl", label, study.seeds[0], q)
+    index = {"format": "regbench.experiment-index/1", "study": study.name, "title": study.title,
+             "preset": study.preset, "reproduces": study.reproduces, "reference_arm": study.reference,
+             "published_dataset": study.published_dataset, "seeds": study.seeds,
+             "arms": [a.describe() for a in study.arms], "runs": runs}
+    (root / "index.json").write_text(json.dumps(index))
+    return root
+
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+@pytest.fixture(scope="session")
+def demo_experiment_dir(tmp_path_factory) -> Path:
+    """The records of experiments/demo_rl_ablation.yaml's arms (as `regbench demo` leaves them)."""
+    return write_study_experiment(tmp_path_factory.mktemp("demo"), EXPERIMENTS / "demo_rl_ablation.yaml",
+                                  stage_evals=True)
+
+
+@pytest.fixture(scope="session")
+def demo_report(demo_experiment_dir, tmp_path_factory) -> Path:
+    from reports.build import build_report
+
+    return build_report(demo_experiment_dir, tmp_path_factory.mktemp("demo_report"), B=500)

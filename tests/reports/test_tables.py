@@ -231,3 +231,36 @@ def test_loader_without_index(tmp_path, experiment_dir):
     assert exp.values("constant_vapr", "BLEU_4") == {0: 1.2}
     with pytest.raises(FileNotFoundError):
         load_experiment(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("study, dataset, shown", [("table1_iu_xray", "iu_xray", "iu_xray"),
+                                                   ("table1_mimic_cxr", "phantom", "mimic_cxr"),
+                                                   ("table2_mimic_cxr", "mimic_cxr", "mimic_cxr")])
+def test_tables_1_and_2_pages(tmp_path, study, dataset, shown):
+    """Our rows on the study's data set beside the published baselines of that data set; the paper's REVA-PO row
+    sits under our full method only when the data set is the paper's."""
+    from reports.build import build_report
+    from tests.reports.conftest import EXPERIMENTS, write_study_experiment
+
+    root = write_study_experiment(tmp_path / study, EXPERIMENTS / f"{study}.yaml", dataset=dataset)
+    exp = load_experiment(root)
+    spec = default_spec(exp, B=200)
+    table = "revapo_table1" if study.startswith("table1") else "revapo_table2"
+    assert (spec.published, spec.dataset) == (table, shown)
+    md = to_markdown(exp, results_frame(exp, spec), spec)
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in md.splitlines() if ln.startswith("| ")]
+    names = [(r[0], r[1].split(":")[0]) for r in rows]
+    published = [r.get("label") or r.get("arm") for r in published_table(table, dataset=shown)["rows"]]
+    assert {n for n, src in names if src == "paper"} == set(published)  # every baseline of that data set
+    ours = [n for n, src in names if src == "ours"]
+    assert ours == ["REVA-PO (this harness) (reference)", "base model (no fine-tuning)", "stage 1 (warm-up)",
+                    "stages 1+2 (SFT)"]
+    beside = names[names.index(("REVA-PO (this harness) (reference)", "ours")) + 1]
+    assert (beside == ("REVA-PO (ours)", "paper")) == (dataset != "phantom")
+    tested = {r[0]: r[3] for r in rows if r[1] == "ours"}
+    assert tested["stage 1 (warm-up)"] == "warmup: end" and tested["base model (no fine-tuning)"] == "base model"
+    if table == "revapo_table2":
+        cols = next(r for r in rows if r[0] == "Arm")
+        assert cols[4:8] == ["P", "R", "F1", "RG"]
+    page = build_report(root, tmp_path / "report", B=200).read_text(encoding="utf-8")
+    assert "Fig. 4: test reports per stage beside the reference" in page and "Clinical-BERT" in page
