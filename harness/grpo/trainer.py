@@ -28,6 +28,7 @@ import contextlib
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,7 +226,7 @@ class GRPOTrainer:
         bad = ~np.isfinite(raw) | (np.abs(raw) > np.finfo(np.float32).max)
         if bad.any():
             return (f"reward {name!r} returned {int(bad.sum())} value(s) that are not finite in float32 (e.g. "
-                    f"{raw[bad][0]!r}); rewards must be finite numbers of moderate size")
+                    f"{float(raw[bad][0])!r}); rewards must be finite numbers of moderate size")
         if not bool(torch.isfinite(adv).all()):
             return (f"reward {name!r} gave non-finite advantages (Eq. 2; rewards from {raw.min():.3g} to "
                     f"{raw.max():.3g}): rewards too large for the group mean and std in float32")
@@ -312,7 +313,7 @@ class GRPOTrainer:
             loss, stats = policy_loss(logp, lp_old, lp_ref, advantages[a:b], beta[a:b], mask[a:b], entropy=ent,
                                       token_weights=None if whole else weights[a:b], **loss_kw)
             if not torch.isfinite(loss):
-                cause = f"the loss is {float(loss)} although rewards and logits are finite"
+                cause = f"the loss is {float(loss.detach())} although rewards and logits are finite"
                 break
             (loss * scale if self.dist.active else loss).backward()
             kept.append((logp.detach(), lp_old, lp_ref, ent.detach()))
@@ -342,7 +343,11 @@ class GRPOTrainer:
             if self.dist.active:
                 stats = self.dist.reduce_stats(stats, n_tokens)
             self.optimizer.step()
-        self.scheduler.step()
+        with warnings.catch_warnings():
+            # A skipped step still advances the schedule (the lr is a function of the step number); torch warns
+            # when that happens before any optimizer step.
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            self.scheduler.step()
         self.step += 1
         if not skip:
             self.regularizer.after_step(stats.get("kl_mean"), B * G * self.dist.world)
@@ -372,12 +377,6 @@ class GRPOTrainer:
         if skip:
             row = {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in row.items()}
         self.run.log_step(row)
-        if skip and self.nonfinite["in_a_row"] >= rl.max_nonfinite_steps:
-            self.save_checkpoint()
-            raise FloatingPointError(
-                f"{self.nonfinite['in_a_row']} RL steps in a row were not finite and skipped "
-                f"(rl.max_nonfinite_steps = {rl.max_nonfinite_steps}); the first: {self.nonfinite['first']}. "
-                f"The run stopped at step {self.step} with a checkpoint in {self.ckpt_path.parent} (rerun to resume)")
         if rl.samples_every and self.step % rl.samples_every == 0:
             self.run.log_samples({
                 "step": self.step, "ids": [self.train_set.ids[i] for i in idx],
@@ -447,7 +446,9 @@ class GRPOTrainer:
             last = self.train_step()
             bar.update(1)
             kl = last.get("kl_mean")
-            bar.set_postfix(reward=f"{last['reward_mean']:.3f}", kl="n/a" if kl is None else f"{kl:.4f}")
+            reward = last["reward_mean"]
+            bar.set_postfix(reward="n/a" if reward is None else f"{reward:.3f}",
+                            kl="n/a" if kl is None else f"{kl:.4f}")
             end_of_epoch = self.step % self.steps_per_epoch == 0
             validated = True
             if end_of_epoch:
@@ -460,13 +461,19 @@ class GRPOTrainer:
                 self.validate(self.step / self.steps_per_epoch, False, candidate=False)
             else:
                 validated = False
+            too_many = self.nonfinite["in_a_row"] >= self.rl.max_nonfinite_steps
             if validated or (self.tcfg.checkpoint_every and self.step % self.tcfg.checkpoint_every == 0) \
-                    or self.step == self.total_steps:
+                    or self.step == self.total_steps or too_many:
                 self.save_checkpoint()
+            if too_many:
+                raise FloatingPointError(
+                    f"{self.nonfinite['in_a_row']} RL steps in a row were not finite and skipped (rl.max_nonfinite_"
+                    f"steps = {self.rl.max_nonfinite_steps}); the first: {self.nonfinite['first']}. The run stopped "
+                    f"at step {self.step} with a checkpoint in {self.ckpt_path.parent}: rerun to resume")
         bar.close()
         selected = self.select_policy()
         steps = self.run.steps()
-        rewards = [s["reward_mean"] for s in steps]
+        rewards = [s["reward_mean"] for s in steps if s.get("reward_mean") is not None]  # None: skipped step
         return {"steps": self.step, "wall_time_s": time.time() - t_start,
                 "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
                 "reward_mean_last_10": float(np.mean(rewards[-10:])) if rewards else None, **selected}
