@@ -21,11 +21,10 @@ from harness.models.classifier import (
     positive_names,
     predict_labels,
     predict_proba,
-    preprocess,
     save_classifier,
     train_classifier,
 )
-from harness.stages.common import load_images, load_splits, require_train, seed_everything, start_run
+from harness.stages.common import load_splits, require_train, seed_everything, start_run
 
 
 def reference_labels(samples) -> np.ndarray:
@@ -55,9 +54,10 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
 
 
 def _inputs(samples, img_size: int) -> torch.Tensor:
-    # The classifier sees the first view of each study.
-    views = load_images(samples, img_size)
-    return preprocess([v[0] for v in views], img_size)
+    # The classifier sees the first view of each study, decoded when a batch reads it.
+    from harness.data.streaming import ClassifierImages
+
+    return ClassifierImages(samples, img_size)
 
 
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:

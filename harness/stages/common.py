@@ -95,10 +95,11 @@ def select_train(samples: list, d, source: str) -> list:
     return [samples[i] for i in keep]
 
 
-def load_images(samples, size: int) -> list[list]:
-    from harness.data.datasets import load_views
+def load_images(samples, size: int):
+    """Each sample's views, decoded and resized when a batch reads them (harness/data/streaming.py)."""
+    from harness.data.streaming import LazyViews
 
-    return [load_views(s, size) for s in samples]
+    return LazyViews(samples, size)
 
 
 def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bool | None = None) -> RunDir:
