@@ -255,6 +255,15 @@ class RLConfig:
     token_weight_max: float | None = None
     # Logit positions upcast to fp32 at once in token_logprobs / token_entropy (None: sized for ~16 MiB).
     logprob_chunk_positions: int | None = None
+    # Responses per forward/backward pass (this project): the frozen (old/ref) log-prob passes and the policy's
+    # backward run over micro-batches of this many responses, the rollouts over micro-batches of
+    # max(1, micro_batch_size // group_size) prompts; the loss normalisers stay those of the whole step, so the
+    # gradient equals the one-batch gradient. null = each process's whole share in one pass.
+    micro_batch_size: int | None = None
+    # A step whose loss or gradient is not finite is skipped (no optimizer step), logged and counted; after this
+    # many in a row the run stops with an error naming the first cause, leaving a resumable checkpoint (this
+    # project; issue 13).
+    max_nonfinite_steps: int = 5
 
 
 @dataclass
@@ -661,7 +670,8 @@ def _check_ranges(cfg: RunConfig, need) -> None:
     for key in ("classifier.lr", "pretrain.lr", "pretrain.epochs", "rl.kl_target", "rl.repetition_penalty",
                 "rl.token_weight_boost", "generation.repetition_penalty"):
         at_least(key, 0, strict=True)
-    for key in ("rl.val_every_steps", "rl.val_max_samples", "rl.logprob_chunk_positions"):
+    at_least("rl.max_nonfinite_steps", 1)
+    for key in ("rl.val_every_steps", "rl.val_max_samples", "rl.logprob_chunk_positions", "rl.micro_batch_size"):
         at_least(key, 1, optional=True)
     for key in ("rl.logprob_temperature", "rl.token_weight_max"):
         at_least(key, 0, strict=True, optional=True)
