@@ -255,6 +255,15 @@ class RLConfig:
     token_weight_max: float | None = None
     # Logit positions upcast to fp32 at once in token_logprobs / token_entropy (None: sized for ~16 MiB).
     logprob_chunk_positions: int | None = None
+    # Responses per forward/backward pass (this project): the frozen (old/ref) log-prob passes and the policy's
+    # backward run over micro-batches of this many responses, the rollouts over micro-batches of
+    # max(1, micro_batch_size // group_size) prompts; the loss normalisers stay those of the whole step, so the
+    # gradient equals the one-batch gradient. null = each process's whole share in one pass.
+    micro_batch_size: int | None = None
+    # A step whose loss or gradient is not finite is skipped (no optimizer step), logged and counted; after this
+    # many in a row the run stops with an error naming the first cause, leaving a resumable checkpoint (this
+    # project; issue 13).
+    max_nonfinite_steps: int = 5
 
 
 @dataclass
@@ -495,22 +504,24 @@ def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:
     return source
 
 
-def _check_plugins(rl: RLConfig, need, where) -> None:
+def _check_plugin_names(rl: RLConfig, need) -> None:
     """Names against the registries (regularizers/, regularizers/reference/, rewards/; the message lists the
-    registered ones), then a trial build of the regularizer and the reference strategy from this config, so a
-    typo or a bound the class refuses fails when the config loads, before any stage runs."""
-    from regularizers.registry import (
-        available_references,
-        available_regularizers,
-        reference_from_config,
-        regularizer_from_config,
-    )
+    registered ones), so a typo fails when the config loads, before any stage runs."""
+    from regularizers.registry import available_references, available_regularizers
     from rewards.registry import available_rewards
 
     for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
                               ("rl.reference", rl.reference, available_references()),
                               ("rl.reward", rl.reward, available_rewards())):
         need(value in names, key, value, f"is not registered; registered: {', '.join(names)}")
+
+
+def _trial_build(rl: RLConfig, where) -> None:
+    """Build the regularizer and the reference strategy from this config once: what the class refuses (its own
+    bounds, a plug-in option it lacks) fails at load time. Runs after the config's own range checks, whose
+    messages name the exact key."""
+    from regularizers.registry import reference_from_config, regularizer_from_config
+
     for key, build in (("rl.regularizer", regularizer_from_config), ("rl.reference", reference_from_config)):
         try:
             build(rl)
@@ -532,6 +543,9 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         else:
             need(value >= 0, key, value, "must be >= 0")
     if isinstance(cfg, RunConfig):
+        # The preset first: an unknown one leaves the preset-owned fields (image size, dtype) unset.
+        need(cfg.model.preset in ("tiny", "qwen2.5-vl-3b", "qwen2.5-vl-7b"), "model.preset", cfg.model.preset,
+             "must be tiny, qwen2.5-vl-3b or qwen2.5-vl-7b")
         _check_ranges(cfg, need)
         need(cfg.data.dataset in ("phantom", "iu_xray", "mimic_cxr"), "data.dataset", cfg.data.dataset,
              "must be phantom, iu_xray or mimic_cxr")
@@ -546,8 +560,6 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         for split in ("train", "val", "test"):
             cap = getattr(cfg.data, f"max_{split}")
             need(cap is None or cap >= 1, f"data.max_{split}", cap, "must be >= 1 or null")
-        need(cfg.model.preset in ("tiny", "qwen2.5-vl-3b", "qwen2.5-vl-7b"), "model.preset", cfg.model.preset,
-             "must be tiny, qwen2.5-vl-3b or qwen2.5-vl-7b")
         need(re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.model.device) is not None, "model.device", cfg.model.device,
              "must be auto, cpu, cuda or cuda:N")
         need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", cfg.model.dtype,
@@ -567,7 +579,7 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(cfg.train.max_steps is None or cfg.train.max_steps > 0, "train.max_steps", cfg.train.max_steps,
              "must be > 0 or null")
         rl = cfg.rl
-        _check_plugins(rl, need, lambda key: _source_of(key, source, sources))
+        _check_plugin_names(rl, need)
         need(0 <= rl.beta_min <= rl.beta_base <= rl.beta_max, "rl.beta_min/beta_base/beta_max",
              (rl.beta_min, rl.beta_base, rl.beta_max), "must satisfy 0 <= beta_min <= beta_base <= beta_max")
         need(rl.group_size >= 2, "rl.group_size", rl.group_size, "must be >= 2 (advantages are group-relative)")
@@ -614,6 +626,7 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              cfg.generation.min_new_tokens, "must be <= generation.max_new_tokens")
         need(cfg.generation.backend in ("hf", "lean"), "generation.backend", cfg.generation.backend,
              "must be hf or lean")
+        _trial_build(cfg.rl, lambda key: _source_of(key, source, sources))
 
 
 def _numeric_fields(obj, prefix: str = ""):
@@ -657,7 +670,8 @@ def _check_ranges(cfg: RunConfig, need) -> None:
     for key in ("classifier.lr", "pretrain.lr", "pretrain.epochs", "rl.kl_target", "rl.repetition_penalty",
                 "rl.token_weight_boost", "generation.repetition_penalty"):
         at_least(key, 0, strict=True)
-    for key in ("rl.val_every_steps", "rl.val_max_samples", "rl.logprob_chunk_positions"):
+    at_least("rl.max_nonfinite_steps", 1)
+    for key in ("rl.val_every_steps", "rl.val_max_samples", "rl.logprob_chunk_positions", "rl.micro_batch_size"):
         at_least(key, 1, optional=True)
     for key in ("rl.logprob_temperature", "rl.token_weight_max"):
         at_least(key, 0, strict=True, optional=True)

@@ -7,19 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from harness.batching import instruction_text
 from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
-from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba, preprocess
+from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba
 
 
-def load_images(samples, size: int) -> list[list]:
-    """Every view of each sample, padded to square and resized to size x size."""
-    from harness.data.datasets import load_views
+def load_images(samples, size: int):
+    """Every view of each sample, padded to square and resized to size x size, decoded when a batch reads them
+    (harness/data/streaming.py: memory flat in the data set's size)."""
+    from harness.data.streaming import LazyViews
 
-    return [load_views(s, size) for s in samples]
+    return LazyViews(samples, size)
 
 
 def plain_instructions(cfg: RunConfig, n: int) -> list[str]:
@@ -48,10 +48,11 @@ def reference_labels(samples) -> np.ndarray:
     return out
 
 
-def classifier_inputs(samples, img_size: int) -> torch.Tensor:
-    # The classifier sees the first view of each study.
-    views = load_images(samples, img_size)
-    return preprocess([v[0] for v in views], img_size)
+def classifier_inputs(samples, img_size: int):
+    """The classifier's input: the first view of each study, preprocessed when a batch reads it."""
+    from harness.data.streaming import ClassifierImages
+
+    return ClassifierImages(samples, img_size)
 
 
 def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:

@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_CHUNK_ROWS",
     "KL_ESTIMATORS",
     "aggregate",
+    "aggregation_weights",
     "group_advantages",
     "kl_penalty",
     "masked_mean",
@@ -330,6 +331,31 @@ def aggregation_normalizer(mask: torch.Tensor, mode: str = "token_mean", *, grou
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
 
 
+def aggregation_weights(mask: torch.Tensor, mode: str = "token_mean", *, group_size: int | None = None,
+                        max_len: int | None = None) -> torch.Tensor:
+    """Per-token weights ``w [N, T]`` with ``aggregate(x, mask, mode) == (w * x).sum()`` for every ``x``.
+
+    Computed once over the whole step, they let micro-batches of rows add up to the one-batch loss: each
+    micro-batch contributes ``(w[rows] * x[rows]).sum()``, and no normaliser (token count, tokens per group,
+    tokens per response, responses with tokens) is ever taken over a micro-batch alone.
+    """
+    m = mask.float() if not mask.is_floating_point() else mask
+    if mode == "token_mean":
+        return m / m.sum().clamp(min=1.0)
+    if mode == "group_token_mean":
+        counts = _group_sums(m.sum(dim=-1), group_size)  # tokens per group
+        n_groups = (counts > 0).to(m.dtype).sum().clamp(min=1.0)
+        per_row = (1.0 / (counts.clamp(min=1.0) * n_groups)).repeat_interleave(group_size)
+        return m * per_row.unsqueeze(1)
+    if mode == "seq_mean_token_mean":
+        lengths = m.sum(dim=-1)
+        n_seqs = (lengths > 0).to(m.dtype).sum().clamp(min=1.0)
+        return m / (lengths.clamp(min=1.0) * n_seqs).unsqueeze(1)
+    if mode == "dr_grpo":
+        return m / _dr_grpo_normalizer(m.shape[0], max_len)
+    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
+
+
 def _per_token(x: torch.Tensor | float, shape: torch.Size, like: torch.Tensor, what: str) -> torch.Tensor:
     """Broadcast a per-response ``[N]`` (or per-token ``[N, T]``, or scalar) quantity to ``[N, T]``."""
     x = torch.as_tensor(x, dtype=like.dtype, device=like.device)
@@ -364,6 +390,7 @@ def policy_loss(
     entropy_coef: float = 0.0,
     group_size: int | None = None,
     max_len: int | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The negated REVA-PO objective (Eq. 3), to minimise.
 
@@ -374,7 +401,9 @@ def policy_loss(
     - dual clip: for ``A < 0`` the per-token loss ``-l`` is capped at ``dual_clip * |A|`` (``None``: off);
     - ``KL`` from :func:`kl_penalty` (``logp_ref=None``: no KL term; ``kl_mean`` and ``log_ratio_ref_mean``
       are then absent from the stats, never 0: nothing was measured);
-    - ``agg`` from :func:`aggregate` (``group_size`` for ``group_token_mean``, ``max_len`` for ``dr_grpo``).
+    - ``agg`` from :func:`aggregate` (``group_size`` for ``group_token_mean``, ``max_len`` for ``dr_grpo``), or
+      ``(token_weights * x).sum()`` when ``token_weights`` are given: a micro-batch's rows of the whole step's
+      :func:`aggregation_weights`, so that the micro-batches' losses add up to the step's loss.
 
     ``advantages`` and ``beta`` are per response ``[N]`` (or per token ``[N, T]``, e.g. DiTPO token weights
     folded into the advantages); ``mask`` ``[N, T]`` marks response tokens. ``entropy`` is the current
@@ -417,20 +446,28 @@ def policy_loss(
         pg_tok = torch.where(adv < 0, torch.minimum(pg_tok, cap), pg_tok)
     else:
         dual_active = torch.zeros_like(mask_f, dtype=torch.bool)
-    agg = {"group_size": group_size, "max_len": max_len}
-    pg_loss = aggregate(pg_tok, mask_f, aggregation, **agg)
+    if token_weights is not None and token_weights.shape != shape:
+        raise ValueError(f"token_weights has shape {tuple(token_weights.shape)}, expected {tuple(shape)}")
+    agg_kw = {"group_size": group_size, "max_len": max_len}
+
+    def agg(x: torch.Tensor) -> torch.Tensor:
+        if token_weights is None:
+            return aggregate(x, mask_f, aggregation, **agg_kw)
+        return (x * token_weights.to(x.dtype)).sum()
+
+    pg_loss = agg(pg_tok)
 
     # KL to the reference, weighted per response (Eq. 3 with beta_i).
     if logp_ref is not None:
         kl_tok = kl_penalty(logp, logp_ref.detach(), kl_estimator)
-        kl_loss = aggregate(beta_tok * kl_tok, mask_f, aggregation, **agg)
+        kl_loss = agg(beta_tok * kl_tok)
     else:
         kl_tok = None
         kl_loss = torch.zeros((), dtype=logp.dtype, device=logp.device)
 
     # Entropy bonus: subtracting it from the loss rewards a higher-entropy policy.
     if entropy is not None and entropy_coef != 0.0:
-        entropy_loss = -entropy_coef * aggregate(entropy.to(logp.dtype), mask_f, aggregation, **agg)
+        entropy_loss = -entropy_coef * agg(entropy.to(logp.dtype))
     else:
         entropy_loss = torch.zeros((), dtype=logp.dtype, device=logp.device)
 

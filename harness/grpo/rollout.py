@@ -24,6 +24,8 @@ class Rollout:
     pixel_values: torch.Tensor
     image_grid_thw: torch.Tensor
     texts: list[str]  # N decoded responses, special tokens stripped
+    # Images (views) of each row, in the order of image_grid_thw; None = one per row. Needed to cut rows out.
+    images_per_row: list[int] | None = None
 
     @property
     def prompt_len(self) -> int:
@@ -36,6 +38,46 @@ class Rollout:
     @property
     def lengths(self) -> torch.Tensor:
         return self.response_mask.sum(dim=1)
+
+    def __len__(self) -> int:
+        return self.sequences.shape[0]
+
+    def rows(self, start: int, stop: int) -> Rollout:
+        """Rows start..stop-1 with their images' patches (same widths: logits of a row do not depend on
+        which other rows share its forward pass)."""
+        per_row = self.images_per_row or [1] * len(self)
+        if len(per_row) != len(self):
+            raise ValueError(f"images_per_row has {len(per_row)} entries for {len(self)} rows")
+        if (start, stop) == (0, len(self)):
+            return self
+        img0, img1 = sum(per_row[:start]), sum(per_row[:stop])
+        patches = self.image_grid_thw.prod(dim=1).tolist()
+        p0, p1 = sum(patches[:img0]), sum(patches[:img1])
+        return Rollout(self.sequences[start:stop], self.prompt_mask[start:stop], self.response_mask[start:stop],
+                       self.pixel_values[p0:p1], self.image_grid_thw[img0:img1], self.texts[start:stop],
+                       per_row[start:stop])
+
+
+def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
+    """One rollout from rollouts of consecutive prompt micro-batches: prompts left-padded and responses
+    right-padded to the widest part (masked out, so the rows' logits are unchanged)."""
+    if len(parts) == 1:
+        return parts[0]
+    P = max(r.prompt_len for r in parts)
+    L = max(r.response_mask.shape[1] for r in parts)
+    seqs, pmasks, rmasks = [], [], []
+    for r in parts:
+        n, p, ln = len(r), r.prompt_len, r.response_mask.shape[1]
+        seq = r.sequences.new_full((n, P + L), pad_id)
+        seq[:, P - p:P + ln] = r.sequences
+        pm = r.prompt_mask.new_zeros((n, P))
+        pm[:, P - p:] = r.prompt_mask
+        rm = r.response_mask.new_zeros((n, L))
+        rm[:, :ln] = r.response_mask
+        seqs.append(seq), pmasks.append(pm), rmasks.append(rm)
+    per_row = [k for r in parts for k in (r.images_per_row or [1] * len(r))]
+    return Rollout(torch.cat(seqs), torch.cat(pmasks), torch.cat(rmasks), torch.cat([r.pixel_values for r in parts]),
+                   torch.cat([r.image_grid_thw for r in parts]), [t for r in parts for t in r.texts], per_row)
 
 
 def response_mask_from(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:
@@ -72,7 +114,8 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
     mask = response_mask_from(resp, eos)
     texts = [t.strip() for t in tok.batch_decode(resp * mask + tok.pad_token_id * (1 - mask),
                                                  skip_special_tokens=True)]
-    return Rollout(seqs, batch["attention_mask"], mask, batch["pixel_values"], batch["image_grid_thw"], texts)
+    return Rollout(seqs, batch["attention_mask"], mask, batch["pixel_values"], batch["image_grid_thw"], texts,
+                   [len(views) for views in rep_images])
 
 
 def response_logits(model, ro: Rollout) -> torch.Tensor:

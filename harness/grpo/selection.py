@@ -42,7 +42,11 @@ class BestTracker:
         return True
 
     def state_dict(self) -> dict[str, Any]:
-        return {"score": self.score, "step": self.step, "epoch": self.epoch}
+        # plain floats/ints: checkpoints are read with weights_only=True (harness/checkpoint_io.py)
+        def plain(v, kind):
+            return None if v is None else kind(v)
+
+        return {"score": plain(self.score, float), "step": plain(self.step, int), "epoch": plain(self.epoch, float)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.score, self.step, self.epoch = state.get("score"), state.get("step"), state.get("epoch")

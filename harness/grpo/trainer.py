@@ -8,7 +8,11 @@ Per optimizer step:
      it, REFERENCE (+ its entropy for RER), the last two without grad through the same logits path; a frozen
      policy whose parameters equal the current ones (old right after a sync, ref right after a reset) takes the
      current pass's values detached instead of a second forward pass;
-  4. beta[B, G] from the regularizer; loss from policy_loss (Eq. 3-6); one AdamW step on the current policy;
+  4. beta[B, G] from the regularizer; loss from policy_loss (Eq. 3-6); one AdamW step on the current policy.
+     With rl.micro_batch_size, rollouts, frozen passes and the backward run over micro-batches of responses;
+     the aggregation's normalisers are those of the whole step (core.aggregation_weights), so the gradient is
+     the one-batch gradient. A step whose rewards, logits, loss or gradient are not finite is skipped (no
+     optimizer step), logged and counted; rl.max_nonfinite_steps in a row stop the run with a checkpoint;
   5. regularizer.after_step (adaptive controller), reference.after_step (EMA), old <- current every N steps
      (counted per epoch and re-synced at each epoch start, or over the whole run: rl.old_sync).
 After every epoch (and every K steps if asked) the current policy decodes the validation prompts greedily,
@@ -20,8 +24,11 @@ off in every forward pass of the loop, so the ratio is exactly 1 when current = 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +42,7 @@ from harness.config import RLConfig, TrainConfig
 from harness.distributed import Dist, shard
 from harness.grpo.core import (
     aggregation_normalizer,
+    aggregation_weights,
     group_advantages,
     policy_loss,
     response_mean,
@@ -42,7 +50,7 @@ from harness.grpo.core import (
     token_logprobs,
     zero_std_groups,
 )
-from harness.grpo.rollout import Rollout, response_logits, sample_rollout
+from harness.grpo.rollout import Rollout, concat_rollouts, response_logits, sample_rollout
 from harness.grpo.selection import BestTracker
 from harness.grpo.validation import validation_score
 from harness.records import RunDir
@@ -105,6 +113,8 @@ class GRPOTrainer:
         # validation" refers to the schedule, so a cut run resumed with a larger max_steps equals an uncut one.
         self.schedule_steps = total
         self.step = 0
+        # Skipped (non-finite) steps: in a row, in total, and the message of the first of the current row.
+        self.nonfinite = {"in_a_row": 0, "total": 0, "first": None}
         self.lp_temp = rl.logprob_temperature if rl.logprob_temperature is not None else rl.temperature
 
     # -- checkpoints ------------------------------------------------------------------------------------
@@ -124,7 +134,8 @@ class GRPOTrainer:
                                              zip(self.store.param_names(), self.store.parameters(), strict=True)},
                  "store": self.store.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "regularizer": self.regularizer.state_dict(),
-                 "reference": self.reference.state_dict(), "best": self.best.state_dict()}
+                 "reference": self.reference.state_dict(), "best": self.best.state_dict(),
+                 "nonfinite": dict(self.nonfinite)}
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
         tmp.replace(path)
@@ -142,6 +153,7 @@ class GRPOTrainer:
         self.regularizer.load_state_dict(state["regularizer"])
         self.reference.load_state_dict(state["reference"])
         self.best.load_state_dict(state.get("best") or {})
+        self.nonfinite = {**self.nonfinite, **(state.get("nonfinite") or {})}
         self.step = int(state["step"])
         self.run.truncate_logs_after(self.step)
         return True
@@ -157,13 +169,23 @@ class GRPOTrainer:
         rl = self.rl
         # One seed per step (and process): a resumed run samples exactly what an uninterrupted one would.
         torch.manual_seed(self.seed * 1_000_003 + self.step + 7_919 * self.dist.rank)
+        per = max(1, (rl.micro_batch_size or len(idx) * rl.group_size) // rl.group_size)  # prompts per pass
+        parts = []
         with self.store.use("old"):
-            return sample_rollout(self.model, self.processor, [self.train_set.images[i] for i in idx],
-                                  [self.train_set.instructions[i] for i in idx], group_size=rl.group_size,
-                                  temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k,
-                                  max_new_tokens=rl.max_new_tokens, min_new_tokens=rl.min_new_tokens,
-                                  repetition_penalty=rl.repetition_penalty,
-                                  backend=getattr(self, "generation_backend", "hf"))
+            for s in range(0, len(idx), per):
+                sub = idx[s:s + per]
+                parts.append(sample_rollout(
+                    self.model, self.processor, [self.train_set.images[i] for i in sub],
+                    [self.train_set.instructions[i] for i in sub], group_size=rl.group_size,
+                    temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k, max_new_tokens=rl.max_new_tokens,
+                    min_new_tokens=rl.min_new_tokens, repetition_penalty=rl.repetition_penalty,
+                    backend=getattr(self, "generation_backend", "hf")))
+        return concat_rollouts(parts, self.processor.tokenizer.pad_token_id)
+
+    def _chunks(self, n: int) -> list[tuple[int, int]]:
+        """Row ranges of the micro-batches of an n-response step."""
+        size = self.rl.micro_batch_size or max(n, 1)
+        return [(a, min(a + size, n)) for a in range(0, n, size)] or [(0, 0)]
 
     @torch.no_grad()
     def _frozen_logprobs(self, logits: torch.Tensor, ro: Rollout, want_entropy: bool):
@@ -174,9 +196,30 @@ class GRPOTrainer:
         return logp, ent
 
     @torch.no_grad()
-    def _snapshot_logits(self, name: str, ro: Rollout) -> torch.Tensor:
-        with self.store.use(name):
-            return response_logits(self.model, ro)
+    def _frozen_pass(self, name: str | None, ro: Rollout, chunks, want_entropy: bool):
+        """[N, L] log-probs (and entropies) of the responses under snapshot `name` (None: the live parameters,
+        no swap), micro-batch by micro-batch. Called before the policy's own forward: swapping a snapshot in
+        writes the live parameters, which no live graph may have saved."""
+        logps, ents = [], []
+        with self.store.use(name) if name else contextlib.nullcontext():
+            for a, b in chunks:
+                sub = ro.rows(a, b)
+                lp, ent = self._frozen_logprobs(response_logits(self.model, sub), sub, want_entropy)
+                logps.append(lp)
+                ents.append(ent)
+        return torch.cat(logps), (torch.cat(ents) if want_entropy else None)
+
+    def _reward_problem(self, raw: np.ndarray, adv: torch.Tensor) -> str | None:
+        """Why the rewards cannot train (None when they can): the message names the reward."""
+        name = self.rl.reward
+        bad = ~np.isfinite(raw) | (np.abs(raw) > np.finfo(np.float32).max)
+        if bad.any():
+            return (f"reward {name!r} returned {int(bad.sum())} value(s) that are not finite in float32 (e.g. "
+                    f"{float(raw[bad][0])!r}); rewards must be finite numbers of moderate size")
+        if not bool(torch.isfinite(adv).all()):
+            return (f"reward {name!r} gave non-finite advantages (Eq. 2; rewards from {raw.min():.3g} to "
+                    f"{raw.max():.3g}): rewards too large for the group mean and std in float32")
+        return None
 
     def train_step(self) -> dict:
         rl, G = self.rl, self.rl.group_size
@@ -186,60 +229,117 @@ class GRPOTrainer:
         self.model.eval()  # dropout off everywhere in the loop (see module docstring)
         ro = self._rollout(idx)
         refs = [self.train_set.references[i] for i in idx for _ in range(G)]
+        raw = np.asarray(compute_reward(rl.reward, ro.texts, refs), dtype=np.float64)
         # Rewards (and so advantages and betas) on the model's device, beside the log-probs they weigh.
-        rewards = torch.tensor(compute_reward(rl.reward, ro.texts, refs), dtype=torch.float32,
-                               device=ro.response_mask.device).view(B, G)
+        rewards = torch.tensor(raw, dtype=torch.float32, device=ro.response_mask.device).view(B, G)
         adv = group_advantages(rewards, scale=rl.advantage_scale)
         zero_std = zero_std_groups(rewards)
         mask = ro.response_mask.float()
         if rl.zero_std_groups == "drop":
             mask = mask * (~zero_std).repeat_interleave(G).float().unsqueeze(1)
         want_ent = rl.entropy_coef != 0
-        # Frozen passes first: swapping a snapshot in writes the live parameters, which the current pass's graph
-        # must not see change. A snapshot equal to the live parameters (old right after a sync, ref right after
-        # a reset) needs no pass of its own: the current pass's logits are the same numbers.
-        frozen = ["old"] + (["ref"] if self.regularizer.needs_reference else [])
-        own = {name: self._snapshot_logits(name, ro) for name in frozen if not self.store.equal_to_live(name)}
+        needs_ref = self.regularizer.needs_reference
+        needs_h = needs_ref and self.regularizer.needs_reference_entropy
+        chunks = self._chunks(B * G)
+        whole = len(chunks) == 1
+        # Frozen passes first (see _frozen_pass). A snapshot equal to the live parameters (old right after a
+        # sync, ref right after a reset) needs no pass of its own: the current pass's logits are the same
+        # numbers. Except for the reference entropies over several micro-batches: the betas need them for the
+        # whole step before the first backward, so they come from a no-grad pass of the live parameters.
+        frozen = {}
+        for name in ["old"] + (["ref"] if needs_ref else []):
+            ent_here = name == "ref" and needs_h
+            if not self.store.equal_to_live(name):
+                frozen[name] = self._frozen_pass(name, ro, chunks, ent_here)
+            elif ent_here and not whole:
+                frozen[name] = self._frozen_pass(None, ro, chunks, True)
         token_w = None
         if self.weighter is not None:
-            # DiTPO: A[i, t] = w[i, t] * A[i]; the gradient weighter looks through the old policy.
+            # DiTPO: A[i, t] = w[i, t] * A[i]; the gradient weighter looks through the old policy (row by row).
             with self.store.use("old"):
-                token_w = self.weighter.weights(self.model, ro)
-        logits = response_logits(self.model, ro)
-        logp = token_logprobs(logits, ro.responses, self.lp_temp, rl.logprob_chunk_positions)
-        ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=want_ent)
-        logp_old, _ = self._frozen_logprobs(own.get("old", logits.detach()), ro, False)
-        logp_ref, h_ref_tok = None, None
-        if self.regularizer.needs_reference:
-            logp_ref, h_ref_tok = self._frozen_logprobs(own.get("ref", logits.detach()), ro,
-                                                        self.regularizer.needs_reference_entropy)
-        del own
-        h_ref = response_mean(h_ref_tok, ro.response_mask.float()).view(B, G) if h_ref_tok is not None else None
-        beta = self.regularizer.betas(adv, h_ref).reshape(-1)
+                token_w = torch.cat([self.weighter.weights(self.model, ro.rows(a, b)) for a, b in chunks])
         advantages = adv.reshape(-1)
         if token_w is not None:
             advantages = advantages.unsqueeze(1) * token_w.to(advantages.device)
         agg = {"group_size": G, "max_len": rl.max_new_tokens}
-        loss, stats = policy_loss(logp, logp_old, logp_ref, advantages, beta, mask, eps_low=rl.eps_low,
-                                  eps_high=rl.eps_high, dual_clip=rl.dual_clip, kl_estimator=rl.kl_estimator,
-                                  aggregation=rl.aggregation, entropy=ent, entropy_coef=rl.entropy_coef, **agg)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"RL loss is {float(loss)} at step {self.step}")
-        n_tokens = float(mask.sum())
-        if self.dist.active:
-            # Scale to this process's share of the global normaliser: the mean of the scaled losses (and of
-            # their gradients, averaged below) is then the loss of the whole batch in one process.
-            loss = loss * self.dist.loss_scale(aggregation_normalizer(mask, rl.aggregation, **agg))
-            stats = self.dist.reduce_stats(stats, n_tokens)
+        loss_kw = dict(eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip,
+                       kl_estimator=rl.kl_estimator, aggregation=rl.aggregation, entropy_coef=rl.entropy_coef, **agg)
+        weights = None if whole else aggregation_weights(mask, rl.aggregation, **agg)
+        # Data parallel: scale to this process's share of the global normaliser; the mean of the scaled losses
+        # (and of their gradients, averaged below) is then the loss of the whole batch in one process.
+        scale = self.dist.loss_scale(aggregation_normalizer(mask, rl.aggregation, **agg)) if self.dist.active else 1.0
+        h_ref_tok = frozen["ref"][1] if "ref" in frozen else None
+        beta = None
+
+        def betas(h_tok):
+            h = response_mean(h_tok, ro.response_mask.float()).view(B, G) if h_tok is not None else None
+            return self.regularizer.betas(adv, h).reshape(-1)
+
+        if not needs_h or h_ref_tok is not None:
+            beta = betas(h_ref_tok)
+        cause = self._reward_problem(raw, adv)
+        for name, (lp, ent_f) in frozen.items():
+            if cause is None and not (torch.isfinite(lp).all() and (ent_f is None or torch.isfinite(ent_f).all())):
+                cause = f"logits of the {name} policy are not finite"
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        kept, stats = [], {}
+        for a, b in chunks if cause is None else []:
+            sub = ro.rows(a, b)
+            logits = response_logits(self.model, sub)
+            logp = token_logprobs(logits, sub.responses, self.lp_temp, rl.logprob_chunk_positions)
+            ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=want_ent)
+            del logits
+            if not (torch.isfinite(logp).all() and torch.isfinite(ent).all()):
+                cause = "logits of the current policy are not finite"
+                break
+            lp_old = frozen["old"][0][a:b] if "old" in frozen else logp.detach()
+            lp_ref = None
+            if needs_ref:
+                lp_ref = frozen["ref"][0][a:b] if "ref" in frozen else logp.detach()
+                if beta is None:  # one micro-batch, ref == current: its entropies are this pass's (detached)
+                    h_ref_tok = ent.detach()
+                    beta = betas(h_ref_tok)
+            loss, stats = policy_loss(logp, lp_old, lp_ref, advantages[a:b], beta[a:b], mask[a:b], entropy=ent,
+                                      token_weights=None if whole else weights[a:b], **loss_kw)
+            if not torch.isfinite(loss):
+                cause = f"the loss is {float(loss.detach())} although rewards and logits are finite"
+                break
+            (loss * scale if self.dist.active else loss).backward()
+            kept.append((logp.detach(), lp_old, lp_ref, ent.detach()))
+        if cause is None and not whole:  # the step's statistics, exactly as one batch would give them
+            cat = [torch.cat(parts) if parts[0] is not None else None for parts in zip(*kept, strict=True)]
+            with torch.no_grad():
+                _, stats = policy_loss(cat[0], cat[1], cat[2], advantages, beta, mask, entropy=cat[3], **loss_kw)
         self.dist.average_gradients(self.params)
-        gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.tcfg.grad_clip) if self.tcfg.grad_clip > 0 else None
+        gnorm = None
+        if cause is None:
+            grads = [p.grad for p in self.params if p.grad is not None]
+            if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
+                cause = "the gradient is not finite although the loss is"
+            elif self.tcfg.grad_clip > 0:
+                gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.tcfg.grad_clip)
+                if not torch.isfinite(gnorm):
+                    cause = f"the gradient norm is {float(gnorm)}"
+        # Every process skips or steps alike: a step is skipped when any process found a problem.
+        skip = float(self.dist.sum(torch.tensor([float(cause is not None)]))[0]) > 0
+        n_tokens = float(mask.sum())
         lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.scheduler.step()
+        if skip:
+            self.optimizer.zero_grad(set_to_none=True)
+            stats = self._count_nonfinite(cause)
+        else:
+            self.nonfinite["in_a_row"], self.nonfinite["first"] = 0, None
+            if self.dist.active:
+                stats = self.dist.reduce_stats(stats, n_tokens)
+            self.optimizer.step()
+        with warnings.catch_warnings():
+            # A skipped step still advances the schedule (the lr is a function of the step number); torch warns
+            # when that happens before any optimizer step.
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            self.scheduler.step()
         self.step += 1
-        self.regularizer.after_step(stats.get("kl_mean"), B * G * self.dist.world)
+        if not skip:
+            self.regularizer.after_step(stats.get("kl_mean"), B * G * self.dist.world)
         events = dict(self.reference.after_step(self.store, self.step) or {})
         if self._old_sync_due():
             self.store.capture("old")
@@ -248,7 +348,7 @@ class GRPOTrainer:
         all_zero_std = self.dist.gather(zero_std.float())
         all_lengths = self.dist.gather(ro.lengths.float())
         ref_entropy = None
-        if h_ref_tok is not None:
+        if h_ref_tok is not None and not skip:
             ref_entropy = float(self.dist.gather(response_mean(h_ref_tok, ro.response_mask.float())).mean())
         row = {
             "step": self.step, "epoch": self.step / self.steps_per_epoch,
@@ -260,17 +360,33 @@ class GRPOTrainer:
             "grad_norm": float(gnorm) if gnorm is not None else None, "step_time": time.time() - t0,
             **stats, **self.regularizer.log_stats(), **self.reference.log_stats(), **events,
         }
-        if token_w is not None:
+        if token_w is not None and not skip:
             sel = token_w[ro.response_mask.bool()]
             row.update(token_weight_max=float(sel.max()), token_weight_std=float(sel.std()))
+        if skip:
+            row = {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in row.items()}
         self.run.log_step(row)
         if rl.samples_every and self.step % rl.samples_every == 0:
             self.run.log_samples({
                 "step": self.step, "ids": [self.train_set.ids[i] for i in idx],
                 "candidates": ro.texts, "rewards": rewards.tolist(), "advantages": adv.tolist(),
-                "betas": beta.view(B, G).tolist(),
+                "betas": beta.view(B, G).tolist() if beta is not None else None,
             })
         return row
+
+    def _count_nonfinite(self, cause: str | None) -> dict:
+        """Count a skipped step; its log fields (the cause from the first process that found one)."""
+        causes = [c for c in self.dist.gather_objects(cause) if c]
+        message = f"step {self.step + 1}: {causes[0]}"
+        nf = self.nonfinite
+        nf["in_a_row"] += 1
+        nf["total"] += 1
+        if nf["in_a_row"] == 1:
+            nf["first"] = message
+        if self.dist.main:
+            print(f"[rl] skipped {message} (no optimizer step; {nf['in_a_row']} in a row)", file=sys.stderr)
+        return {"skipped": True, "nonfinite_cause": causes[0], "nonfinite_in_a_row": nf["in_a_row"],
+                "nonfinite_total": nf["total"]}
 
     def _old_sync_due(self) -> bool:
         """After optimizer step self.step: is it the N-th step (of the epoch, or of the run)?"""
@@ -319,7 +435,9 @@ class GRPOTrainer:
             last = self.train_step()
             bar.update(1)
             kl = last.get("kl_mean")
-            bar.set_postfix(reward=f"{last['reward_mean']:.3f}", kl="n/a" if kl is None else f"{kl:.4f}")
+            reward = last["reward_mean"]
+            bar.set_postfix(reward="n/a" if reward is None else f"{reward:.3f}",
+                            kl="n/a" if kl is None else f"{kl:.4f}")
             end_of_epoch = self.step % self.steps_per_epoch == 0
             validated = True
             if end_of_epoch:
@@ -332,13 +450,19 @@ class GRPOTrainer:
                 self.validate(self.step / self.steps_per_epoch, False, candidate=False)
             else:
                 validated = False
+            too_many = self.nonfinite["in_a_row"] >= self.rl.max_nonfinite_steps
             if validated or (self.tcfg.checkpoint_every and self.step % self.tcfg.checkpoint_every == 0) \
-                    or self.step == self.total_steps:
+                    or self.step == self.total_steps or too_many:
                 self.save_checkpoint()
+            if too_many:
+                raise FloatingPointError(
+                    f"{self.nonfinite['in_a_row']} RL steps in a row were not finite and skipped (rl.max_nonfinite_"
+                    f"steps = {self.rl.max_nonfinite_steps}); the first: {self.nonfinite['first']}. The run stopped "
+                    f"at step {self.step} with a checkpoint in {self.ckpt_path.parent}: rerun to resume")
         bar.close()
         selected = self.select_policy()
         steps = self.run.steps()
-        rewards = [s["reward_mean"] for s in steps]
+        rewards = [s["reward_mean"] for s in steps if s.get("reward_mean") is not None]  # None: skipped step
         return {"steps": self.step, "wall_time_s": time.time() - t_start,
                 "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
                 "reward_mean_last_10": float(np.mean(rewards[-10:])) if rewards else None, **selected}

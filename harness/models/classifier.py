@@ -308,6 +308,19 @@ def classifier_targets(labels: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- training
 
 
+class _Pairs(torch.utils.data.Dataset):
+    """(image, target) pairs from an image Dataset and a target tensor (TensorDataset needs two tensors)."""
+
+    def __init__(self, x, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
 def _device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
@@ -364,10 +377,11 @@ def train_classifier(
 
     device = _device_of(model)
     generator = torch.Generator().manual_seed(cfg.seed)
-    loader = DataLoader(
-        TensorDataset(train_x, train_y.float()), batch_size=cfg.batch_size, shuffle=True, generator=generator,
-        num_workers=cfg.num_workers, drop_last=False,
-    )
+    # A tensor of images, or a Dataset that decodes them on demand (harness/data/streaming.py), in workers
+    # when cfg.num_workers > 0, into pinned memory when training on a GPU.
+    pairs = TensorDataset(train_x, train_y.float()) if torch.is_tensor(train_x) else _Pairs(train_x, train_y.float())
+    loader = DataLoader(pairs, batch_size=cfg.batch_size, shuffle=True, generator=generator,
+                        num_workers=cfg.num_workers, drop_last=False, pin_memory=device.type == "cuda")
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, betas=(0.9, cfg.adam_beta2),
                                   weight_decay=cfg.weight_decay)

@@ -80,11 +80,14 @@ def test_round_trip_of_what_the_trainers_save(tmp_path):
 def test_regularizer_and_reference_states_are_plain_values():
     import numpy as np
 
+    from harness.grpo.selection import BestTracker
     from regularizers import build_reference, build_regularizer
 
-    adaptive = build_regularizer("adaptive", init_beta=0.1, target=0.05, horizon=100)
+    adaptive = build_regularizer("adaptive", beta_base=0.1, kl_target=0.05, kl_horizon=100)
     adaptive.beta = np.float64(0.125)  # numpy scalars would be refused by weights_only=True
     vapr = build_reference("vapr", reset_every_epochs=3, val_every_steps=None)
-    vapr.best_score, vapr.best_epoch, vapr.best_step = np.float64(0.3), np.int64(1), 7
-    for state in (adaptive.state_dict(), vapr.state_dict()):
+    vapr.num_resets = np.int64(2)
+    best = BestTracker()
+    best.score, best.epoch, best.step = np.float64(0.3), np.int64(1), np.int64(7)
+    for state in (adaptive.state_dict(), vapr.state_dict(), best.state_dict()):
         assert all(v is None or type(v) in (int, float) for v in state.values()), state

@@ -128,9 +128,9 @@ def test_resume_with_a_changed_config_is_refused_naming_the_keys(tmp_path):
     start_run(_cfg(out, "rl.reward=bleu4", "rl.beta_max=0.12"), "rl")
     runlock.release(out)
     with pytest.raises(RunMismatch) as e:
-        start_run(_cfg(out, "rl.reward=chexpert", "rl.beta_max=0.15"), "rl")
+        start_run(_cfg(out, "rl.reward=chexpert_f1", "rl.beta_max=0.15"), "rl")
     msg = str(e.value)
-    assert "manifest.json" in msg and "rl.reward: 'bleu4' in the run, 'chexpert' now" in msg
+    assert "manifest.json" in msg and "rl.reward: 'bleu4' in the run, 'chexpert_f1' now" in msg
     assert "rl.beta_max: 0.12 in the run, 0.15 now" in msg and "--restart" in msg
     assert json.loads((out / "manifest.json").read_text())["config"]["rl"]["reward"] == "bleu4"  # untouched
 
@@ -152,11 +152,11 @@ def test_restart_discards_the_old_run(tmp_path):
     (out / "checkpoint" / "rl_state.pt").write_bytes(b"x")
     run.write_metrics({"steps": 1})
     runlock.release(out)
-    run = start_run(_cfg(out, "rl.reward=chexpert"), "rl", restart=True)
+    run = start_run(_cfg(out, "rl.reward=chexpert_f1"), "rl", restart=True)
     assert not run.complete and not (out / "checkpoint").exists() and not (out / "steps.jsonl").exists()
     man = json.loads((out / "manifest.json").read_text())
-    assert man["config"]["rl"]["reward"] == "chexpert"
-    assert man["config_hash"] == config_hash(_cfg(out, "rl.reward=chexpert"))
+    assert man["config"]["rl"]["reward"] == "chexpert_f1"
+    assert man["config_hash"] == config_hash(_cfg(out, "rl.reward=chexpert_f1"))
     runlock.release(out)
 
 

@@ -1,0 +1,82 @@
+"""Images decoded on demand (harness/data/streaming.py): the same pixels as decoding everything up front,
+without holding them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from harness.data import streaming
+from harness.data.datasets import Sample, load_views
+from harness.data.streaming import ClassifierImages, LazyViews
+
+
+@pytest.fixture
+def samples(tmp_path):
+    rng = np.random.default_rng(1)
+    out = []
+    for i in range(5):
+        paths = []
+        for v in range(1 + i % 2):  # one or two views, of different shapes (padded to square on load)
+            path = tmp_path / f"s{i}_{v}.png"
+            Image.fromarray(rng.integers(0, 255, (40 + 7 * i, 33 + 5 * v), dtype=np.uint8)).save(path)
+            paths.append(path)
+        out.append(Sample(f"s{i}", "the heart is normal .", paths))
+    return out
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.size == y.size and np.array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_lazy_views_decode_on_access_only(samples, monkeypatch):
+    calls = []
+    real = streaming.load_views
+    monkeypatch.setattr(streaming, "load_views", lambda s, size: calls.append(s.id) or real(s, size))
+    views = LazyViews(samples, 24)
+    assert calls == [] and len(views) == 5
+    _same(views[3], load_views(samples[3], 24))
+    assert calls == ["s3"]
+    part = views[1:4]
+    assert calls == ["s3", "s1", "s2", "s3"] and len(part) == 3
+    for got, s in zip(views, samples, strict=True):  # iteration decodes one at a time, every time
+        _same(got, load_views(s, 24))
+    assert len(calls) == 9
+
+
+def test_lazy_views_join_with_decoded_entries(samples):
+    views = LazyViews(samples[:2], 24)
+    extra = [load_views(samples[4], 24)]
+    joined = views + extra + LazyViews(samples[2:3], 24)
+    assert len(joined) == 4
+    _same(joined[2], extra[0])
+    _same(joined[3], load_views(samples[2], 24))
+    with pytest.raises(ValueError, match="24 px and 32 px"):
+        views + LazyViews(samples, 32)
+
+
+def test_classifier_images_equal_the_preprocessed_first_views(samples):
+    from harness.models.classifier import preprocess
+
+    data = ClassifierImages(samples, 32)
+    whole = preprocess([load_views(s, 32)[0] for s in samples], 32)
+    assert torch.equal(data[0:5], whole) and torch.equal(data[2], whole[2])
+
+
+def test_classifier_trains_the_same_from_a_stream_as_from_a_tensor(samples):
+    from harness.models.classifier import ClassifierConfig, build_classifier, preprocess, train_classifier
+
+    cfg = ClassifierConfig.preset("tiny", img_size=32, epochs=2, batch_size=2, lr=1e-3, seed=5)
+    y = torch.tensor(np.eye(14)[[0, 1, 2, 1, 0]], dtype=torch.float32)
+    tensor = preprocess([load_views(s, 32)[0] for s in samples], 32)
+    states = []
+    for x in (tensor, ClassifierImages(samples, 32)):
+        model = build_classifier(cfg)
+        train_classifier(model, x, y, x, y, cfg, progress=False)
+        states.append(model.state_dict())
+    for key in states[0]:
+        assert torch.equal(states[0][key], states[1][key]), key
