@@ -3,7 +3,8 @@
 It runs the study experiments/demo_rl_ablation.yaml (tiny preset, synthetic data, one seed): data synth ->
 stage 0 (tiny base, cached per machine) -> stage 1 warm-up -> classifier -> stage 2 SFT -> six RL arms
 (constant KL, no KL, adaptive PPO-beta, RER, EMA reference, RER + VAPR: one factor at a time) from the shared SFT
-model, each evaluated on the test split, and the Supp. A records of the RER + VAPR arm (the study's `analyses`); then it evaluates the base, warm-up and SFT models too, prints one table (per stage and
+model, each evaluated on the test split, and the Supp. A records of the RER + VAPR arm (the study's `analyses`);
+then it evaluates the base, warm-up and SFT models too, prints one table (per stage and
 per RL arm: BLEU-1..4, METEOR, ROUGE-L, findings against the synthetic ground truth) and each arm's reward
 curve summary, and builds the report. Everything lands in one folder (default runs/demo); the last line
 names the report page.
