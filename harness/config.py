@@ -19,9 +19,7 @@ from typing import Any
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A configuration value or key is invalid; the message names it."""
+from harness.errors import ConfigError  # noqa: F401 - raised here, and importable from here as before
 
 
 @dataclass

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from harness.config import ConfigError, RunConfig
+from harness.models.checkpoint import check_base_folder
 
 SPLITS = ("train", "val", "test")
 
@@ -41,19 +42,6 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
     if stage == "sft" and cfg.classifier.dir and not Path(cfg.classifier.dir).is_dir():
         raise ConfigError(f"'classifier.dir' = '{cfg.classifier.dir}': folder not found (the folder written by "
                           "`regbench classifier train`, e.g. RUN/classifier)")
-
-
-def check_base_folder(path: str | Path, key: str) -> None:
-    """A Hugging Face model folder: config.json and weights (safetensors or .bin, single or sharded)."""
-    p = Path(path)
-    if not p.is_dir():
-        raise ConfigError(f"'{key}' = '{path}' is not a folder")
-    if not (p / "config.json").is_file():
-        raise ConfigError(f"'{key}' = '{path}': not a model folder (config.json missing)")
-    weights = [*p.glob("*.safetensors"), *p.glob("pytorch_model*.bin"), *p.glob("*.safetensors.index.json")]
-    if not weights:
-        raise ConfigError(f"'{key}' = '{path}': no weights in the folder (*.safetensors or pytorch_model*.bin); "
-                          "was the download or copy complete?")
 
 
 def check_stage_model(path: str | Path, key: str) -> None:

@@ -159,17 +159,17 @@ def _register(table: dict, name: str, cls: type, base: type, kind: str) -> None:
 
 def _ensure_builtins() -> None:
     """Import every module of regularizers/ and regularizers/reference/: a class registers itself on import, so a
-    new regularizer or reference strategy is one file with one decorator, found without editing any list."""
+    new regularizer or reference strategy is one file with one decorator, found without editing any list. The
+    modules are found on disk beside this file and loaded by name (plug-ins, not dependencies of the registry)."""
     import importlib
     import pkgutil
+    from pathlib import Path
 
-    import regularizers
-    import regularizers.reference
-
-    for package in (regularizers, regularizers.reference):
-        for info in pkgutil.iter_modules(package.__path__):
+    here = Path(__file__).parent
+    for package, folder in (("regularizers", here), ("regularizers.reference", here / "reference")):
+        for info in pkgutil.iter_modules([str(folder)]):
             if info.name != "registry":
-                importlib.import_module(f"{package.__name__}.{info.name}")
+                importlib.import_module(f"{package}.{info.name}")
 
 
 def _build(table: dict, name: str, cfg: dict[str, Any], kind: str):

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from harness.errors import ConfigError
 from harness.models.trainable import (
     LORA_TARGETS,
     MERGER,
@@ -54,6 +55,19 @@ def _is_hub_id(path: str) -> bool:
     return re.fullmatch(r"[\w.-]+/[\w.-]+", path) is not None and not path.startswith(".")
 
 
+def check_base_folder(path: str | Path, key: str) -> None:
+    """A Hugging Face model folder: config.json and weights (safetensors or .bin, single or sharded)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise ConfigError(f"'{key}' = '{path}' is not a folder")
+    if not (p / "config.json").is_file():
+        raise ConfigError(f"'{key}' = '{path}': not a model folder (config.json missing)")
+    weights = [*p.glob("*.safetensors"), *p.glob("pytorch_model*.bin"), *p.glob("*.safetensors.index.json")]
+    if not weights:
+        raise ConfigError(f"'{key}' = '{path}': no weights in the folder (*.safetensors or pytorch_model*.bin); "
+                          "was the download or copy complete?")
+
+
 def load_base(path: str | Path, dtype: str = "float32", image_size: int | None = None,
               attn_implementation: str = "eager"):
     """Load a Qwen2.5-VL folder (tiny or real) and its processor, offline-capable."""
@@ -67,8 +81,6 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
         # Not a folder here and not shaped like a hub id ("org/name"): say so instead of asking the hub.
         raise FileNotFoundError(f"model folder not found: {path_s}")
     if Path(path_s).is_dir():
-        from harness.preflight import check_base_folder
-
         check_base_folder(path_s, "model folder")
     try:
         model = Qwen2_5_VLForConditionalGeneration.from_pretrained(

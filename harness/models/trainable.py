@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from harness.models.precision import upcast
+from harness.models.unwrap import unwrap
 
 MERGER = "model.visual.merger."
 # Linear layers of Qwen2.5-VL's vision blocks and LLM decoder layers (module names as in transformers 4.57).
@@ -20,15 +21,6 @@ LORA_TARGETS = (
     r"|mlp\.(gate_proj|up_proj|down_proj))"
 )
 STAGES = ("pretrain", "warmup", "sft", "rl")
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The Hugging Face model inside a peft wrapper (or the model itself)."""
-    from peft import PeftModel
-
-    if isinstance(model, PeftModel):
-        return model.base_model.model
-    return model
 
 
 def has_lora(model: nn.Module) -> bool:

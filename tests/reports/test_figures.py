@@ -87,3 +87,22 @@ def test_optuna_journal_is_found_and_plotted(tmp_path):
     assert fig_optuna(search / "confirm" / "notes.db", tmp_path / "figs") == []
     paths = fig_optuna(journal, tmp_path / "figs")
     assert [p[0].name for p in paths] == ["fig_optuna_rer_bounds.png"] and paths[0][0].stat().st_size > 5000
+
+
+def test_an_arm_that_never_measured_kl_is_named_not_drawn_as_zero(experiment_dir, tmp_path, monkeypatch):
+    import json
+
+    # The no-KL arm logs no kl_mean (no reference pass): it must not appear as a flat 0 curve.
+    for steps in experiment_dir.glob("stages/rl-seed*-no_kl/steps.jsonl"):
+        rows = [json.loads(line) for line in steps.read_text().splitlines()]
+        steps.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "kl_mean"}) + "\n" for r in rows))
+    seen = {}
+
+    def fake_curves(exp, groups, key, ylabel, title, window, resets=False):
+        seen.update(groups=[g for g, _ in groups], title=title)
+        return F.plt.figure()
+
+    monkeypatch.setattr(F, "curves_figure", fake_curves)
+    exp = load_experiment(experiment_dir)
+    F.fig_all_arms(exp, tmp_path, "kl_mean", "fig_kl_all", "mean KL", "KL to the reference")
+    assert "w/o KL" not in seen["groups"] and "not computed: w/o KL" in seen["title"]
