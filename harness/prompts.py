@@ -4,6 +4,7 @@ labels of the 14 observations. Below the stages: each stage, the RL engine and t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,25 @@ from harness.batching import instruction_text
 from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
 from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba
+
+
+@dataclass
+class PromptSet:
+    """What the RL loop samples from and validates on: per sample its id, views, instruction and reference report."""
+
+    ids: list[str]
+    images: list  # per sample: list of PIL views
+    instructions: list[str]
+    references: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def prompt_set(cfg: RunConfig, samples, spec: dict) -> PromptSet:
+    """Samples as the RL loop and the analyses see them: instructions rebuilt as the checkpoint was trained."""
+    return PromptSet([s.id for s in samples], load_images(samples, cfg.model.image_size),
+                     instructions_for(cfg, samples, spec), [s.report for s in samples])
 
 
 def load_images(samples, size: int):

@@ -30,7 +30,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +52,7 @@ from harness.grpo.core import (
 from harness.grpo.rollout import Rollout, concat_rollouts, response_logits, sample_rollout
 from harness.grpo.selection import BestTracker
 from harness.grpo.validation import validation_score
+from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
 from harness.records import RunDir
 from harness.schedule import epoch_order, make_scheduler
 from harness.snapshots import SnapshotStore
@@ -63,17 +63,6 @@ from rewards.registry import compute_reward
 # reports intermediate values and may stop the run by raising (optuna.TrialPruned). Add and remove hooks
 # around a run; they are process-wide.
 VALIDATION_HOOKS: list[Callable[[int, float], None]] = []
-
-
-@dataclass
-class PromptSet:
-    ids: list[str]
-    images: list  # per sample: list of PIL views
-    instructions: list[str]
-    references: list[str]
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 class GRPOTrainer:

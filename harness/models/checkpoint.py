@@ -279,3 +279,16 @@ def export_merged(model_dir: str | Path, out_dir: str | Path, base_path: str | P
     model.save_pretrained(out, safe_serialization=True)
     processor.save_pretrained(out)
     return out
+
+
+def load_any_model(model_dir: str | Path, cfg):
+    """A stage checkpoint (spec.json) or a plain base-model folder, with a RunConfig's model settings."""
+    from harness.models.presets import get_preset
+
+    preset = get_preset(cfg.model.preset)
+    p = Path(model_dir)
+    if (p / "spec.json").is_file():
+        attn = read_spec(p).get("attn_implementation") or preset.attn_implementation
+        return load_stage_model(p, cfg.model.dtype, cfg.model.image_size, attn, base_path=cfg.model.path)
+    model, processor = load_base(p, cfg.model.dtype, cfg.model.image_size, preset.attn_implementation)
+    return model, processor, {"base": str(p), "stage": "base"}

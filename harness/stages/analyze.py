@@ -69,7 +69,7 @@ def _policies(cfg, run_dir: Path) -> dict[str, Path]:
 
 
 def _load_policy(path: Path, cfg, device: str):
-    from harness.stages.evaluate import load_any_model
+    from harness.models.checkpoint import load_any_model
 
     model, processor, spec = load_any_model(path, cfg)
     if device != "cpu":
@@ -119,9 +119,9 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
     """Sample once per policy, score every reward the `kinds` need, write `<run_dir>/analysis_<kind>.json` for
     each kind; returns their paths. n_prompts: the first n validation prompts (None = all; the paper uses the
     whole MIMIC-CXR validation set). `key` is stored in the files (the experiment runner's node key)."""
+    from harness.prompts import prompt_set
     from harness.records import atomic_write_json
     from harness.stages.common import load_splits, seed_everything
-    from harness.stages.rl import prompt_set
 
     kinds = list(dict.fromkeys(kinds))
     for kind in kinds:

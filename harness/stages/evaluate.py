@@ -14,8 +14,7 @@ import numpy as np
 from harness.config import RunConfig
 from harness.decoding import generate_reports, greedy_settings
 from harness.evaluation import nlg_report_scores, nlg_scores
-from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model, read_spec
-from harness.models.presets import get_preset
+from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.prompts import instructions_for, load_images, reference_labels
 from harness.records import RunDir, atomic_write_text, dumps
 from harness.stages.common import load_splits, seed_everything
@@ -87,17 +86,6 @@ def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_label
     return [{"id": s.id, "reference": s.report, "generated": h, "instruction": ins, "nlg": nlg[s.id],
              "hyp_labels": _labels_json(hl), "ref_labels": _labels_json(rl), "entity_f1": float(e)}
             for s, h, ins, hl, rl, e in zip(samples, hyps, instructions, hyp_labels, ref_labels, entity, strict=True)]
-
-
-def load_any_model(model_dir: str | Path, cfg: RunConfig):
-    """A stage checkpoint (spec.json) or a plain base-model folder."""
-    preset = get_preset(cfg.model.preset)
-    p = Path(model_dir)
-    if (p / "spec.json").is_file():
-        attn = read_spec(p).get("attn_implementation") or preset.attn_implementation
-        return load_stage_model(p, cfg.model.dtype, cfg.model.image_size, attn, base_path=cfg.model.path)
-    model, processor = load_base(p, cfg.model.dtype, cfg.model.image_size, preset.attn_implementation)
-    return model, processor, {"base": str(p), "stage": "base"}
 
 
 def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", run: RunDir | None = None,

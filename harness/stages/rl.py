@@ -11,16 +11,11 @@ from harness.config import RunConfig
 from harness.decoding import generate_reports, greedy_settings
 from harness.distributed import Dist
 from harness.evaluation import nlg_scores
-from harness.grpo.trainer import GRPOTrainer, PromptSet
+from harness.grpo.trainer import GRPOTrainer
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
-from harness.prompts import instructions_for, load_images
+from harness.prompts import PromptSet, prompt_set
 from harness.stages.loading import begin_stage
-
-
-def prompt_set(cfg: RunConfig, samples, spec: dict) -> PromptSet:
-    return PromptSet([s.id for s in samples], load_images(samples, cfg.model.image_size),
-                     instructions_for(cfg, samples, spec), [s.report for s in samples])
 
 
 def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None = None):
