@@ -550,6 +550,8 @@ def _resolve_function(spec: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
+# Seconds between looks at a stage run another runner holds (wait_for_locks).
+LOCK_POLL_S = 2.0
 # Torch threads of every stage run the runner executes (worker processes and workers = 1 alike).
 WORKER_THREADS = 1
 
@@ -770,11 +772,12 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                    seeds: list[int] | None = None, arms: list[str] | None = None,
                    functions: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
                    argv: list[str] | None = None, launcher: str | None = None,
-                   stages_dir: str | Path | None = None) -> ExperimentResult:
+                   stages_dir: str | Path | None = None, wait_for_locks: bool = False) -> ExperimentResult:
     """Run the selected arms x seeds of a study (all by default); see the module docstring.
 
     `stages_dir` puts the stage runs in a folder shared with other studies (see `build_plan`); a stage run
-    another runner is executing (its lock file names a live process) fails here with a message saying so.
+    another runner is executing (its lock file names a live process) fails here with a message saying so, or,
+    with `wait_for_locks` (search drivers sharing a folder), is waited for and then reused.
 
     `launcher` (e.g. "torchrun --nproc_per_node 8") runs the warm-up, SFT and RL stages as launched
     multi-process commands, one at a time (so `workers` must be 1); see `launch_stage`."""
@@ -855,6 +858,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     write_index()
     remaining = list(order)
     running: dict[Future, str] = {}
+    waiting: set[str] = set()  # stage runs another runner holds (wait_for_locks)
     executor = _make_executor(workers)
     limit = max(1, workers)
     try:
@@ -870,16 +874,32 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                     progressed = True
                     continue
                 if all(s == "complete" for s in dep_status) and len(running) < limit:
-                    remaining.remove(nid)
-                    progressed = True
                     if node.kind in STAGES or node.kind == "eval":
                         node.run_dir.mkdir(parents=True, exist_ok=True)
                     if node.kind in STAGES:
                         held = acquire_lock(node.run_dir)
+                        if held and wait_for_locks:
+                            if nid not in waiting:
+                                waiting.add(nid)
+                                log(f"[experiment {study.name}] waiting for {node.kind} ({_node_label(node)}): "
+                                    f"{held}")
+                            continue
+                        waiting.discard(nid)
+                        remaining.remove(nid)
+                        progressed = True
                         if held:
                             node.status, node.error = "failed", held
                             log(f"[experiment {study.name}] FAILED {node.kind} ({_node_label(node)}): {held}")
                             continue
+                        if _node_done(node):  # another runner finished it while this one planned or waited
+                            release_lock(node.run_dir)
+                            node.status = "complete"
+                            log(f"[experiment {study.name}] {node.kind} ({_node_label(node)}) was finished by "
+                                "another runner: reused")
+                            continue
+                    else:
+                        remaining.remove(nid)
+                        progressed = True
                     node.status = "running"
                     fut = executor.submit(execute_node, node.kind, fns[node.kind], node.config, node.model_dir,
                                           launcher)
@@ -891,9 +911,13 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                 write_index()
             if not running:
                 if remaining and not progressed:
+                    if waiting:
+                        time.sleep(LOCK_POLL_S)
+                        continue
                     raise RuntimeError(f"experiment graph is stuck at {remaining[:3]}")  # pragma: no cover
                 continue
-            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            finished, _ = wait(list(running), timeout=LOCK_POLL_S if waiting else None,
+                               return_when=FIRST_COMPLETED)
             broken = False
             for fut in finished:
                 nid = running.pop(fut)
