@@ -572,14 +572,34 @@ def gpu_slots(workers: int) -> list[str | None]:
 def die_with_parent() -> None:
     """Linux: the kernel sends this process SIGKILL when its parent dies (kill -9 of the runner included), so no
     orphaned worker goes on writing a run folder that a restarted runner then takes over."""
-    if not sys.platform.startswith("linux"):
+    setter = death_signal_setter()
+    if setter is None:
         return
+    setter()
+    if os.getppid() == 1:  # the parent died before the call above
+        os._exit(1)
+
+
+def death_signal_setter() -> Callable[[], None] | None:
+    """A function that asks the kernel for SIGKILL when the calling process's parent dies (Linux; else None).
+    Resolved here, in the parent, so that a child can call it between fork and exec without loading anything."""
+    if not sys.platform.startswith("linux"):
+        return None
     import ctypes
     import signal
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the parent died before the call above
-        os._exit(1)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+# Set in a launched stage's environment: its processes (the launcher's ranks, running `harness.cli`) then die
+# with their parent as well, so the whole launched tree goes when the runner does.
+DIE_WITH_PARENT_ENV = "REGBENCH_DIE_WITH_PARENT"
+
+
+def die_with_parent_if_launched() -> None:
+    if os.environ.get(DIE_WITH_PARENT_ENV) == "1":
+        die_with_parent()
 
 
 def _init_worker(slots=None) -> None:
@@ -604,7 +624,11 @@ LAUNCHED_STAGES = ("warmup", "sft", "rl")
 
 def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
     """Run a model stage as `<launcher> -m harness.cli train <stage> <out_dir>/launch_config.yaml`, e.g. under
-    torchrun over the machine's GPUs (harness/distributed.py); its output goes to <out_dir>/launch.log."""
+    torchrun over the machine's GPUs (harness/distributed.py); its output goes to <out_dir>/launch.log.
+
+    The launcher dies with this process (parent-death signal), and its ranks with the launcher (they run
+    harness.cli, which sets the same signal when DIE_WITH_PARENT_ENV is set): kill -9 of the runner leaves no
+    rank writing the run folder."""
     import shlex
     import subprocess
 
@@ -619,7 +643,9 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False,
+                            env={**os.environ, DIE_WITH_PARENT_ENV: "1"},
+                            preexec_fn=death_signal_setter()).returncode  # noqa: PLW1509 - no allocation in it
     if rc != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"`{shlex.join(cmd)}` exited with status {rc}; the end of {log_path}:\n{tail}")

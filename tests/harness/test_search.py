@@ -20,7 +20,6 @@ from harness.cli import main
 from harness.config import ConfigError
 from harness.experiments import resolve_config
 from harness.records import atomic_write_json, read_json
-from harness.search_storage import DRIVER_ATTR
 from harness.search import (
     experiment_study,
     load_search,
@@ -30,6 +29,7 @@ from harness.search import (
     suggest,
     trial_arm,
 )
+from harness.search_storage import DRIVER_ATTR
 from tests.harness.test_experiments import FAKES, TINY_PRESET, _record
 from tests.tiny_sizes import TINY
 
