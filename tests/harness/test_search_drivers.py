@@ -255,7 +255,8 @@ from harness import experiments
 from tests.harness.test_search import SEARCH_FAKES
 experiments.DEFAULT_FUNCTIONS.update({**SEARCH_FAKES, "rl": "tests.harness.test_search_drivers:slow_rl"})
 from harness.cli import main
-sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # (spawned workers import this file too)
+    sys.exit(main(sys.argv[1:]))
 """
 
 
