@@ -9,7 +9,7 @@
   regbench demo [--out DIR]
   regbench experiment run FILE [--workers 2] [--out DIR] [--seeds 0,1] [--arms a,b] [--preset P] [--set k=v]
   regbench experiment list FILE [--out DIR] [--preset P] [--set k=v]
-  regbench search run FILE [--n-trials N] [--out DIR] [--workers 1] [--preset P] [--set k=v]
+  regbench search run FILE [--n-trials N] [--out DIR] [--workers 1] [--preset P] [--set k=v] [--storage URL]
   regbench search report OUT [--dest DIR]
   regbench search confirm OUT [--top 3] [--seeds 0,1,2] [--workers 2]
 
@@ -177,7 +177,7 @@ def cmd_search(ns) -> int:
     if ns.search_command == "report":
         from reports.search import build_search_report
 
-        dest = build_search_report(Path(ns.out), ns.dest)
+        dest = build_search_report(Path(ns.out), ns.dest, storage=ns.storage)
         print(f"search report: {dest / 'README.md'}")
         return 0
     if ns.search_command == "confirm":
@@ -196,14 +196,14 @@ def cmd_search(ns) -> int:
     out = Path(ns.out) if ns.out else Path("runs") / f"{search.name}-{search.preset}"
     try:
         result = run_search(search, out, n_trials=ns.n_trials, workers=ns.workers, launcher=ns.launcher,
-                            stages_dir=ns.stages_dir, parallel_trials=ns.parallel_trials)
+                            stages_dir=ns.stages_dir, parallel_trials=ns.parallel_trials, storage=ns.storage)
     except RuntimeError as e:  # trials failing in a row: the message says why and how to continue
         print(f"regbench: error: {e}", file=sys.stderr)
         return 1
     if ns.report:
         from reports.search import build_search_report
 
-        dest = build_search_report(out)
+        dest = build_search_report(out, storage=ns.storage)
         print(f"search report: {dest / 'README.md'}")
     return 0 if result.best else 1
 
@@ -304,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='run warm-up, SFT and RL under CMD, e.g. "torchrun --nproc_per_node 8" (see experiment run)')
     p.add_argument("--stages-dir", default=None, metavar="DIR",
                    help="keep stage runs in DIR, shared with studies given the same DIR (see experiment run)")
+    p.add_argument("--storage", default=None, metavar="URL",
+                   help="Optuna storage: sqlite (default, OUT/optuna.db), a database URL (sqlite:///x.db, "
+                        "postgresql://...), journal or journal:PATH (shared disks); replaces the file's storage:")
     p.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
     p.set_defaults(func=cmd_search)
     p = search_sub.add_parser("confirm", help="rerun the best trials and the preset's values over several seeds "
@@ -318,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = search_sub.add_parser("report", help="trials table and Optuna plots of a search folder")
     p.add_argument("out", help="the search's output folder")
     p.add_argument("--dest", default=None, help="report folder (default OUT/search_report)")
+    p.add_argument("--storage", default=None, metavar="URL", help="the search's Optuna storage (default: the "
+                   "one OUT/search.json names)")
     p.set_defaults(func=cmd_search)
     return parser
 
@@ -333,6 +338,9 @@ def error_line(e: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.experiments import die_with_parent_if_launched
+
+    die_with_parent_if_launched()  # a rank of a launched stage: die with the launcher (harness/experiments.py)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line

@@ -576,6 +576,8 @@ def _resolve_function(spec: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
+# Seconds between looks at a stage run another runner holds (wait_for_locks).
+LOCK_POLL_S = 2.0
 # Torch threads of every stage run the runner executes (worker processes and workers = 1 alike).
 WORKER_THREADS = 1
 
@@ -596,14 +598,34 @@ def gpu_slots(workers: int) -> list[str | None]:
 def die_with_parent() -> None:
     """Linux: the kernel sends this process SIGKILL when its parent dies (kill -9 of the runner included), so no
     orphaned worker goes on writing a run folder that a restarted runner then takes over."""
-    if not sys.platform.startswith("linux"):
+    setter = death_signal_setter()
+    if setter is None:
         return
+    setter()
+    if os.getppid() == 1:  # the parent died before the call above
+        os._exit(1)
+
+
+def death_signal_setter() -> Callable[[], None] | None:
+    """A function that asks the kernel for SIGKILL when the calling process's parent dies (Linux; else None).
+    Resolved here, in the parent, so that a child can call it between fork and exec without loading anything."""
+    if not sys.platform.startswith("linux"):
+        return None
     import ctypes
     import signal
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the parent died before the call above
-        os._exit(1)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+# Set in a launched stage's environment: its processes (the launcher's ranks, running `harness.cli`) then die
+# with their parent as well, so the whole launched tree goes when the runner does.
+DIE_WITH_PARENT_ENV = "REGBENCH_DIE_WITH_PARENT"
+
+
+def die_with_parent_if_launched() -> None:
+    if os.environ.get(DIE_WITH_PARENT_ENV) == "1":
+        die_with_parent()
 
 
 def _init_worker(slots=None) -> None:
@@ -628,7 +650,11 @@ LAUNCHED_STAGES = ("warmup", "sft", "rl")
 
 def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
     """Run a model stage as `<launcher> -m harness.cli train <stage> <out_dir>/launch_config.yaml`, e.g. under
-    torchrun over the machine's GPUs (harness/distributed.py); its output goes to <out_dir>/launch.log."""
+    torchrun over the machine's GPUs (harness/distributed.py); its output goes to <out_dir>/launch.log.
+
+    The launcher dies with this process (parent-death signal), and its ranks with the launcher (they run
+    harness.cli, which sets the same signal when DIE_WITH_PARENT_ENV is set): kill -9 of the runner leaves no
+    rank writing the run folder."""
     import shlex
     import subprocess
 
@@ -643,7 +669,9 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False,
+                            env={**os.environ, DIE_WITH_PARENT_ENV: "1"},
+                            preexec_fn=death_signal_setter()).returncode  # noqa: PLW1509 - no allocation in it
     if rc != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"`{shlex.join(cmd)}` exited with status {rc}; the end of {log_path}:\n{tail}")
@@ -804,11 +832,12 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                    seeds: list[int] | None = None, arms: list[str] | None = None,
                    functions: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
                    argv: list[str] | None = None, launcher: str | None = None,
-                   stages_dir: str | Path | None = None) -> ExperimentResult:
+                   stages_dir: str | Path | None = None, wait_for_locks: bool = False) -> ExperimentResult:
     """Run the selected arms x seeds of a study (all by default); see the module docstring.
 
     `stages_dir` puts the stage runs in a folder shared with other studies (see `build_plan`); a stage run
-    another runner is executing (its lock file names a live process) fails here with a message saying so.
+    another runner is executing (its lock file names a live process) fails here with a message saying so, or,
+    with `wait_for_locks` (search drivers sharing a folder), is waited for and then reused.
 
     `launcher` (e.g. "torchrun --nproc_per_node 8") runs the warm-up, SFT and RL stages as launched
     multi-process commands, one at a time (so `workers` must be 1); see `launch_stage`."""
@@ -890,6 +919,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     write_index()
     remaining = list(order)
     running: dict[Future, str] = {}
+    waiting: set[str] = set()  # stage runs another runner holds (wait_for_locks)
     executor = _make_executor(workers)
     limit = max(1, workers)
     try:
@@ -905,16 +935,32 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                     progressed = True
                     continue
                 if all(s == "complete" for s in dep_status) and len(running) < limit:
-                    remaining.remove(nid)
-                    progressed = True
                     if node.kind in STAGES or node.kind == "eval":
                         node.run_dir.mkdir(parents=True, exist_ok=True)
                     if node.kind in STAGES:
                         held = acquire_lock(node.run_dir)
+                        if held and wait_for_locks:
+                            if nid not in waiting:
+                                waiting.add(nid)
+                                log(f"[experiment {study.name}] waiting for {node.kind} ({_node_label(node)}): "
+                                    f"{held}")
+                            continue
+                        waiting.discard(nid)
+                        remaining.remove(nid)
+                        progressed = True
                         if held:
                             node.status, node.error = "failed", held
                             log(f"[experiment {study.name}] FAILED {node.kind} ({_node_label(node)}): {held}")
                             continue
+                        if _node_done(node):  # another runner finished it while this one planned or waited
+                            release_lock(node.run_dir)
+                            node.status = "complete"
+                            log(f"[experiment {study.name}] {node.kind} ({_node_label(node)}) was finished by "
+                                "another runner: reused")
+                            continue
+                    else:
+                        remaining.remove(nid)
+                        progressed = True
                     node.status = "running"
                     fut = executor.submit(execute_node, node.kind, fns[node.kind], node.config, node.model_dir,
                                           launcher)
@@ -926,9 +972,13 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                 write_index()
             if not running:
                 if remaining and not progressed:
+                    if waiting:
+                        time.sleep(LOCK_POLL_S)
+                        continue
                     raise RuntimeError(f"experiment graph is stuck at {remaining[:3]}")  # pragma: no cover
                 continue
-            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            finished, _ = wait(list(running), timeout=LOCK_POLL_S if waiting else None,
+                               return_when=FIRST_COMPLETED)
             broken = False
             for fut in finished:
                 nid = running.pop(fut)

@@ -13,10 +13,17 @@ of an ordinary experiment (harness/experiments.py) in the search's output folder
   the arm saves and tests (rl.select: best-validation or final), `val_selected`, averaged over seeds, so a
   search optimises the score of the policy it ships. The test split is never used for selection unless the file asks
   for a `test:<metric>` objective;
-- the Optuna study lives in `<out>/optuna.journal` (Optuna's file journal), so a search is resumable: run the
-  command again and it continues up to `n_trials` finished trials. A trial left running by a killed process is
-  marked failed and enqueued again with the same values, and since its stage runs have the same keys they
-  resume from their checkpoints;
+- the Optuna study lives in its storage (harness/search_storage.py: an SQLite file `<out>/optuna.db` by
+  default, any database URL, or a journal file for shared disks; `storage:` in the file or `--storage`), so a
+  search is resumable: run the command again and it continues up to `n_trials` finished trials. Several
+  drivers (processes, on one or several machines) may work on one storage at once: each stamps and heartbeats
+  its trials, and a trial whose driver is gone (same host: its process is; elsewhere: no heartbeat for the
+  grace period) is failed and enqueued again with the same values; since its stage runs have the same keys they
+  resume from their checkpoints. A stage run another driver is executing is waited for, then reused;
+- a proposed point whose configs do not validate (the space allowed it, the config checks do not) is recorded as
+  a failed trial with the reason (user attribute `error`, `invalid`) and the search goes on; at load time every
+  edge of the space (each bound, with the other parameters at their middle, and every corner where there are at
+  most MAX_CORNERS) is resolved, so a space whose bounds leave the validated range is refused before anything runs;
 - `<out>/search.json` (format `regbench.search/1`) lists every trial with its values, objective, per-seed
   values, state and arm, and the best trial; `<out>/index.json` is the experiment index of all trial arms, so
   `regbench report` works on a search folder too. `regbench search report OUT` draws the Optuna plots;
@@ -24,16 +31,18 @@ of an ordinary experiment (harness/experiments.py) in the search's output folder
   `parallel_trials` runs several trials at once; `run_confirmation` (`regbench search confirm`) reruns the
   best trials and the preset's values over several seeds, the step that turns a one-seed ranking into a claim.
 
-The sampler is seeded (`sampler.seed`), so an uninterrupted search proposes the same trials every time. A
-resumed search seeds it with `seed + trials so far` (the same seed would replay the first proposals), so its
-later proposals differ from those of an uninterrupted run.
+The sampler is seeded per trial (`sampler.seed` + the trial's position, i.e. its number not counting the trials
+that were enqueued again), so the same history gives the same proposal: an uninterrupted search proposes the same
+trials every time, and a resumed one goes on as the uninterrupted one would have.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,15 +58,17 @@ from harness.experiments import (
     check_pipeline,
     check_seeds,
     merge_over_preset,
+    resolve_config,
     run_experiment,
     yaml_scalar,
 )
 from harness.grpo import trainer as trainer_module
 from harness.records import atomic_write_json, read_json, read_jsonl
+from harness.search_storage import HEARTBEAT, Heartbeat, fail_stale, heartbeats, retried_numbers, stamp, storage_url
 
 SEARCH_FORMAT = "regbench.search/1"
 _SEARCH_KEYS = {"search", "title", "description", "seeds", "pipeline", "n_trials", "objective", "sampler",
-                "pruner", "fixed", "space", "preset", "common", "stages"}
+                "pruner", "fixed", "space", "preset", "common", "stages", "storage"}
 _PARAM_KEYS = {"type", "low", "high", "log", "step", "choices", "stage"}
 # Objectives read from the RL stage's evals.jsonl (validation rows after the first optimizer step) ...
 VAL_OBJECTIVES = {
@@ -67,7 +78,14 @@ VAL_OBJECTIVES = {
     "val_mean": "mean validation score during RL (rewards stable runs)",
 }
 # A search stops after this many failed trials in a row: that is a broken setup, not a bad region of the space.
+# (Invalid points do not count: they are a bad region, and they count towards n_trials, so the search ends.)
 MAX_FAILURES_IN_A_ROW = 3
+# Load-time check of the space: every corner is resolved when there are at most this many (else the edges only).
+MAX_CORNERS = 256
+# Trial attributes: why a proposed point was not run; the driver checked the point (its arm can be planned).
+INVALID_ATTR, SURPLUS_ATTR, CHECKED_ATTR = "invalid", "surplus", "regbench_checked"
+# Seconds between looks at the study while other drivers run the last trials.
+POLL_S = 2.0
 # ... or `test:<metric>` from the arm's test evaluation (eval/metrics.json), e.g. test:BLEU_4.
 TEST_PREFIX = "test:"
 
@@ -119,6 +137,7 @@ class Search:
     common: dict
     stages: dict = field(default_factory=dict)
     sets: list[str] = field(default_factory=list)  # the --set overrides it was loaded with (for `confirm`)
+    storage: str | None = None  # `storage:` of the file (harness/search_storage.py); None: <out>/optuna.db
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -199,16 +218,86 @@ def load_search(path: str | Path, preset: str | Path | None = None, sets: list[s
     missing = sorted({p.stage for p in params.values()} - set(pipeline))
     if missing:
         raise ConfigError(f"{where}: a parameter sets stage '{missing[0]}', which is not in the pipeline {pipeline}")
+    storage = doc.get("storage")
+    if storage is not None:
+        try:
+            storage_url(storage, path.parent)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from e
     search = Search(name=name, title=str(doc.get("title", name)), path=path, preset=preset_name,
                     preset_file=preset_file, seeds=seeds, pipeline=pipeline, n_trials=n_trials,
                     objective=objective, sampler=sampler, pruner=pruner, fixed=fixed, params=list(params.values()),
-                    common=doc.get("common") or {}, stages=doc.get("stages") or {}, sets=list(sets or []))
+                    common=doc.get("common") or {}, stages=doc.get("stages") or {}, sets=list(sets or []),
+                    storage=storage)
     # Every key must be a real config field: resolve one trial's configs at the middle of the space.
     from harness.experiments import build_plan
 
     probe = trial_arm(search, 0, midpoint(search.params))
     build_plan(experiment_study(search, [probe]), path.parent / "_probe_never_written", [search.seeds[0]])
+    check_space_edges(search)
     return search
+
+
+def _candidates(p: Param, values: dict[str, Any]) -> list:
+    """The extreme values `suggest` can give `p` after `values` (every choice of a categorical)."""
+    if p.type == "categorical":
+        return list(p.choices)
+    low, high = p.bound(p.low, values), p.bound(p.high, values)
+    if p.type == "int":
+        low, high = int(math.ceil(low)), int(math.floor(high))
+    return [low] if low == high else [low, high]
+
+
+def _complete(params: list[Param], values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with the parameters it lacks at the middle of their ranges (resolved in file order)."""
+    out: dict[str, Any] = {}
+    for p in params:
+        out[p.key] = values[p.key] if p.key in values else midpoint([p], out)[p.key]
+    return out
+
+
+def edge_points(params: list[Param]) -> list[tuple[str | None, dict[str, Any]]]:
+    """(the parameter at an extreme or None for a corner, point): each parameter at each of its extremes with
+    the others at their middle, then every corner when there are at most MAX_CORNERS."""
+    points: list[tuple[str | None, dict[str, Any]]] = []
+    for i, p in enumerate(params):
+        before = _complete(params[:i], {})
+        for value in _candidates(p, before):
+            points.append((p.key, _complete(params, {**before, p.key: value})))
+    corners: list[dict[str, Any]] = [{}]
+    for p in params:
+        corners = [{**c, p.key: v} for c in corners for v in _candidates(p, c)]
+        if len(corners) > MAX_CORNERS:
+            return points
+    return points + [(None, c) for c in corners]
+
+
+def point_error(search: Search, values: dict[str, Any]) -> str | None:
+    """Why the configs of a trial with `values` do not validate (the stages the parameters set), or None."""
+    arm = trial_arm(search, 0, values)
+    study = experiment_study(search, [arm])
+    for stage in sorted({p.stage for p in search.params}, key=STAGES.index):
+        try:
+            resolve_config(study, arm, stage, search.seeds[0])
+        except ConfigError as e:
+            return str(e)
+    return None
+
+
+def check_space_edges(search: Search) -> None:
+    """Refuse a space whose edges give invalid configs (a bound outside the validated range, or beyond a preset
+    value it must stay ordered with): such a space would propose invalid trials."""
+    for key, point in edge_points(search.params):
+        error = point_error(search, point)
+        if error is None:
+            continue
+        shown = ", ".join(f"{k}={_short(v)}" for k, v in point.items())
+        if key is not None:
+            raise ConfigError(f"{search.path}: space.{key}: the value {_short(point[key])} allowed by its range "
+                              f"gives an invalid config (at {shown}): {error}. Narrow the range of {key} (or search "
+                              "the key it must agree with too)")
+        raise ConfigError(f"{search.path}: space: the corner {shown} gives an invalid config: {error}. Narrow the "
+                          "ranges, or let a bound name an earlier parameter (low: rl.beta_base) to keep them ordered")
 
 
 def _parse_pruner(spec: Any, objective: Objective, seeds: list[int], where: str) -> dict:
@@ -249,9 +338,10 @@ def _parse_objective(spec: Any, pipeline: list[str], where: str) -> Objective:
     return Objective(metric, direction)
 
 
-def midpoint(params: list[Param]) -> dict[str, Any]:
-    """A valid point of the space (the middle of each range, the first choice), for checking the keys."""
-    values: dict[str, Any] = {}
+def midpoint(params: list[Param], earlier: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A valid point of the space (the middle of each range, the first choice), for checking the keys; bounds
+    naming a parameter not in `params` read it from `earlier`."""
+    values: dict[str, Any] = dict(earlier or {})
     for p in params:
         if p.type == "categorical":
             values[p.key] = p.choices[0]
@@ -259,7 +349,7 @@ def midpoint(params: list[Param]) -> dict[str, Any]:
         low, high = p.bound(p.low, values), p.bound(p.high, values)
         mid = math.sqrt(low * high) if p.log else (low + high) / 2
         values[p.key] = int(round(mid)) if p.type == "int" else mid
-    return values
+    return {p.key: values[p.key] for p in params}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -361,14 +451,15 @@ def run_objective(out: Path, run: dict, metric: str) -> float:
 # Running
 
 
-def _sampler(search: Search, resumed_at: int = 0, parallel: bool = False):
-    """The file's sampler. A resumed search (`resumed_at` trials already in the journal) seeds it with
-    seed + resumed_at: re-using the seed would replay the first proposals, i.e. re-run finished trials.
-    Parallel trials use TPE's constant liar (running trials count as bad), so one batch spreads out."""
+def _sampler(search: Search, position: int = 0, parallel: bool = False):
+    """The file's sampler for the trial at `position` (its number not counting trials enqueued again), seeded
+    with seed + position: a trial's proposal depends on the history only, not on how often the search was
+    resumed or how many drivers share it. Parallel trials use TPE's constant liar (running trials count as
+    bad), so one batch spreads out."""
     import optuna
 
     spec = search.sampler
-    seed = spec.get("seed", 0) + resumed_at
+    seed = spec.get("seed", 0) + position
     if spec.get("name", "tpe") == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=int(spec.get("n_startup_trials", 5)),
@@ -386,39 +477,71 @@ def _pruner(search: Search):
                                        n_warmup_steps=int(spec.get("n_warmup_steps", 0)))
 
 
-def open_study(out: Path, search: Search | None = None, *, create: bool = True, parallel: bool = False):
-    """The Optuna study in `<out>/optuna.journal` (created when `create`), and its storage."""
+def open_study(out: Path, search: Search | None = None, *, create: bool = True, parallel: bool = False,
+               storage: str | None = None, heartbeat: Heartbeat = HEARTBEAT):
+    """The search's Optuna study and its storage: `storage` (a URL or spec, harness/search_storage.py), else the
+    file's `storage:`, else (reading a folder) the one its search.json names, else `<out>/optuna.db` or an
+    older folder's `<out>/optuna.journal`. `create` creates the study (named after the search) if need be."""
     import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
 
-    journal = out / "optuna.journal"
-    if not create and not journal.is_file():
-        raise FileNotFoundError(f"{journal}: not a search folder (no Optuna journal)")
-    out.mkdir(parents=True, exist_ok=True)
-    storage = JournalStorage(JournalFileBackend(str(journal)))
+    from harness.search_storage import DEFAULT_DB, JOURNAL, open_storage
+
+    out = Path(out)
+    spec = storage or (search.storage if search else None)
+    summary = out / "search.json"
+    if spec is None and not create:
+        recorded = read_json(summary).get("storage") if summary.is_file() else None
+        if recorded and "***" in recorded:
+            raise ConfigError(f"{summary}: the study is in {recorded}; pass --storage with the password")
+        spec = recorded
+        if spec is None and not (out / DEFAULT_DB).is_file() and not (out / JOURNAL).is_file():
+            raise FileNotFoundError(f"{out}: not a search folder (no search.json storage, {DEFAULT_DB} or {JOURNAL})")
+    url = storage_url(spec, out)
     if create:
-        study = optuna.create_study(study_name=search.name, storage=storage, load_if_exists=True,
-                                    direction=search.objective.direction,
-                                    sampler=_sampler(search, parallel=parallel),
+        out.mkdir(parents=True, exist_ok=True)
+    store = open_storage(url, heartbeat)
+    if create:
+        study = optuna.create_study(study_name=search.name, storage=store, load_if_exists=True,
+                                    direction=search.objective.direction, sampler=_sampler(search, parallel=parallel),
                                     pruner=_pruner(search))
+        _check_same_search(study, search, url)
     else:
-        names = optuna.get_all_study_names(storage)
-        study = optuna.load_study(study_name=names[0], storage=storage)
-    return study, storage
+        names = optuna.get_all_study_names(store)
+        wanted = read_json(summary).get("search") if summary.is_file() else None
+        if not names:
+            raise FileNotFoundError(f"{out}: no Optuna study in {url}")
+        study = optuna.load_study(study_name=wanted if wanted in names else names[0], storage=store)
+    return study, store
 
 
-def _requeue_stale(study, storage, log: Callable[[str], None]) -> None:
-    """Trials left RUNNING by a killed process: failed, then enqueued again with the same values."""
-    from optuna.trial import TrialState
+SEARCH_ATTR = "regbench_search"
 
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        trial_id = storage.get_trial_id_from_study_id_trial_number(
-            storage.get_study_id_from_name(study.study_name), t.number)
-        storage.set_trial_system_attr(trial_id, "regbench_requeued", True)
-        storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        study.enqueue_trial(t.params)
-        log(f"trial {t.number} was left running by an interrupted search: enqueued again with the same values")
+
+def _identity(search: Search) -> dict:
+    """What makes two drivers run the same search: the trials they run must mean the same thing."""
+    return json.loads(json.dumps({
+        "preset": search.preset, "seeds": search.seeds, "pipeline": search.pipeline,
+        "objective": {"metric": search.objective.metric, "direction": search.objective.direction},
+        "fixed": search.fixed, "space": {p.key: {k: v for k, v in vars(p).items() if k != "key"}
+                                         for p in search.params},
+        "common": search.common, "stages": search.stages}, sort_keys=True, default=str))
+
+
+def _check_same_search(study, search: Search, url: str) -> None:
+    """A study in a shared storage is one search: refuse a driver whose search differs, naming the keys."""
+    from harness.search_storage import display
+
+    mine = _identity(search)
+    theirs = study.user_attrs.get(SEARCH_ATTR)
+    if theirs is None:
+        study.set_user_attr(SEARCH_ATTR, mine)
+        return
+    differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    if differ:
+        shown = "; ".join(f"{k}: {theirs.get(k)!r} in the study, {mine.get(k)!r} here" for k in differ[:3])
+        raise ConfigError(f"{search.path}: the study '{search.name}' in {display(url)} was started by another "
+                          f"search ({shown}). Give this search another name (--set search=NAME), another --out "
+                          "or --storage")
 
 
 PRUNED_MARK = "TrialPruned"
@@ -439,24 +562,38 @@ def _pruning_hook(trial):
 
 
 def _finished(study) -> list:
+    """The finished trials that count towards n_trials (not the ones enqueued again, nor surplus asks)."""
     from optuna.trial import TrialState
 
-    return [t for t in study.get_trials(deepcopy=False)
-            if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-            and not t.system_attrs.get("regbench_requeued")]
+    trials = study.get_trials(deepcopy=False)
+    retried = retried_numbers(trials)
+    return [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+            and t.number not in retried and not t.user_attrs.get(SURPLUS_ATTR)]
 
 
-def search_summary(search: Search, study, out: Path) -> dict:
+def _position(study, number: int) -> int:
+    """Trial `number`'s place in the search: its number less the earlier trials enqueued again or surplus."""
+    trials = study.get_trials(deepcopy=False)
+    retried = retried_numbers(trials)
+    return sum(1 for t in trials if t.number < number and t.number not in retried
+               and not t.user_attrs.get(SURPLUS_ATTR))
+
+
+def search_summary(search: Search, study, out: Path, storage: str | None = None) -> dict:
     from optuna.trial import TrialState
 
     trials = []
+    retried = retried_numbers(study.get_trials(deepcopy=False))
     for t in study.get_trials(deepcopy=False):
-        trials.append({"number": t.number, "arm": arm_name(t.number), "state": t.state.name.lower(),
+        if t.state == TrialState.WAITING:
+            continue  # enqueued again, not asked for yet: listed once it runs
+        state = "surplus" if t.user_attrs.get(SURPLUS_ATTR) else t.state.name.lower()
+        trials.append({"number": t.number, "arm": arm_name(t.number), "state": state,
                        # (Optuna gives a pruned trial its last intermediate value; it has no objective.)
                        "values": t.params, "objective": t.value if t.state == TrialState.COMPLETE else None,
                        "per_seed": t.user_attrs.get("per_seed"), "error": t.user_attrs.get("error"),
-                       "pruned": t.user_attrs.get("pruned"),
-                       "requeued": bool(t.system_attrs.get("regbench_requeued")),
+                       "pruned": t.user_attrs.get("pruned"), "invalid": bool(t.user_attrs.get(INVALID_ATTR)),
+                       "requeued": t.number in retried, "retry_of": t.system_attrs.get("failed_trial"),
                        "duration_s": t.duration.total_seconds() if t.duration else None})
     complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
     best = None
@@ -471,7 +608,7 @@ def search_summary(search: Search, study, out: Path) -> dict:
             "sampler": search.sampler or {"name": "tpe"}, "pruner": search.pruner,
             "space": {p.key: {k: v for k, v in vars(p).items() if k != "key" and v not in (None, False)}
                       for p in search.params},
-            "trials": trials, "best": best, "index": "index.json", "journal": "optuna.journal"}
+            "trials": trials, "best": best, "index": "index.json", "storage": storage}
 
 
 @dataclass
@@ -487,12 +624,19 @@ class SearchResult:
 def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_trials: int | None = None,
                workers: int = 1, parallel_trials: int = 1, functions: dict[str, str] | None = None,
                log: Callable[[str], None] | None = None, argv: list[str] | None = None,
-               launcher: str | None = None, stages_dir: str | Path | None = None) -> SearchResult:
+               launcher: str | None = None, stages_dir: str | Path | None = None, storage: str | None = None,
+               heartbeat: Heartbeat = HEARTBEAT) -> SearchResult:
     """Run trials until `n_trials` (default: the file's) have finished; see the module docstring.
 
     `parallel_trials` K asks Optuna for K trials at a time and runs them as K arms of one experiment in K
-    worker processes (each on its own GPU where there are several; TPE then uses its constant-liar mode)."""
+    worker processes (each on its own GPU where there are several; TPE then uses its constant-liar mode).
+    `storage` (a URL or spec, harness/search_storage.py) replaces the file's `storage:`. Other drivers may run
+    the same search on the same storage at the same time: this one asks only for the trials still missing
+    (not finished, not running elsewhere) and waits for the others' last trials."""
     import optuna
+    from optuna.trial import TrialState
+
+    from harness.search_storage import display
 
     if not isinstance(search, Search):
         search = load_search(search)
@@ -509,50 +653,85 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
     out = Path(out) if out else Path("runs") / f"{search.name}-{search.preset}"
     log = log or (lambda s: print(s, flush=True))
     target = n_trials or search.n_trials
+    parallel = parallel_trials > 1
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study, storage = open_study(out, search, parallel=parallel_trials > 1)
-    if study.trials:
-        study.sampler = _sampler(search, resumed_at=len(study.trials), parallel=parallel_trials > 1)
-    _requeue_stale(study, storage, log)
+    study, store = open_study(out, search, parallel=parallel, storage=storage, heartbeat=heartbeat)
+    shown_url = display(storage_url(storage or search.storage, out))
+    name = f"[search {search.name}]"
 
-    def arms_so_far() -> list[Arm]:  # every trial with values, the ones being asked included
-        return [trial_arm(search, t.number, t.params) for t in study.get_trials(deepcopy=False)
-                if t.params and not t.system_attrs.get("regbench_requeued")]
+    def arms_so_far() -> list[Arm]:
+        """Every trial with checked values (this batch and other drivers' running ones included)."""
+        trials = study.get_trials(deepcopy=False)
+        retried = retried_numbers(trials)
+        return [trial_arm(search, t.number, t.params) for t in trials
+                if t.params and t.number not in retried and not t.user_attrs.get(INVALID_ATTR)
+                and not t.user_attrs.get(SURPLUS_ATTR)
+                and (t.state != TrialState.RUNNING or t.system_attrs.get(CHECKED_ATTR))]
 
     def write_summary() -> dict:
-        summary = search_summary(search, study, out)
+        summary = search_summary(search, study, out, shown_url)
         atomic_write_json(out / "search.json", summary)
         return summary
 
     failures_in_a_row = 0
-    while len(_finished(study)) < target:
-        done = len(_finished(study))
+    while True:
+        fail_stale(study, store, heartbeat, lambda s: log(f"{name} {s}"))
+        finished = len(_finished(study))
+        if finished >= target:
+            break
+        running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        slots = min(parallel_trials, target - finished - running)
+        if slots <= 0:  # the last trials run in other drivers: wait (a dead one's come back through fail_stale)
+            write_summary()
+            time.sleep(POLL_S)
+            continue
         batch = []
-        for _ in range(min(parallel_trials, target - done)):
-            trial = study.ask()
+        for _ in range(slots):
+            with warnings.catch_warnings():  # heartbeats are recorded here, by `heartbeats` below
+                warnings.filterwarnings("ignore", message="Heartbeat of storage")
+                trial = study.ask()
+            tid = stamp(store, study, trial.number)
+            position = _position(study, trial.number)
+            if position >= target:  # another driver asked for the last trial at the same time
+                trial.set_user_attr(SURPLUS_ATTR, True)
+                study.tell(trial, state=TrialState.FAIL)
+                continue
+            study.sampler = _sampler(search, position, parallel)  # the proposal depends on the history only
             arm = trial_arm(search, trial.number, suggest(trial, search.params))
-            batch.append((trial, arm))
-            log(f"[search {search.name}] trial {trial.number} ({done + len(batch)}/{target}): "
-                f"{arm.label.split(': ', 1)[1]}")
+            error = _plan_error(search, arm, out, stages_dir)
+            if error:
+                trial.set_user_attr("error", f"invalid point: {error}")
+                trial.set_user_attr(INVALID_ATTR, True)
+                study.tell(trial, state=TrialState.FAIL)
+                log(f"{name} trial {trial.number} ({position + 1}/{target}): invalid point, recorded as failed; "
+                    f"the search goes on: {error}")
+                continue
+            store.set_trial_system_attr(tid, CHECKED_ATTR, True)
+            batch.append((trial, arm, tid))
+            log(f"{name} trial {trial.number} ({position + 1}/{target}): {arm.label.split(': ', 1)[1]}")
+        if not batch:
+            write_summary()
+            continue
         t0 = time.time()
         hook = _pruning_hook(batch[0][0]) if pruning else None
         if hook:
             trainer_module.VALIDATION_HOOKS.append(hook)
         try:
-            result = run_experiment(experiment_study(search, arms_so_far()), out,
-                                    workers=max(workers, len(batch)) if len(batch) > 1 else workers,
-                                    arms=[arm.name for _, arm in batch], functions=functions, log=log, argv=argv,
-                                    launcher=launcher, stages_dir=stages_dir)
+            with heartbeats(store, [tid for _, _, tid in batch], heartbeat.interval):
+                result = run_experiment(experiment_study(search, arms_so_far()), out,
+                                        workers=max(workers, len(batch)) if len(batch) > 1 else workers,
+                                        arms=[arm.name for _, arm, _ in batch], functions=functions, log=log,
+                                        argv=argv, launcher=launcher, stages_dir=stages_dir, wait_for_locks=True)
         finally:
             if hook:
                 trainer_module.VALIDATION_HOOKS.remove(hook)
-        for trial, arm in batch:
+        for trial, arm, _ in batch:
             outcome = _tell(search, study, trial, [r for r in result.index["runs"] if r["arm"] == arm.name], out)
             if outcome.startswith("failed"):
                 failures_in_a_row += 1
             else:
                 failures_in_a_row = 0
-            log(f"[search {search.name}] trial {trial.number} {outcome} ({time.time() - t0:.0f}s)")
+            log(f"{name} trial {trial.number} {outcome} ({time.time() - t0:.0f}s)")
             if failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
                 write_summary()
                 last = outcome.removeprefix("failed ")
@@ -563,9 +742,19 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
     summary = write_summary()
     if summary["best"]:
         b = summary["best"]
-        log(f"[search {search.name}] best: trial {b['number']} ({search.objective.metric} = {b['objective']:.4f}) "
-            f"{b['values']}")
+        log(f"{name} best: trial {b['number']} ({search.objective.metric} = {b['objective']:.4f}) {b['values']}")
     return SearchResult(out, summary)
+
+
+def _plan_error(search: Search, arm: Arm, out: Path, stages_dir: str | Path | None) -> str | None:
+    """Why a trial's arm cannot be planned (its configs do not validate), or None. Planning writes nothing."""
+    from harness.experiments import build_plan
+
+    try:
+        build_plan(experiment_study(search, [arm]), out, stages_dir=stages_dir)
+    except ConfigError as e:
+        return str(e)
+    return None
 
 
 def _tell(search: Search, study, trial, runs: list[dict], out: Path) -> str:

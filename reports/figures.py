@@ -401,11 +401,11 @@ def _is_optuna_db(path: str | Path) -> bool:
 
 def optuna_files(experiment_dir: str | Path) -> list[Path]:
     """The Optuna storages that belong to an experiment: SQLite `*.db` files in its folder, and the file journal
-    (`optuna.journal`, what `regbench search` writes) in its folder, one level below it, or one above it (a
-    `search confirm` experiment lives inside its search folder)."""
+    (`optuna.journal`, what `regbench search` wrote before `optuna.db`) in its folder, one level below it, or one
+    above it (a `search confirm` experiment lives inside its search folder, next to its `optuna.db`)."""
     root = Path(experiment_dir)
     found = [*sorted(root.glob("*.db")), *sorted(root.glob("optuna.journal")), *sorted(root.glob("*/optuna.journal")),
-             *sorted(root.parent.glob("optuna.journal"))]
+             *sorted(root.parent.glob("optuna.journal")), *sorted(root.parent.glob("optuna.db"))]
     return list(dict.fromkeys(p.resolve() for p in found if p.is_file()))
 
 

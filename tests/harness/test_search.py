@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 from pathlib import Path
 
 import optuna
@@ -28,6 +29,7 @@ from harness.search import (
     suggest,
     trial_arm,
 )
+from harness.search_storage import DRIVER_ATTR
 from tests.harness.test_experiments import FAKES, TINY_PRESET, _record
 from tests.tiny_sizes import TINY
 
@@ -315,9 +317,11 @@ def test_a_trial_left_running_is_requeued_with_its_values(tmp_path, calls):
     path = write_search(tmp_path, n_trials=2)
     search = load_search(path)
     out = tmp_path / "out"
-    study, _ = open_study(out, search)
-    ghost = study.ask()  # a process that was killed after asking: the trial stays RUNNING in the journal
+    study, storage = open_study(out, search)
+    ghost = study.ask()  # a driver that was killed after asking: the trial stays RUNNING in the storage
     values = suggest(ghost, search.params)
+    tid = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name("toy"), ghost.number)
+    storage.set_trial_system_attr(tid, DRIVER_ATTR, f"{socket.gethostname()} 999999999 1")  # a gone process
     run_search(search, out, functions=SEARCH_FAKES, log=lambda s: None)
     trials = read_json(out / "search.json")["trials"]
     requeued = [t for t in trials if t["requeued"]]
