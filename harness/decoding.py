@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from harness.batching import encode_prompts, suppressed_token_ids
+from harness.batching import encode_repeated, suppressed_token_ids
 from harness.models.precision import autocast_for
 
 # generation.backend: "hf" = transformers' `generate`; "lean" = harness/lean_decode.py (the same tokens).
@@ -64,9 +64,8 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
     repeat = num_return_sequences if backend == "lean" else 1
     idx = range(0, len(images), batch_size)
     for start in tqdm(idx, desc=desc, disable=not progress, leave=False):
-        imgs = [v for v in images[start:start + batch_size] for _ in range(repeat)]
-        instr = [s for s in instructions[start:start + batch_size] for _ in range(repeat)]
-        batch = encode_prompts(processor, imgs, instr)
+        batch = encode_repeated(processor, images[start:start + batch_size], instructions[start:start + batch_size],
+                                repeat)
         device = next(model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast_for(model):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.batching import END, encode_prompts, suppressed_token_ids
+from harness.batching import END, encode_repeated, suppressed_token_ids
 from harness.decoding import decode_tokens
 from harness.models.precision import autocast_for
 
@@ -52,9 +52,7 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
     """Sample `group_size` candidates per prompt with whatever parameters are live in `model` (`backend`:
     generation.backend, harness/decoding.py)."""
     tok = processor.tokenizer
-    rep_images = [views for views in images for _ in range(group_size)]
-    rep_instr = [ins for ins in instructions for _ in range(group_size)]
-    batch = encode_prompts(processor, rep_images, rep_instr)
+    batch = encode_repeated(processor, images, instructions, group_size)
     device = next(model.parameters()).device
     batch = {k: v.to(device) for k, v in batch.items()}
     eos = tok.convert_tokens_to_ids(END)
