@@ -13,6 +13,7 @@ import torch
 
 from harness.batching import END, encode_repeated, suppressed_token_ids
 from harness.decoding import decode_tokens
+from harness.lean_forward import sequence_logits
 from harness.models.precision import autocast_for
 
 
@@ -77,7 +78,6 @@ def response_logits(model, ro: Rollout) -> torch.Tensor:
     """Logits [N, L, V] that predict the response tokens, computed only for the response positions."""
     L = ro.response_mask.shape[1]
     attn = torch.cat([ro.prompt_mask, ro.response_mask.to(ro.prompt_mask.dtype)], dim=1)
-    with autocast_for(model):
-        out = model(input_ids=ro.sequences, attention_mask=attn, pixel_values=ro.pixel_values,
-                    image_grid_thw=ro.image_grid_thw, logits_to_keep=L + 1, use_cache=False)
-    return out.logits[:, :-1]
+    with autocast_for(model):  # model(input_ids=..., pixel_values=...).logits, bit for bit (harness/lean_forward.py)
+        logits = sequence_logits(model, ro.sequences, attn, ro.pixel_values, ro.image_grid_thw, logits_to_keep=L + 1)
+    return logits[:, :-1]
