@@ -21,8 +21,9 @@ repetition penalty 1.03; reward BLEU-4 (rewards.registry, the same function for 
 lr 3e-6, constant schedule; one optimizer step per generation (TRL num_iterations = 1; regbench
 rl.old_sync_every = 1, so old = current and neither side runs an old-policy pass); one torch thread.
 regbench decodes with its default generation.backend (lean; --backend hf for transformers' generate); TRL uses
-transformers' `generate` (its path without vLLM). TRL's reference is the base with the LoRA adapters disabled
-(its PEFT path); regbench's is a snapshot of the starting policy: one forward pass each.
+transformers' `generate` (its path without vLLM). The policy handed to TRL is a transformers model with LoRA
+layers injected (not a PeftModel), so TRL loads its reference as a second copy of the saved model (no LoRA);
+regbench's reference is a snapshot of the starting policy swapped into the one model: one forward pass each.
 
 Steps alternate: TRL runs its training loop, and a callback at the end of every TRL step runs one regbench
 step, so both see the same machine load. TRL's step time is the wall time between two such callbacks minus
@@ -221,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.prompts} prompts x G={args.group_size}, {args.max_new_tokens} new tokens, {args.steps} measured "
           f"steps each after {args.warmup} warm-up, interleaved; {args.threads} thread(s), {args.device}; "
           f"torch {torch.__version__}, trl {trl.__version__}, {platform.machine()}; regbench backend {args.backend}")
-    print(f"{'system':9s} {'median':>8s} {'min':>8s} " + " ".join(f"{p:>10s}" for p in PARTS) + "   (ms; parts are medians)")
+    print(f"{'system':9s} {'median':>8s} {'min':>8s} " + " ".join(f"{p:>10s}" for p in PARTS)
+          + "   (ms; parts are medians)")
     med = {}
     for s in ("regbench", "trl"):
         med[s] = statistics.median(times[s])
