@@ -16,14 +16,15 @@ Both sides: the same tiny Qwen2.5-VL (tiny preset, built like benchmarks/bench_r
 save_pretrained and loaded from that folder by each side; LoRA r = 32 on every linear layer + the merger trained
 (harness.models.trainable.add_lora + set_trainable("rl"): the same trainable parameters); 4 prompts x G = 4
 candidates of synthetic chest X-rays; exactly 48 new tokens (min = max new tokens); T 0.7, top-p 0.9, top-k off,
-repetition penalty 1.03; reward BLEU-4 (rewards.registry, the same function for both); constant KL beta 0.1
-(k3) against a frozen reference; clip 0.2 / 0.28; token-mean (DAPO) aggregation; group-std advantages; AdamW,
-lr 3e-6, constant schedule; one optimizer step per generation (TRL num_iterations = 1; regbench
-rl.old_sync_every = 1, so old = current and neither side runs an old-policy pass); one torch thread.
-regbench decodes with its default generation.backend (lean; --backend hf for transformers' generate); TRL uses
-transformers' `generate` (its path without vLLM). The policy handed to TRL is a transformers model with LoRA
-layers injected (not a PeftModel), so TRL loads its reference as a second copy of the saved model (no LoRA);
-regbench's reference is a snapshot of the starting policy swapped into the one model: one forward pass each.
+repetition penalty 1.03, vision/control tokens suppressed (harness.batching.NEVER_GENERATE, as regbench does);
+reward BLEU-4 (rewards.registry, the same function for both); constant KL beta 0.1 (k3) against a frozen reference;
+clip 0.2 / 0.28; token-mean (DAPO) aggregation; group-std advantages; AdamW, lr 3e-6, constant schedule; one
+optimizer step per generation (TRL num_iterations = 1; regbench rl.old_sync_every = 1, so old = current and neither
+side runs an old-policy pass); one torch thread. regbench decodes with its default generation.backend (lean;
+--backend hf for transformers' generate); TRL uses transformers' `generate` (its path without vLLM). The policy
+handed to TRL is a transformers model with LoRA layers injected (not a PeftModel), so TRL loads its reference as a
+second copy of the saved model (no LoRA); regbench's reference is a snapshot of the starting policy swapped into
+the one model: one forward pass each.
 
 Steps alternate: TRL runs its training loop, and a callback at the end of every TRL step runs one regbench
 step, so both see the same machine load. TRL's step time is the wall time between two such callbacks minus
@@ -101,7 +102,10 @@ def trl_trainer(model_dir: Path, processor, prompts, args, out_dir: Path, callba
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    from harness.batching import suppressed_token_ids
     from rewards.registry import compute_reward
+
+    tok = processor.tokenizer
 
     def bleu4(completions, report, **_):
         texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
@@ -114,7 +118,8 @@ def trl_trainer(model_dir: Path, processor, prompts, args, out_dir: Path, callba
         output_dir=str(out_dir), per_device_train_batch_size=args.prompts * args.group_size,
         num_generations=args.group_size, gradient_accumulation_steps=1, num_iterations=1,
         max_completion_length=args.max_new_tokens, temperature=0.7, top_p=0.9, top_k=0, repetition_penalty=1.03,
-        generation_kwargs={"min_new_tokens": args.max_new_tokens}, beta=BETA, epsilon=0.2, epsilon_high=0.28,
+        generation_kwargs={"min_new_tokens": args.max_new_tokens, "suppress_tokens": suppressed_token_ids(tok)},
+        beta=BETA, epsilon=0.2, epsilon_high=0.28,
         loss_type="dapo", scale_rewards="group", learning_rate=3e-6, lr_scheduler_type="constant",
         weight_decay=1e-3, max_grad_norm=1.0, max_steps=args.warmup + args.steps, logging_steps=10**6,
         save_strategy="no", report_to="none", use_cpu=args.device == "cpu", bf16=False, seed=args.seed,
