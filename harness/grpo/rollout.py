@@ -64,6 +64,7 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
             model, batch, backend=backend, do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
             max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty,
             suppress_tokens=suppressed_token_ids(tok), pad_token_id=tok.pad_token_id, eos_token_id=eos,
+            prompts=(processor, images, instructions),
         )
     model.train(was)
     P = batch["input_ids"].shape[1]

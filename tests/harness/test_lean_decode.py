@@ -172,7 +172,7 @@ def test_reports_are_the_same_with_either_backend(lora_model, tiny_processor, xr
 
 def test_unknown_backend_and_unsupported_settings_are_named(lora_model, batch, tiny_tokenizer):
     with pytest.raises(ConfigError, match="generation.backend"):
-        load_config(None, ["generation.backend=vllm"])
+        load_config(None, ["generation.backend=fast"])
     assert load_config(None, ["generation.backend=lean"]).generation.backend == "lean"
     kw = dict(max_new_tokens=3, min_new_tokens=0, repetition_penalty=1.0, do_sample=False, temperature=1.0,
               top_p=1.0, top_k=0, suppress_tokens=[], pad_token_id=0, eos_token_id=1)
