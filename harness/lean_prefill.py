@@ -43,7 +43,7 @@ def unique_images(pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> tuple[l
     for i, block in enumerate(blocks):
         flat = block.reshape(-1)
         stride = max(1, flat.numel() // 64)
-        key = (tuple(grids[i]), flat[::stride].cpu().numpy().tobytes())
+        key = (tuple(grids[i]), flat[::stride].to(device="cpu", dtype=torch.float64).numpy().tobytes())
         match = next((u for u in seen.get(key, []) if torch.equal(blocks[firsts[u]], block)), None)
         if match is None:
             match = len(firsts)

@@ -78,6 +78,7 @@ def test_unique_images_finds_repeats_in_any_order():
     grid = torch.tensor([[1, 10, 20], [1, 10, 20]])
     assert unique_images(torch.cat([a, b]), grid) == ([0, 1], [0, 1])
     assert unique_images(torch.cat([a, a.clone()]), grid) == ([0], [0, 0])
+    assert unique_images(torch.cat([b, a, b]).bfloat16(), torch.cat([grid, grid[:1]])) == ([0, 1], [0, 1, 0])
 
 
 @pytest.mark.parametrize("attn,dtype", [("eager", torch.float32), ("sdpa", torch.bfloat16)])
