@@ -60,6 +60,27 @@ def encode_prompts(processor, images: Sequence[Sequence], instructions: Sequence
     return dict(processor(text=texts, images=flat, return_tensors="pt", padding=True))
 
 
+def encode_repeated(processor, images: Sequence[Sequence], instructions: Sequence[str], repeats: int) -> dict:
+    """encode_prompts of every prompt `repeats` times in a row (rollout groups), from one encoding per prompt:
+    the processor encodes each prompt on its own and pads to the longest, which repeating does not change
+    (tests/harness/test_batching.py checks the tensors are equal)."""
+    batch = encode_prompts(processor, images, instructions)
+    if repeats == 1:
+        return batch
+    if set(batch) != {"input_ids", "attention_mask", "pixel_values", "image_grid_thw"}:
+        return encode_prompts(processor, [v for v in images for _ in range(repeats)],
+                              [s for s in instructions for _ in range(repeats)])
+    grid = batch["image_grid_thw"]
+    views = [len(v) for v in images]
+    blocks = torch.split(batch["pixel_values"], [int(p.sum()) for p in torch.split(grid.prod(-1), views)])
+    return {
+        "input_ids": batch["input_ids"].repeat_interleave(repeats, dim=0),
+        "attention_mask": batch["attention_mask"].repeat_interleave(repeats, dim=0),
+        "pixel_values": torch.cat([b for b in blocks for _ in range(repeats)]),
+        "image_grid_thw": torch.cat([g for g in torch.split(grid, views) for _ in range(repeats)]),
+    }
+
+
 def encode_sft(processor, images: Sequence[Sequence], instructions: Sequence[str], reports: Sequence[str],
                max_report_tokens: int) -> dict:
     """Processor inputs plus `labels` (IGNORE everywhere but the report tokens and the closing <|im_end|>)."""

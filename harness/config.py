@@ -273,7 +273,8 @@ class GenerationConfig:
     batch_size: int = 32
     # Decoding loop of RL rollouts, validation and test (issue 15): "hf" = transformers' `generate`; "lean" =
     # harness/lean_decode.py, the same tokens (tests/harness/test_lean_decode.py: every sampling setting of
-    # experiments/, eager and sdpa, fp32 and bf16; on CPU) without generate's per-step overhead.
+    # experiments/, eager and sdpa, fp32 and bf16; on CPU) without generate's per-step overhead; "vllm" =
+    # harness/vllm_rollout.py, a colocated vLLM engine on a GPU (other tokens; not yet run on a GPU).
     backend: str = "lean"
 
 
@@ -622,8 +623,8 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              "must be > 0")
         need(cfg.generation.min_new_tokens <= cfg.generation.max_new_tokens, "generation.min_new_tokens",
              cfg.generation.min_new_tokens, "must be <= generation.max_new_tokens")
-        need(cfg.generation.backend in ("hf", "lean"), "generation.backend", cfg.generation.backend,
-             "must be hf or lean")
+        need(cfg.generation.backend in ("hf", "lean", "vllm"), "generation.backend", cfg.generation.backend,
+             "must be hf, lean or vllm")
         _trial_build(cfg.rl, lambda key: _source_of(key, source, sources))
 
 

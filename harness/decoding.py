@@ -7,18 +7,20 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from harness.batching import encode_prompts, suppressed_token_ids
+from harness.batching import encode_repeated, suppressed_token_ids
 from harness.models.precision import autocast_for
 
-# generation.backend: "hf" = transformers' `generate`; "lean" = harness/lean_decode.py (the same tokens).
-BACKENDS = ("hf", "lean")
+# generation.backend: "hf" = transformers' `generate`; "lean" = harness/lean_decode.py (the same tokens);
+# "vllm" = harness/vllm_rollout.py (GPUs; other tokens; not yet run on a GPU).
+BACKENDS = ("hf", "lean", "vllm")
 
 
 def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: int, min_new_tokens: int,
                   repetition_penalty: float, do_sample: bool, temperature: float, top_p: float, top_k: int,
                   suppress_tokens: list[int], pad_token_id: int, eos_token_id: int,
-                  num_return_sequences: int = 1) -> torch.Tensor:
-    """Prompt + new tokens [rows * num_return_sequences, P + L] for processor inputs `batch` (top_k 0 = off)."""
+                  num_return_sequences: int = 1, prompts: tuple | None = None) -> torch.Tensor:
+    """Prompt + new tokens [rows * num_return_sequences, P + L] for processor inputs `batch` (top_k 0 = off).
+    `prompts` = (processor, images, instructions) that `batch` encodes (repeated rows in groups): vllm needs them."""
     if backend == "hf":
         kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                       repetition_penalty=repetition_penalty, do_sample=do_sample, suppress_tokens=suppress_tokens,
@@ -38,6 +40,19 @@ def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: in
                              repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
                              top_p=top_p, top_k=top_k, suppress_tokens=suppress_tokens, pad_token_id=pad_token_id,
                              eos_token_id=eos_token_id)
+    if backend == "vllm":
+        from harness.vllm_rollout import require_vllm, vllm_sequences
+
+        require_vllm(batch["input_ids"].device)
+        if prompts is None or num_return_sequences != 1:
+            raise ValueError("generation.backend=vllm decodes from the prompts: pass prompts=(processor, images, "
+                             "instructions) and repeat them before encoding")
+        processor, images, instructions = prompts
+        return vllm_sequences(model, processor, batch, images, instructions, pad_token_id=pad_token_id,
+                              n=batch["input_ids"].shape[0] // len(instructions), do_sample=do_sample,
+                              temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+                              min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty,
+                              suppress_tokens=suppress_tokens, eos_token_id=eos_token_id)
     raise ValueError(f"generation.backend = '{backend}' is not one of {', '.join(BACKENDS)}")
 
 
@@ -61,12 +76,11 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
     model.eval()
     out: list[str] = []
     # The lean loop decodes repeated prompts: the same processor inputs generate's own expansion builds.
-    repeat = num_return_sequences if backend == "lean" else 1
+    repeat = num_return_sequences if backend in ("lean", "vllm") else 1
     idx = range(0, len(images), batch_size)
     for start in tqdm(idx, desc=desc, disable=not progress, leave=False):
-        imgs = [v for v in images[start:start + batch_size] for _ in range(repeat)]
-        instr = [s for s in instructions[start:start + batch_size] for _ in range(repeat)]
-        batch = encode_prompts(processor, imgs, instr)
+        batch = encode_repeated(processor, images[start:start + batch_size], instructions[start:start + batch_size],
+                                repeat)
         device = next(model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast_for(model):
@@ -75,6 +89,8 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
                                  do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k,
                                  suppress_tokens=suppressed_token_ids(tok),
                                  num_return_sequences=num_return_sequences // repeat,
+                                 prompts=(processor, images[start:start + batch_size],
+                                          instructions[start:start + batch_size]),
                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
         new = seqs[:, batch["input_ids"].shape[1]:]
         out.extend(t.strip() for t in tok.batch_decode(new, skip_special_tokens=True))

@@ -5,14 +5,17 @@ rebuilding the 4-D attention mask through `vmap` (`masking_utils.create_causal_m
 KV cache, the attention mask and the token ids, and re-deriving positions, none of which is arithmetic.
 This loop keeps the arithmetic identical and drops the rest:
 
-- the prefill is `generate`'s own first step (`prepare_inputs_for_generation` + the model's forward), so the
-  vision encoder runs once per image and the prompt's K/V, M-RoPE `rope_deltas` and logits are bit-identical;
+- the prefill (harness/lean_prefill.py) is `generate`'s first step with the same arithmetic: the vision
+  encoder runs once per distinct image (a rollout repeats each prompt G times) and the 4-D mask is built
+  directly, so the prompt's K/V, M-RoPE `rope_deltas` and logits are bit-identical; batches it does not
+  handle get `generate`'s own first step (`prepare_inputs_for_generation` + the model's forward);
 - the K/V of every layer go into buffers preallocated for prompt + max_new_tokens; a step writes one slot and
   attends to a view of the filled prefix (the same shapes the growing cache of `generate` has);
 - each decode step calls the model's own embedding, rotary embedding, decoder layers (LoRA included), norm and
   `lm_head`; the attention mask is a view of one mask built at the start, the rotary cos/sin of all decode
   positions are computed once (an outer product per element, so no rounding differs from one at a time);
-- the logits processors are transformers' own classes, in `generate`'s order (`_get_logits_processor`);
+- the logits processors are transformers' own classes, in `generate`'s order (`_get_logits_processor`),
+  except top-p on the CPU: harness/lean_topp.py gives the same bits without sorting indices;
 - rows that have finished are dropped from the batch (K/V, positions, mask and token buffers compacted once
   per finishing event), while sampling still draws `torch.multinomial` over a [rows, vocab] matrix of the
   full batch, so the generator is consumed exactly as `generate` consumes it.
@@ -34,8 +37,10 @@ from transformers import (
     SuppressTokensLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
-    TopPLogitsWarper,
 )
+
+from harness.lean_prefill import prefill, prefill_supported
+from harness.lean_topp import SortFreeTopP
 
 SUPPORTED_ATTENTION = ("eager", "sdpa")
 # generation_config fields whose non-default values would make `generate` add processors or stopping rules
@@ -90,22 +95,30 @@ def logits_processors(prompt_len: int, *, min_new_tokens: int, repetition_penalt
         if top_k:
             procs.append(TopKLogitsWarper(top_k=int(top_k), min_tokens_to_keep=1))
         if top_p < 1.0:
-            procs.append(TopPLogitsWarper(top_p=float(top_p), min_tokens_to_keep=1))
+            procs.append(SortFreeTopP(top_p=float(top_p), min_tokens_to_keep=1))
     return procs
 
 
 class SlotCache:
     """Preallocated K/V per layer, [rows, kv_heads, capacity, head_dim]. The decoder layers call `update` with
-    one new position; it is written in place and the filled prefix comes back as a view."""
+    new positions (the prompt, then one per step); they are written in place and the filled prefix comes back as
+    a view. A layer's buffers are allocated at its first update, in the dtype of its K/V."""
 
-    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], filled: int):
-        self.keys, self.values, self.filled = keys, values, filled
+    def __init__(self, n_layers: int, capacity: int, filled: int = 0):
+        self.keys: list = [None] * n_layers
+        self.values: list = [None] * n_layers
+        self.capacity, self.filled = capacity, filled
 
     def update(self, key, value, layer_idx, cache_kwargs=None):
         n = key.shape[2]
+        if self.keys[layer_idx] is None:
+            self.keys[layer_idx] = key.new_empty(*key.shape[:2], self.capacity, key.shape[3])
+            self.values[layer_idx] = value.new_empty(*value.shape[:2], self.capacity, value.shape[3])
         end = self.filled + n
         self.keys[layer_idx][:, :, self.filled:end].copy_(key)
         self.values[layer_idx][:, :, self.filled:end].copy_(value)
+        if self.filled == 0:  # the prompt: attend to the new K/V themselves, as from generate's empty cache
+            return key, value
         return self.keys[layer_idx][:, :, :end], self.values[layer_idx][:, :, :end]
 
     def advance(self, n: int = 1) -> None:
@@ -149,13 +162,15 @@ def _decode_step(hf, lm, attn: str):
 def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int, pad_token_id: int,
                   min_new_tokens: int = 0, repetition_penalty: float = 1.0, do_sample: bool = False,
                   temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                  suppress_tokens: Sequence[int] | None = None, drop_finished: bool | None = None) -> torch.Tensor:
+                  suppress_tokens: Sequence[int] | None = None, drop_finished: bool | None = None,
+                  dedupe_images: bool | None = None) -> torch.Tensor:
     """Prompt + new tokens [rows, P + steps], as `model.generate(**batch, ...)` returns them with the same
     settings (pad after each row's end token; steps = until every row ended, at most max_new_tokens).
 
     `top_k` 0 = off. Runs under the caller's autocast / eval state, like `generate`. `drop_finished` None = on
     the CPU only: there the tokens are tested equal with rows dropped; on CUDA, GEMM kernels chosen by row count
     may round differently, so rows are kept (same shapes as generate) until a GPU run shows dropping is exact.
+    `dedupe_images` (encode each distinct image once, harness/lean_prefill.py) None = on the CPU only, likewise.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens = {max_new_tokens} must be >= 1")
@@ -168,32 +183,29 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     capacity = P + max_new_tokens
     if drop_finished is None:
         drop_finished = device.type == "cpu"
+    if dedupe_images is None:
+        dedupe_images = device.type == "cpu"
     eos = torch.tensor([eos_token_id], device=device)
     procs = logits_processors(P, min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty,
                               do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k,
                               suppress_tokens=suppress_tokens, eos=eos)
 
-    # Prefill: generate's first step, verbatim (positions, rope_deltas, vision features, logits_to_keep=1).
-    cache = DynamicCache(config=hf.config.get_text_config())
-    extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
-    inputs = hf.prepare_inputs_for_generation(input_ids, past_key_values=cache, attention_mask=attention_mask,
-                                              cache_position=torch.arange(P, device=device), use_cache=True,
-                                              logits_to_keep=1, **extra)
-    out = hf(**inputs, return_dict=True)
-    logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
-
     lm = hf.model.language_model
     layers = list(lm.layers)
-    keys, values = [], []
-    for layer in cache.layers:
-        k = layer.keys.new_empty(*layer.keys.shape[:2], capacity, layer.keys.shape[3])
-        v = layer.values.new_empty(*layer.values.shape[:2], capacity, layer.values.shape[3])
-        k[:, :, :P].copy_(layer.keys)
-        v[:, :, :P].copy_(layer.values)
-        keys.append(k)
-        values.append(v)
-    slots = SlotCache(keys, values, P)
-    del cache, out, inputs
+    slots = SlotCache(len(layers), capacity)
+    if prefill_supported(hf, batch):
+        logits = prefill(hf, batch, slots, dedupe_images=dedupe_images)
+    else:  # generate's first step, verbatim (positions, rope_deltas, vision features, logits_to_keep=1)
+        cache = DynamicCache(config=hf.config.get_text_config())
+        extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
+        inputs = hf.prepare_inputs_for_generation(input_ids, past_key_values=cache, attention_mask=attention_mask,
+                                                  cache_position=torch.arange(P, device=device), use_cache=True,
+                                                  logits_to_keep=1, **extra)
+        logits = hf(**inputs, return_dict=True).logits[:, -1, :].to(copy=True, dtype=torch.float32)
+        for i, layer in enumerate(cache.layers):
+            slots.update(layer.keys, layer.values, i)
+        del cache, inputs
+    slots.filled = P
 
     step_fn = _decode_step(hf, lm, attn)
     embed = lm.embed_tokens

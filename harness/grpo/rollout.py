@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.batching import END, encode_prompts, suppressed_token_ids
+from harness.batching import END, encode_repeated, suppressed_token_ids
 from harness.decoding import decode_tokens
+from harness.lean_forward import sequence_logits
 from harness.models.precision import autocast_for
 
 
@@ -94,9 +95,7 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
     """Sample `group_size` candidates per prompt with whatever parameters are live in `model` (`backend`:
     generation.backend, harness/decoding.py)."""
     tok = processor.tokenizer
-    rep_images = [views for views in images for _ in range(group_size)]
-    rep_instr = [ins for ins in instructions for _ in range(group_size)]
-    batch = encode_prompts(processor, rep_images, rep_instr)
+    batch = encode_repeated(processor, images, instructions, group_size)
     device = next(model.parameters()).device
     batch = {k: v.to(device) for k, v in batch.items()}
     eos = tok.convert_tokens_to_ids(END)
@@ -107,6 +106,7 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
             model, batch, backend=backend, do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
             max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty,
             suppress_tokens=suppressed_token_ids(tok), pad_token_id=tok.pad_token_id, eos_token_id=eos,
+            prompts=(processor, images, instructions),
         )
     model.train(was)
     P = batch["input_ids"].shape[1]
@@ -115,14 +115,13 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
     texts = [t.strip() for t in tok.batch_decode(resp * mask + tok.pad_token_id * (1 - mask),
                                                  skip_special_tokens=True)]
     return Rollout(seqs, batch["attention_mask"], mask, batch["pixel_values"], batch["image_grid_thw"], texts,
-                   [len(views) for views in rep_images])
+                   [len(views) for views in images for _ in range(group_size)])
 
 
 def response_logits(model, ro: Rollout) -> torch.Tensor:
     """Logits [N, L, V] that predict the response tokens, computed only for the response positions."""
     L = ro.response_mask.shape[1]
     attn = torch.cat([ro.prompt_mask, ro.response_mask.to(ro.prompt_mask.dtype)], dim=1)
-    with autocast_for(model):
-        out = model(input_ids=ro.sequences, attention_mask=attn, pixel_values=ro.pixel_values,
-                    image_grid_thw=ro.image_grid_thw, logits_to_keep=L + 1, use_cache=False)
-    return out.logits[:, :-1]
+    with autocast_for(model):  # model(input_ids=..., pixel_values=...).logits, bit for bit (harness/lean_forward.py)
+        logits = sequence_logits(model, ro.sequences, attn, ro.pixel_values, ro.image_grid_thw, logits_to_keep=L + 1)
+    return logits[:, :-1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness import lean_decode
 from harness.batching import END, encode_prompts, suppressed_token_ids
 from harness.config import ConfigError, load_config
 from harness.decoding import decode_tokens, generate_reports
@@ -20,7 +21,7 @@ from harness.grpo.rollout import sample_rollout
 from harness.lean_decode import lean_generate
 from harness.models.precision import autocast_for
 from harness.models.tiny import build_tiny_model
-from harness.models.trainable import add_lora, set_trainable
+from harness.models.trainable import add_lora, set_trainable, unwrap
 
 INSTRUCTIONS = ["describe", "write the findings section of the chest x-ray report please", "x", "findings ."]
 # (do_sample, temperature, top_p, top_k, repetition_penalty, min_new_tokens): the second and third are the
@@ -171,7 +172,7 @@ def test_reports_are_the_same_with_either_backend(lora_model, tiny_processor, xr
 
 def test_unknown_backend_and_unsupported_settings_are_named(lora_model, batch, tiny_tokenizer):
     with pytest.raises(ConfigError, match="generation.backend"):
-        load_config(None, ["generation.backend=vllm"])
+        load_config(None, ["generation.backend=fast"])
     assert load_config(None, ["generation.backend=lean"]).generation.backend == "lean"
     kw = dict(max_new_tokens=3, min_new_tokens=0, repetition_penalty=1.0, do_sample=False, temperature=1.0,
               top_p=1.0, top_k=0, suppress_tokens=[], pad_token_id=0, eos_token_id=1)
@@ -198,3 +199,40 @@ def test_lean_equals_generate_on_cuda(tiny_tokenizer, batch, drop):
         ref, lean, after_hf, after_lean = _both(model, cuda_batch, tiny_tokenizer, setting, seed, eos,
                                                 drop_finished=drop)
         assert torch.equal(lean, ref) and torch.equal(after_lean, after_hf), setting
+
+
+@pytest.fixture(scope="module")
+def grouped_batch(tiny_processor, xray_images):
+    """Group-major rows as in rollouts (each prompt G = 3 times in a row), prompts of different lengths."""
+    return encode_prompts(tiny_processor, [[xray_images[i]] for i in range(4) for _ in range(3)],
+                          [INSTRUCTIONS[i] for i in range(4) for _ in range(3)])
+
+
+@pytest.mark.parametrize("seed,setting", [(0, SETTINGS[1]), (1, SETTINGS[2]), (2, SETTINGS[5])],
+                         ids=["greedy-rep", "rl", "topk-topp"])
+def test_lean_encodes_each_image_once_and_equals_generate(lora_model, grouped_batch, tiny_tokenizer, seed, setting):
+    """Repeated prompts: the lean prefill runs the vision encoder on the distinct images only, and the tokens
+    (rows ending early included) are generate's."""
+    hf = unwrap(lora_model)
+    patches = []
+    hook = hf.model.visual.register_forward_hook(lambda m, a, o: patches.append(a[0].shape[0]))
+    try:
+        eos = _mid_report_token(lora_model, grouped_batch, tiny_tokenizer, setting, seed)
+        patches.clear()
+        ref, lean, after_hf, after_lean = _both(lora_model, grouped_batch, tiny_tokenizer, setting, seed, eos)
+    finally:
+        hook.remove()
+    n = grouped_batch["pixel_values"].shape[0]
+    assert patches == [n, n // 3]  # generate: every image; lean: each distinct image once
+    assert torch.equal(lean, ref) and torch.equal(after_lean, after_hf)
+    new = ref[:, grouped_batch["input_ids"].shape[1]:]
+    assert 0 < int((new == eos).any(dim=1).sum()) < new.shape[0]
+
+
+def test_generic_prefill_path_equals_generate(lora_model, grouped_batch, tiny_tokenizer, monkeypatch):
+    """Batches the lean prefill does not handle get generate's own first step; the tokens are the same."""
+    monkeypatch.setattr(lean_decode, "prefill", lambda *a, **k: pytest.fail("lean prefill used"))
+    monkeypatch.setattr(lean_decode, "prefill_supported", lambda hf, b: False)
+    eos = _mid_report_token(lora_model, grouped_batch, tiny_tokenizer, SETTINGS[2], 4)
+    ref, lean, _, _ = _both(lora_model, grouped_batch, tiny_tokenizer, SETTINGS[2], 4, eos)
+    assert torch.equal(lean, ref)

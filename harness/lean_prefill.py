@@ -1,0 +1,105 @@
+"""The prefill of the lean decoding loop: `generate`'s first step with the same arithmetic and less work.
+
+`generate`'s first step (Qwen2_5_VLForConditionalGeneration.prepare_inputs_for_generation + forward) embeds
+the prompt, runs the vision encoder on every image of the batch, scatters the image features into the
+embeddings, computes M-RoPE positions (`get_rope_index`) and builds the 4-D attention mask through
+transformers' vmap machinery (masking_utils.create_causal_mask). Here:
+
+- images that occur more than once in the batch (a rollout repeats each prompt G times) are encoded once and
+  their features copied to every occurrence. On the CPU the vision encoder's features of one image do not
+  depend on the other images of its batch (its attention is per image; tests check the tokens); on CUDA,
+  kernels chosen by batch size may round differently, so there it is off unless asked for;
+- the mask is built directly: the same boolean (causal and not padding) that `sdpa_mask` gives, None for
+  sdpa without padding (transformers then lets SDPA run with is_causal), and the additive 0 / dtype-min mask
+  for eager, in the dtype of the input embeddings;
+- the K/V go straight into the caller's cache object, so no copy from a DynamicCache.
+
+Batches with other inputs than input_ids, attention_mask, pixel_values and image_grid_thw (videos, say) are
+not handled here: `prefill_supported` says so and the caller runs generate's own step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+HANDLED = frozenset({"input_ids", "attention_mask", "pixel_values", "image_grid_thw"})
+
+
+def prefill_supported(hf, batch: dict) -> bool:
+    text = hf.config.get_text_config()
+    return set(batch) <= HANDLED and not getattr(text, "use_sliding_window", False)
+
+
+def unique_images(pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> tuple[list[int], list[int]]:
+    """(indices of the first occurrence of each distinct image, for every image the position of its first
+    occurrence in that list). Images are equal when grid and patches are equal; candidates are found by a
+    fingerprint (grid and a strided sample of patch values) and confirmed with torch.equal."""
+    sizes = grid_thw.prod(-1).tolist()
+    blocks = torch.split(pixel_values, sizes)
+    grids = grid_thw.tolist()
+    firsts: list[int] = []
+    inverse: list[int] = []
+    seen: dict[tuple, list[int]] = {}
+    for i, block in enumerate(blocks):
+        flat = block.reshape(-1)
+        stride = max(1, flat.numel() // 64)
+        key = (tuple(grids[i]), flat[::stride].to(device="cpu", dtype=torch.float64).numpy().tobytes())
+        match = next((u for u in seen.get(key, []) if torch.equal(blocks[firsts[u]], block)), None)
+        if match is None:
+            match = len(firsts)
+            firsts.append(i)
+            seen.setdefault(key, []).append(match)
+        inverse.append(match)
+    return firsts, inverse
+
+
+def image_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor, dedupe: bool) -> torch.Tensor:
+    """Features of every image in order (torch.cat of get_image_features), each distinct image encoded once."""
+    if not dedupe:
+        return torch.cat(hf.model.get_image_features(pixel_values, grid_thw), dim=0)
+    firsts, inverse = unique_images(pixel_values, grid_thw)
+    if len(firsts) == len(inverse):
+        return torch.cat(hf.model.get_image_features(pixel_values, grid_thw), dim=0)
+    sizes = grid_thw.prod(-1).tolist()
+    blocks = torch.split(pixel_values, sizes)
+    feats = hf.model.get_image_features(torch.cat([blocks[i] for i in firsts]), grid_thw[firsts])
+    return torch.cat([feats[u] for u in inverse], dim=0)
+
+
+def prefill_mask(attention_mask: torch.Tensor, attn: str, dtype: torch.dtype) -> torch.Tensor | None:
+    """create_causal_mask's result for a prefill of the whole prompt (query = key positions 0..P-1)."""
+    rows, P = attention_mask.shape
+    pad = attention_mask.to(torch.bool)
+    if attn == "sdpa" and bool(pad.all()):
+        return None
+    pos = torch.arange(P, device=attention_mask.device)
+    keep = (pos[None, :] <= pos[:, None])[None, None] & pad[:, None, None, :]  # [rows, 1, P, P]
+    if attn == "sdpa":
+        return keep
+    return torch.where(keep, torch.tensor(0.0, device=keep.device, dtype=dtype), torch.finfo(dtype).min)
+
+
+def prefill(hf, batch: dict, cache, *, dedupe_images: bool) -> torch.Tensor:
+    """Logits [rows, vocab] (float32) of the last prompt position; fills `cache` with the prompt's K/V and sets
+    hf.model.rope_deltas, as generate's first step does."""
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    P = input_ids.shape[1]
+    model = hf.model
+    embeds = model.get_input_embeddings()(input_ids)
+    pixel_values = batch.get("pixel_values")
+    grid = batch.get("image_grid_thw")
+    if pixel_values is not None:
+        feats = image_features(hf, pixel_values, grid, dedupe_images)
+        feats = feats.to(embeds.device, embeds.dtype)
+        image_mask, _ = model.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=feats)
+        embeds = embeds.masked_scatter(image_mask, feats)
+    positions, rope_deltas = model.get_rope_index(input_ids, grid, None, second_per_grid_ts=None,
+                                                  attention_mask=attention_mask)
+    model.rope_deltas = rope_deltas
+    attn = hf.config._attn_implementation
+    mask = prefill_mask(attention_mask, attn, embeds.dtype)
+    out = model.language_model(input_ids=None, position_ids=positions, attention_mask={"full_attention": mask},
+                               past_key_values=cache, inputs_embeds=embeds, use_cache=True,
+                               cache_position=torch.arange(P, device=input_ids.device), return_dict=True)
+    logits = hf.lm_head(out.last_hidden_state[:, -1:, :])
+    return logits[:, -1, :].to(copy=True, dtype=torch.float32)
