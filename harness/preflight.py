@@ -57,8 +57,8 @@ def check_base_folder(path: str | Path, key: str) -> None:
 
 
 def check_stage_model(path: str | Path, key: str) -> None:
-    """A stage's model folder (spec.json + trainable.safetensors), and the base folder its spec names."""
-    from harness.models.checkpoint import SPEC, WEIGHTS
+    """A stage's model folder (spec.json + its weights), and the base folder its spec names."""
+    from harness.models.checkpoint import ADAPTER_WEIGHTS, LEGACY_WEIGHTS, MERGER_WEIGHTS, SPEC
 
     p = Path(path)
     if not p.is_dir():
@@ -73,7 +73,9 @@ def check_stage_model(path: str | Path, key: str) -> None:
     if not isinstance(spec, dict) or not isinstance(spec.get("base"), str):
         raise ConfigError(f"{spec_path}: needs a 'base' entry naming the base model folder; rerun the stage that "
                           "wrote it")
-    if not (p / WEIGHTS).is_file():
-        raise ConfigError(f"'{key}' = '{path}': {WEIGHTS} missing; rerun the stage that wrote it")
+    # Any of the stage formats (harness/models/checkpoint.py): peft adapter, warm-up merger, or the legacy file.
+    if not any((p / w).is_file() for w in (ADAPTER_WEIGHTS, MERGER_WEIGHTS, LEGACY_WEIGHTS)):
+        raise ConfigError(f"'{key}' = '{path}': weights missing ({ADAPTER_WEIGHTS}, {MERGER_WEIGHTS} or "
+                          f"{LEGACY_WEIGHTS}); rerun the stage that wrote it")
     if Path(spec["base"]).exists():
         check_base_folder(spec["base"], f"{spec_path} base")
