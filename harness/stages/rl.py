@@ -5,6 +5,7 @@ set is that of stage 2 (merger + LoRA); LoRA is added if the starting point has 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from harness.config import RunConfig
 from harness.decoding import generate_reports, greedy_settings
 from harness.distributed import Dist
 from harness.evaluation import nlg_scores
-from harness.grpo.trainer import GRPOTrainer, PromptSet
+from harness.grpo.trainer import VALIDATION_HOOKS, GRPOTrainer, PromptSet
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, set_trainable
 from harness.snapshots import SnapshotStore
@@ -86,6 +87,26 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     return scores
 
 
+def progress_line(trainer: GRPOTrainer, name: str):
+    """A validation hook printing `[rl NAME] step s/S reward r kl k gold g val v ETA t` (last step's sampling
+    reward and KL to the reference, the validation's gold F1 and score; ETA from this process's pace)."""
+    t0, step0 = time.time(), None
+
+    def hook(step: int, score: float) -> None:
+        nonlocal step0
+        step0 = step if step0 is None else step0
+        last = (trainer.run.steps() or [{}])[-1] if step else {}
+        val = (trainer.run.evals() or [{}])[-1]
+        rate = (time.time() - t0) / (step - step0) if step > step0 else None
+        eta = f"{rate * (trainer.total_steps - step) / 60:.1f} min" if rate else "?"
+        fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
+        print(f"[rl {name}] step {step}/{trainer.total_steps} reward {fmt(last.get('reward_mean'))} "
+              f"kl {fmt(last.get('kl_mean'))} gold_f1 {fmt(val.get('gold_f1'))} kl_sft {fmt(val.get('kl_start_seq'))} "
+              f"val {score:.4f} ETA {eta}", flush=True)
+
+    return hook
+
+
 def ground_truth_labels(samples) -> np.ndarray | None:
     """[N, 14] ground-truth findings when every sample carries them (the phantom set), else None: labels of the
     reference reports would be a second proxy, not gold."""
@@ -118,7 +139,14 @@ def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
                           validate=make_validator(cfg, val, processor, dist, gold, start_policy), progress=progress,
                           dist=dist)
     trainer.generation_backend = cfg.generation.backend  # read by GRPOTrainer._rollout
-    metrics = trainer.train()
+    hook = progress_line(trainer, run.path.name) if dist.main and not progress else None
+    if hook:  # no bar (a study's worker): one line per validation instead
+        VALIDATION_HOOKS.append(hook)
+    try:
+        metrics = trainer.train()
+    finally:
+        if hook:
+            VALIDATION_HOOKS.remove(hook)
     out = run.path / "model"
     if dist.main:
         extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template") if k in spec}

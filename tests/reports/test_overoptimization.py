@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -35,7 +38,10 @@ def study_dir(tmp_path_factory):
             "--arms", "no_kl_bleu4,ckl_bleu4,no_kl_entity"]
     for s in [f"common.{x}" for x in TINY] + [f"common.cache_dir={tmp / 'cache'}"] + REDUCED:
         argv += ["--set", s]
-    assert main(argv) == 0
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(argv) == 0
+    (out / "stdout.txt").write_text(buf.getvalue())
     return out
 
 
@@ -79,3 +85,12 @@ def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
     assert rows["no_kl_bleu4"][3 + len(END_METRICS) + END_METRICS.index(KL)] == \
         f"{c.diff:+.4f} [{c.lo:+.4f}, {c.hi:+.4f}] p={p:.3g}"
     assert rows["ckl_bleu4"][-1] == "–"  # no contrast with itself
+
+
+def test_rl_runs_print_progress_lines(study_dir):
+    lines = [ln for ln in (study_dir / "stdout.txt").read_text().splitlines() if ln.startswith("[rl ")]
+    # One line per validation of each of the 6 RL runs (steps 0, 2, 4), with step, reward, KL, gold and ETA.
+    pat = re.compile(r"^\[rl rl-seed\d-\w+\] step (\d)/4 reward (n/a|[\d.]+) kl (n/a|[\d.]+) gold_f1 [\d.]+ "
+                     r"kl_sft [\d.]+ val [\d.]+ ETA ([\d.]+ min|\?)$")
+    assert len(lines) == 18 and all(pat.match(ln) for ln in lines), lines[:3]
+    assert sorted(int(pat.match(ln).group(1)) for ln in lines) == [0] * 6 + [2] * 6 + [4] * 6
