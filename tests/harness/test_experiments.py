@@ -91,6 +91,9 @@ def test_studies_as_written(study_file):
                                for r in ("static", "ema", "vapr")},
         "reward_matrix": {"bleu4", "chexpert_f1", "entity_f1", "ce_f1", "mccs", "mrg_r1", "ditpo_bleu4"},
         "demo_rl_ablation": {"ckl", "no_kl", "adaptive", "ema", "rer_vapr"},
+        "overoptimization": {f"{a}_{r}" for a, r in (("no_kl", "bleu4"), ("ckl_small", "bleu4"), ("ckl", "bleu4"),
+                                                    ("ckl_large", "bleu4"), ("rer_vapr", "bleu4"), ("no_kl", "entity"),
+                                                    ("ckl", "entity"), ("rer_vapr", "entity"))},
     }[study.name]
     assert names == expected
 
