@@ -111,10 +111,15 @@ def fig_frontier(exp: Experiment, out_dir: str | Path) -> list[Path] | None:
 
     if not has_gold(exp):
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, metric, ylabel in ((axes[0], "gold_f1", "gold: findings micro-F1 (ground truth)"),
-                               (axes[1], "proxy_reward", "proxy: mean rl.reward")):
+    # One proxy panel per reward (their scales differ); the gold panel has every arm.
+    rewards = list(dict.fromkeys(str(exp.factors(a.name).get("reward")) for a in exp.arms))
+    fig, axes = plt.subplots(1, 1 + len(rewards), figsize=(5.5 * (1 + len(rewards)), 4.2), squeeze=False)
+    panels = [(axes[0][0], "gold_f1", "gold: findings micro-F1 (ground truth)", None)]
+    panels += [(axes[0][i + 1], "proxy_reward", f"proxy: mean rl.reward ({r})", r) for i, r in enumerate(rewards)]
+    for ax, metric, ylabel, reward in panels:
         for k, a in enumerate(exp.arms):
+            if reward is not None and str(exp.factors(a.name).get("reward")) != reward:
+                continue
             color = COLORS[k % len(COLORS)]
             by_step: dict[int, list[tuple[float, float]]] = {}
             for run in exp.runs_of(a.name):
@@ -129,6 +134,6 @@ def fig_frontier(exp: Experiment, out_dir: str | Path) -> list[Path] | None:
         ax.set_xlabel("sqrt(KL to the SFT policy)  [sqrt(nats per report)]")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="best")
+    axes[0][0].legend(fontsize=7, loc="best")
     fig.suptitle("Over-optimisation frontier (Gao et al., 2022): one point per validation, lines = seed means")
     return save_figure(fig, out_dir, "fig_overoptimization")
