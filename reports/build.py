@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports import figures as F
+from reports import overoptimization as OO
 from reports.analyses import within_group_std
 from reports.bootstrap import DEFAULT_B
 from reports.examples import STAGE_NAMES, fig4_table, find_inversion, inversion_rows, text_figure
@@ -231,6 +232,13 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
 
     figs: list[Figure] = []
     skipped: list[str] = []
+    if OO.has_gold(exp):  # validations that log gold, proxy and KL to the SFT policy (issue 12)
+        oo_table = OO.end_table(exp)
+        (tdir / "overoptimization.md").write_text(OO.table_markdown(oo_table), encoding="utf-8")
+        md_parts.append(OO.table_markdown(oo_table))
+        html_tables.append(oo_table)
+        figs.append(Figure("Over-optimisation: gold and proxy against sqrt(KL to the SFT policy)",
+                           OO.fig_frontier(exp, fdir)[0], "RL validations (evals.jsonl); reports/overoptimization.py."))
     png = F.fig2_rer_beta(fdir, _fig2_bounds(exp))[0]
     figs.append(Figure("Fig. 2(a,b): RER beta vs normalised reference entropy", png,
                        "Computed with regularizers.rer.rer_betas over one group whose entropies span [0, 1]."))

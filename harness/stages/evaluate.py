@@ -13,41 +13,12 @@ import numpy as np
 
 from harness.config import RunConfig
 from harness.decoding import generate_reports, greedy_settings
-from harness.evaluation import nlg_report_scores, nlg_scores
+from harness.evaluation import findings_scores, label_with, nlg_report_scores, nlg_scores
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.prompts import instructions_for, load_images, reference_labels
 from harness.records import RunDir, atomic_write_text, dumps
 from harness.stages.common import load_splits, seed_everything
 from harness.stages.loading import model_device
-
-
-def label_with(backend: str, reports: list[str], chexbert_mode: str = "paper") -> np.ndarray:
-    """[N, 14] labels from the chosen CE backend (1 pos, 0 neg, -1 uncertain, nan blank)."""
-    if backend == "chexbert":
-        from rewards.chexbert import label_reports_chexbert
-
-        return label_reports_chexbert(reports, mode=chexbert_mode)
-    from rewards.chexpert import label_reports
-
-    return label_reports(reports)
-
-
-def findings_scores(hyp_reports: list[str], ref_labels: np.ndarray, backend: str = "rules",
-                    chexbert_mode: str = "paper", hyp_labels: np.ndarray | None = None) -> dict:
-    """Findings of generated reports (labeled by `backend`) against the references' labels, positive = 1.
-
-    findings_acc: share of (sample, observation) pairs where presence agrees; findings_exact: share of
-    samples whose 14 presence flags all agree; plus the CE micro/macro/example P/R/F1 and per-label scores.
-    `hyp_labels`: the hypotheses' labels when already computed (else labelled here).
-    """
-    from harness.evaluation import ce_scores
-
-    hyp = label_with(backend, hyp_reports, chexbert_mode) if hyp_labels is None else hyp_labels
-    hp, rp = hyp == 1, ref_labels == 1
-    out = {"findings_acc": float((hp == rp).mean()), "findings_exact": float((hp == rp).all(axis=1).mean()),
-           "ce_backend": backend}
-    out.update(ce_scores(hyp, ref_labels))
-    return out
 
 
 def clinical_scores(cfg: RunConfig, hyps: list[str], refs: list[str]) -> dict:

@@ -5,54 +5,106 @@ set is that of stage 2 (merger + LoRA); LoRA is added if the starting point has 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+import numpy as np
 
 from harness.config import RunConfig
 from harness.decoding import generate_reports, greedy_settings
 from harness.distributed import Dist
-from harness.evaluation import nlg_scores
-from harness.grpo.trainer import GRPOTrainer
+from harness.evaluation import findings_scores, nlg_scores
+from harness.grpo.trainer import VALIDATION_HOOKS, GRPOTrainer
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.prompts import PromptSet, prompt_set
+from harness.snapshots import SnapshotStore
 from harness.stages.loading import begin_stage
+from harness.stages.val_drift import kl_summary, kl_to_snapshot
 
 
-def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None = None):
+def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None = None,
+                   gold_labels: np.ndarray | None = None, start: SnapshotStore | None = None):
     """validate(model) -> scores of greedy reports on `val`, decoded exactly as the test split is (the generation
     config). Data-parallel: each process decodes its share, rank 0 scores the whole set and every process gets
-    the same scores (so "best" and VAPR decide the same way everywhere)."""
+    the same scores (so "best" and VAPR decide the same way everywhere). `gold_labels` / `start`: see
+    score_validation and harness/stages/val_drift.py (KL to `start`'s snapshot "start" on the greedy reports)."""
     dist = dist or Dist()
     mine = list(range(len(val)))[dist.rank::dist.world]
+    temperature = cfg.rl.logprob_temperature if cfg.rl.logprob_temperature is not None else cfg.rl.temperature
 
     def validate(model) -> dict:
-        local = generate_reports(model, processor, [val.images[i] for i in mine],
-                                 [val.instructions[i] for i in mine], **greedy_settings(cfg.generation),
+        images, instructions = [val.images[i] for i in mine], [val.instructions[i] for i in mine]
+        local = generate_reports(model, processor, images, instructions, **greedy_settings(cfg.generation),
                                  progress=False)
+        kl = None
+        if start is not None:
+            kl = kl_to_snapshot(model, processor, start, "start", images, instructions, local,
+                                temperature=temperature, batch_size=cfg.generation.batch_size)
         hyps: list[str] = [""] * len(val)
-        for part in dist.gather_objects(list(zip(mine, local, strict=True))):
-            for i, text in part:
+        kls = []
+        for part in dist.gather_objects((list(zip(mine, local, strict=True)), kl)):
+            for i, text in part[0]:
                 hyps[i] = text
-        return dist.broadcast_object(score_validation(cfg, val, hyps) if dist.main else None)
+            kls += [part[1]] if part[1] is not None else []
+        if not dist.main:
+            return dist.broadcast_object(None)
+        return dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels), **kl_summary(kls)})
 
     return validate
 
 
-def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str]) -> dict:
+def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_labels: np.ndarray | None = None) -> dict:
     """BLEU / METEOR / ROUGE-L of the validation reports, and the RadGraph term `rg` of Eq. 10 if configured.
 
     `rg` averages over the pairs whose hypothesis and reference are both non-empty, as the official code's
-    s_val does (radgraph's F1RadGraph would count an empty pair as 0 in its mean); `rg_pairs` says how many."""
+    s_val does (radgraph's F1RadGraph would count an empty pair as 0 in its mean); `rg_pairs` says how many.
+    Also (logged only, never a reward nor part of s_val): `proxy_reward`, the mean rl.reward of the validation
+    reports against their references (what RL optimises), and with `gold_labels` ([N, 14] ground-truth findings,
+    the phantom set's) the gold metric: `gold_f1` (micro-F1) and `gold_exact` (share of reports whose 14
+    presence flags all match) of the reports' rule-labeled findings."""
     from rewards.registry import compute_reward
 
     scores = nlg_scores(dict(zip(val.ids, val.references, strict=True)), dict(zip(val.ids, hyps, strict=True)),
                         metrics=["BLEU", "METEOR", "ROUGE_L"])
+    scores["proxy_reward"] = float(np.mean(compute_reward(cfg.rl.reward, hyps, val.references)))
+    if gold_labels is not None:
+        gold = findings_scores(hyps, gold_labels, backend="rules")
+        scores.update(gold_f1=gold["ce_micro_f1"], gold_exact=gold["findings_exact"])
     backend = {"entity_f1": "entity_f1", "radgraph": "radgraph_f1"}.get(cfg.rl.val_rg_metric)
     if backend:
         pairs = [(h, r) for h, r in zip(hyps, val.references, strict=True) if h.strip() and r.strip()]
         scores["rg_pairs"] = len(pairs)
         scores["rg"] = float(compute_reward(backend, *map(list, zip(*pairs, strict=True))).mean()) if pairs else 0.0
     return scores
+
+
+def progress_line(trainer: GRPOTrainer, name: str):
+    """A validation hook printing `[rl NAME] step s/S reward r kl k gold g val v ETA t` (last step's sampling
+    reward and KL to the reference, the validation's gold F1 and score; ETA from this process's pace)."""
+    t0, step0 = time.time(), None
+
+    def hook(step: int, score: float) -> None:
+        nonlocal step0
+        step0 = step if step0 is None else step0
+        last = (trainer.run.steps() or [{}])[-1] if step else {}
+        val = (trainer.run.evals() or [{}])[-1]
+        rate = (time.time() - t0) / (step - step0) if step > step0 else None
+        eta = f"{rate * (trainer.total_steps - step) / 60:.1f} min" if rate else "?"
+        fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
+        print(f"[rl {name}] step {step}/{trainer.total_steps} reward {fmt(last.get('reward_mean'))} "
+              f"kl {fmt(last.get('kl_mean'))} gold_f1 {fmt(val.get('gold_f1'))} kl_sft {fmt(val.get('kl_start_seq'))} "
+              f"val {score:.4f} ETA {eta}", flush=True)
+
+    return hook
+
+
+def ground_truth_labels(samples) -> np.ndarray | None:
+    """[N, 14] ground-truth findings when every sample carries them (the phantom set), else None: labels of the
+    reference reports would be a second proxy, not gold."""
+    if not samples or any(s.labels is None for s in samples):
+        return None
+    return np.stack([np.asarray(s.labels, dtype=np.float64) for s in samples])
 
 
 def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
@@ -71,10 +123,22 @@ def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
     train = prompt_set(cfg, splits["train"], spec)
     val_samples = splits["val"][: cfg.rl.val_max_samples] if cfg.rl.val_max_samples else splits["val"]
     val = prompt_set(cfg, val_samples, spec)
+    # The policy RL starts from (also on resume: the model is rebuilt from init_from), for the validation KL.
+    start_policy = SnapshotStore(model, device=next(model.parameters()).device)
+    start_policy.capture("start")
+    gold = ground_truth_labels(val_samples)
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
-                          validate=make_validator(cfg, val, processor, dist), progress=progress, dist=dist)
+                          validate=make_validator(cfg, val, processor, dist, gold, start_policy), progress=progress,
+                          dist=dist)
     trainer.generation_backend = cfg.generation.backend  # read by GRPOTrainer._rollout
-    metrics = trainer.train()
+    hook = progress_line(trainer, run.path.name) if dist.main and not progress else None
+    if hook:  # no bar (a study's worker): one line per validation instead
+        VALIDATION_HOOKS.append(hook)
+    try:
+        metrics = trainer.train()
+    finally:
+        if hook:
+            VALIDATION_HOOKS.remove(hook)
     out = run.path / "model"
     if dist.main:
         extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template") if k in spec}

@@ -94,6 +94,9 @@ def test_studies_as_written(study_file):
         "table1_iu_xray": {"reva_po", "base", "s1", "s1_s2"},
         "table1_mimic_cxr": {"reva_po", "base", "s1", "s1_s2"},
         "table2_mimic_cxr": {"reva_po", "base", "s1", "s1_s2"},
+        "overoptimization": {f"{a}_{r}" for a, r in (("no_kl", "bleu4"), ("ckl_small", "bleu4"), ("ckl", "bleu4"),
+                                                    ("ckl_large", "bleu4"), ("rer_vapr", "bleu4"), ("no_kl", "entity"),
+                                                    ("ckl", "entity"), ("rer_vapr", "entity"))},
     }[study.name]
     assert names == expected
 

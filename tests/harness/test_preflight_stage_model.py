@@ -1,0 +1,24 @@
+"""check_stage_model accepts every stage checkpoint format (regression: it asked for the legacy file only, so
+every SFT after a warm-up that writes merger.safetensors failed its preflight)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.config import ConfigError
+from harness.preflight import check_stage_model
+
+
+@pytest.mark.parametrize("weights", ["merger.safetensors", "adapter_model.safetensors", "trainable.safetensors"])
+def test_every_stage_format_passes(tmp_path, weights):
+    (tmp_path / "spec.json").write_text(json.dumps({"base": str(tmp_path / "no-such-base")}))
+    (tmp_path / weights).write_bytes(b"x")
+    check_stage_model(tmp_path, "init_from")
+
+
+def test_a_folder_without_weights_is_refused_naming_the_files(tmp_path):
+    (tmp_path / "spec.json").write_text(json.dumps({"base": str(tmp_path)}))
+    with pytest.raises(ConfigError, match="init_from.*adapter_model.safetensors.*merger.safetensors"):
+        check_stage_model(tmp_path, "init_from")

@@ -1,0 +1,96 @@
+"""experiments/overoptimization.yaml on a reduced setting, end to end, and its report section (issue 12)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.records import read_json
+from reports.experiment import load_experiment, read_jsonl
+from reports.overoptimization import END_METRICS, contrast_arm, end_table, final_values
+from reports.stats import holm, paired_comparison, summarize
+from tests.tiny_sizes import TINY
+
+STUDY = Path(__file__).resolve().parents[2] / "experiments" / "overoptimization.yaml"
+REDUCED = [
+    "stages.warmup.train.max_steps=2", "stages.warmup.train.batch_size=4",
+    "stages.classifier.classifier.epochs=1", "stages.classifier.classifier.batch_size=8",
+    "stages.classifier.classifier.img_size=32",
+    "stages.sft.train.max_steps=2", "stages.sft.train.batch_size=4", "stages.sft.model.lora_r=4",
+    "stages.sft.model.lora_alpha=8", "stages.rl.data.max_train=4",
+    "stages.rl.train.max_steps=4", "stages.rl.train.epochs=2", "stages.rl.rl.prompts_per_step=2",
+    "stages.rl.rl.group_size=2", "stages.rl.rl.max_new_tokens=8", "stages.rl.rl.min_new_tokens=2",
+    "stages.rl.rl.val_max_samples=4",
+]
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("oo")
+    out = tmp / "out"
+    argv = ["experiment", "run", str(STUDY), "--workers", "1", "--out", str(out), "--seeds", "0,1",
+            "--arms", "no_kl_bleu4,ckl_bleu4,no_kl_entity"]
+    for s in [f"common.{x}" for x in TINY] + [f"common.cache_dir={tmp / 'cache'}"] + REDUCED:
+        argv += ["--set", s]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(argv) == 0
+    (out / "stdout.txt").write_text(buf.getvalue())
+    return out
+
+
+def test_reduced_study_runs_and_logs_gold_proxy_and_kl(study_dir):
+    index = read_json(study_dir / "index.json")
+    assert index["summary"]["complete"] == 6 and index["study"] == "overoptimization"
+    done = [r for r in index["runs"] if r["status"] == "complete"]  # the index lists the whole study
+    assert sorted((r["arm"], r["seed"]) for r in done) == [(a, s) for a in ("ckl_bleu4", "no_kl_bleu4",
+                                                                             "no_kl_entity") for s in (0, 1)]
+    for r in done:
+        rows = read_jsonl(study_dir / r["dir"] / "rl" / "evals.jsonl")
+        assert [e["step"] for e in rows] == [0, 2, 4]  # one validation per epoch of 2 steps, and the start
+        for e in rows:
+            assert 0 <= e["gold_f1"] <= 1 and 0 <= e["gold_exact"] <= 1 and math.isfinite(e["proxy_reward"])
+        assert rows[0]["kl_start_seq"] == pytest.approx(0.0, abs=1e-6)  # the start policy is the SFT policy
+        assert rows[-1]["kl_start_seq"] > 0  # RL moved it (lr 1e-3, 4 steps)
+        rl_cfg = read_json(study_dir / r["dir"] / "rl" / "manifest.json")["config"]["rl"]
+        assert rl_cfg["reward"] == ("entity_f1" if r["arm"].endswith("entity") else "bleu4")
+        assert rl_cfg["select"] == "final"
+
+
+def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
+    assert main(["report", str(study_dir)]) == 0
+    report = study_dir / "report"
+    assert (report / "figures" / "fig_overoptimization.png").is_file()
+    md = (report / "tables" / "overoptimization.md").read_text()
+    assert "no_kl_bleu4" in md and "ckl_bleu4" in md
+    exp = load_experiment(study_dir)
+    # Contrast: constant KL with the same reward; none exists in this reduced set for the entity reward, so
+    # the study's reference arm.
+    assert contrast_arm(exp, "no_kl_bleu4") == "ckl_bleu4" and contrast_arm(exp, "no_kl_entity") == "ckl_bleu4"
+    table = end_table(exp, digits=4)
+    rows = {r[0]: r for r in table.rows}
+    vals = {a: {r.seed: final_values(r) for r in exp.runs_of(a)} for a in ("no_kl_bleu4", "ckl_bleu4", "no_kl_entity")}
+    s = summarize([v["gold_f1"] for v in vals["no_kl_bleu4"].values()])
+    assert rows["no_kl_bleu4"][3 + END_METRICS.index("gold_f1")] == f"{s.mean:.4f} [{s.lo:.4f}, {s.hi:.4f}]"
+    comps = [paired_comparison({k: v[m] for k, v in vals[a].items()}, {k: v[m] for k, v in vals["ckl_bleu4"].items()})
+             for a in ("no_kl_bleu4", "no_kl_entity") for m in END_METRICS]
+    p_adj = holm([c.p for c in comps])
+    c, p = comps[END_METRICS.index(KL := "kl_start_seq")], p_adj[END_METRICS.index("kl_start_seq")]
+    assert rows["no_kl_bleu4"][3 + len(END_METRICS) + END_METRICS.index(KL)] == \
+        f"{c.diff:+.4f} [{c.lo:+.4f}, {c.hi:+.4f}] p={p:.3g}"
+    assert rows["ckl_bleu4"][-1] == "–"  # no contrast with itself
+
+
+def test_rl_runs_print_progress_lines(study_dir):
+    lines = [ln for ln in (study_dir / "stdout.txt").read_text().splitlines() if ln.startswith("[rl ")]
+    # One line per validation of each of the 6 RL runs (steps 0, 2, 4), with step, reward, KL, gold and ETA.
+    pat = re.compile(r"^\[rl rl-seed\d-\w+\] step (\d)/4 reward (n/a|[\d.]+) kl (n/a|[\d.]+) gold_f1 [\d.]+ "
+                     r"kl_sft [\d.]+ val [\d.]+ ETA ([\d.]+ min|\?)$")
+    assert len(lines) == 18 and all(pat.match(ln) for ln in lines), lines[:3]
+    assert sorted(int(pat.match(ln).group(1)) for ln in lines) == [0] * 6 + [2] * 6 + [4] * 6
