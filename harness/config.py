@@ -30,6 +30,9 @@ class DataConfig:
     # For the phantom set, left empty: the set is synthesized into `synth_dir` on first use.
     annotation: str | None = None
     image_dir: str | None = None
+    # Image paths in the annotation must stay inside image_dir (no absolute path, no `..`): a file copied from
+    # elsewhere cannot make a run read arbitrary files. true lifts that for an annotation file you trust.
+    allow_outside_image_dir: bool = False
     # Views per study: null = the data set's default (every view for IU-Xray, 1-5 per study, as REVA-PO's
     # official loader; the first for MIMIC-CXR, as R2Gen's and the official loader); N = at most the first N.
     views: int | None = None

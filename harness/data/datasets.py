@@ -46,11 +46,14 @@ def load_annotation(
     splits: Sequence[str] = ("train", "val", "test"),
     check_images: bool = True,
     views: int | None = None,
+    allow_outside_image_dir: bool = False,
 ) -> dict[str, list[Sample]]:
     """Read an annotation file into cleaned samples per split.
 
     `views`: at most this many views per study, the first ones in the file's order; None = the data set's
     default (`DEFAULT_VIEWS`: every view for IU-Xray). A study with fewer views keeps all it has (one at least).
+    Image paths must stay inside `image_dir` (no absolute path, no `..`) unless `allow_outside_image_dir`: an
+    annotation file copied from elsewhere must not make the program read arbitrary files.
     Raises FileNotFoundError or ValueError naming the file (and the item id) on any bad input.
     """
     path = Path(path)
@@ -78,12 +81,13 @@ def load_annotation(
         items = data[split]
         if not isinstance(items, list):
             raise ValueError(f"{path}: split {split!r} must be a list of items")
-        out[split] = [_parse_item(item, path, dataset, image_dir, check_images, views) for item in items]
+        out[split] = [_parse_item(item, path, dataset, image_dir, check_images, views, allow_outside_image_dir)
+                      for item in items]
     return out
 
 
 def _parse_item(item: object, path: Path, dataset: str, image_dir: Path, check_images: bool,
-                max_views: int | None) -> Sample:
+                max_views: int | None, allow_outside: bool = False) -> Sample:
     if not isinstance(item, dict):
         raise ValueError(f"{path}: every item must be an object, got {type(item).__name__}")
     item_id = item.get("id")
@@ -108,9 +112,10 @@ def _parse_item(item: object, path: Path, dataset: str, image_dir: Path, check_i
     for v in views[:max_views]:
         # Confined to image_dir (lexically, so a data set whose folder holds symlinks to other disks still works):
         # an annotation file must not make the program read arbitrary files.
-        if os.path.isabs(v) or os.path.normpath(v).split(os.sep)[0] == os.pardir:
+        if not allow_outside and (os.path.isabs(v) or os.path.normpath(v).split(os.sep)[0] == os.pardir):
             raise ValueError(f"{where}: image path {v!r} leaves the image folder {image_dir}; image paths must be "
-                             "relative to data.image_dir (set data.image_dir to a folder that holds them)")
+                             "relative to data.image_dir (set data.image_dir to a folder that holds them, or "
+                             "data.allow_outside_image_dir=true for an annotation file you trust)")
     image_paths = [image_dir / v for v in views[:max_views]]
     if check_images:
         for image_path in image_paths:

@@ -62,7 +62,8 @@ def load_splits(cfg: RunConfig, progress: bool = True) -> dict:
         ann = ensure_phantom(phantom_dir(cfg), d.synth_n, d.synth_seed, d.synth_image_size, progress)
     else:
         ann = Path(d.annotation)
-    splits = load_annotation(ann, d.dataset, image_dir=d.image_dir, views=d.views)
+    splits = load_annotation(ann, d.dataset, image_dir=d.image_dir, views=d.views,
+                             allow_outside_image_dir=d.allow_outside_image_dir)
     splits["train"] = select_train(splits.get("train", []), d, str(ann))
     caps = {"val": d.max_val, "test": d.max_test}
     return {k: (v[: caps[k]] if caps.get(k) else v) for k, v in splits.items()}

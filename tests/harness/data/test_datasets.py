@@ -224,3 +224,20 @@ def test_error_bad_labels(iu_file):
     labels = [None] * len(OBSERVATIONS)
     labels[3] = 2
     assert "Lung Opacity" in _item_error(iu_file, lambda item: item.update(labels=labels))
+
+
+def test_image_paths_stay_inside_image_dir_unless_allowed(tmp_path):
+    outside = tmp_path / "elsewhere" / "a.png"
+    _png(outside)
+    ann = tmp_path / "ds" / "annotation.json"
+    (tmp_path / "ds" / "images").mkdir(parents=True)
+    item = {"id": "s1", "report": "The heart is normal.", "image_path": ["../../elsewhere/a.png"]}
+    _write(ann, {"train": [item], "val": [], "test": []})
+    with pytest.raises(ValueError, match=r"annotation.json.*s1.*leaves the image folder.*allow_outside_image_dir"):
+        load_annotation(ann, "mimic_cxr")
+    # absolute paths too
+    _write(ann, {"train": [{**item, "image_path": [str(outside)]}], "val": [], "test": []})
+    with pytest.raises(ValueError, match="leaves the image folder"):
+        load_annotation(ann, "mimic_cxr")
+    splits = load_annotation(ann, "mimic_cxr", allow_outside_image_dir=True)
+    assert splits["train"][0].image_paths[0] == outside
