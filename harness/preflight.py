@@ -3,7 +3,6 @@ loads or is built (stage 0, the phantom set), so a typo costs a second, not a mo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.config import ConfigError, RunConfig
@@ -47,21 +46,16 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
 def check_stage_model(path: str | Path, key: str) -> None:
     """A stage's model folder (spec.json + its weights in any checkpoint format), and the base folder its spec
     names."""
-    from harness.models.checkpoint import ADAPTER_WEIGHTS, LEGACY_WEIGHTS, MERGER_WEIGHTS, SPEC
+    from harness.models.checkpoint import ADAPTER_WEIGHTS, LEGACY_WEIGHTS, MERGER_WEIGHTS, SPEC, read_spec
 
     p = Path(path)
     if not p.is_dir():
         raise ConfigError(f"'{key}' = '{path}': folder not found (a stage's RUN/model folder)")
     spec_path = p / SPEC
-    if not spec_path.is_file():
-        raise ConfigError(f"'{key}' = '{path}': not a stage checkpoint ({SPEC} missing)")
     try:
-        spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{spec_path}: not valid JSON ({e}); rerun the stage that wrote it") from e
-    if not isinstance(spec, dict) or not isinstance(spec.get("base"), str):
-        raise ConfigError(f"{spec_path}: needs a 'base' entry naming the base model folder; rerun the stage that "
-                          "wrote it")
+        spec = read_spec(p)
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(f"'{key}' = '{path}': {e}") from e
     names = (ADAPTER_WEIGHTS, MERGER_WEIGHTS, LEGACY_WEIGHTS)
     if not any((p / name).is_file() for name in names):
         raise ConfigError(f"'{key}' = '{path}': no weights ({', '.join(names)}) in it; rerun the stage that wrote it")
