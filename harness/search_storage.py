@@ -23,6 +23,7 @@ are never touched.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import threading
 import time
 import warnings
@@ -114,17 +115,40 @@ def open_storage(url: str, heartbeat: Heartbeat = HEARTBEAT):
         path = Path(url[len(JOURNAL_PREFIX):])
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(path)))
-    engine = {}
+    engine, db = {}, ""
     if url.startswith("sqlite"):
         db = url.split(":///", 1)[1] if ":///" in url else ""
-        if db and db != ":memory:":
+        db = "" if db == ":memory:" else db
+        if db:
             Path(db).parent.mkdir(parents=True, exist_ok=True)
         engine = {"connect_args": {"timeout": 120}}  # drivers take turns writing; wait rather than fail
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=heartbeat.interval,
-                                          grace_period=heartbeat.grace_period,
-                                          heartbeat_stale_trial_callback=requeue)
+    # Two drivers opening a new database at once would both create Optuna's schema; the loser's
+    # `alembic_version` insert fails. A file lock orders them for an SQLite file; for a server database the loser
+    # tries again and finds the schema made.
+    for attempt in range(3):
+        try:
+            with _creation_lock(db), warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=heartbeat.interval,
+                                                  grace_period=heartbeat.grace_period,
+                                                  heartbeat_stale_trial_callback=requeue)
+        except Exception as e:  # noqa: BLE001 - SQLAlchemy's IntegrityError; anything else is raised at once
+            if attempt == 2 or "alembic_version" not in str(e):
+                raise
+
+
+@contextlib.contextmanager
+def _creation_lock(db: str):
+    """An exclusive lock on `<db>.lock` while the storage opens (none for a server database)."""
+    if not db:
+        yield
+        return
+    with open(db + ".lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def requeue(study, trial) -> None:
