@@ -72,16 +72,6 @@ if __name__ == "__main__":  # (spawned workers import this file too)
 """
 
 
-@pytest.fixture
-def calls(tmp_path, monkeypatch):
-    path = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("REGBENCH_TEST_CALLS", str(path))
-
-    def read() -> list[dict]:
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    return read
-
-
 def _marked(mark: str) -> list[int]:
     """PIDs of live processes whose environment carries `mark` (zombies have none)."""
     needle = f"REGBENCH_TEST_MARK={mark}".encode()

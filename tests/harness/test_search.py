@@ -86,16 +86,6 @@ def write_search(tmp_path: Path, body: str | None = None, name: str = "toy", see
     return path
 
 
-@pytest.fixture
-def calls(tmp_path, monkeypatch):
-    path = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("REGBENCH_TEST_CALLS", str(path))
-
-    def read() -> list[dict]:
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    return read
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The search files
 

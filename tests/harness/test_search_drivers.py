@@ -8,7 +8,6 @@ function of the trial's values).
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -37,16 +36,6 @@ from tests.harness.test_search import SEARCH_FAKES, expected_objective, fake_rl,
 
 ROOT = Path(__file__).resolve().parents[2]
 DEAD = f"{socket.gethostname()} 999999999 1"  # a driver of this host whose process is gone
-
-
-@pytest.fixture
-def calls(tmp_path, monkeypatch):
-    path = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("REGBENCH_TEST_CALLS", str(path))
-
-    def read() -> list[dict]:
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    return read
 
 
 def _quiet(_: str) -> None:
