@@ -17,7 +17,7 @@ from typing import Any
 from harness.config import ConfigError, RunConfig, to_dict
 from harness.runlock import LOCK_NAME
 
-# Where, not what: a run moved to another disk or device is the same run (cf. harness/experiments._LOCATIONS).
+# Where, not what: a run moved to another disk or device is the same run (cf. harness/experiments/resolve._LOCATIONS).
 LOCATION_KEYS = ("out_dir", "cache_dir", "data.synth_dir", "model.device")
 
 # Set by `regbench ... --restart`: discard what the run folder holds and start the stage over.

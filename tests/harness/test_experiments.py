@@ -286,7 +286,7 @@ def _stages(rows) -> list[str]:
 
 def _patch_stage_modules(monkeypatch):
     """Monkeypatch the real stage functions (in-process runs, workers = 1)."""
-    import harness.experiments as ex
+    import harness.experiments.nodes as ex
     import harness.stages.classifier
     import harness.stages.loading
     import harness.stages.rl

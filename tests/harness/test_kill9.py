@@ -236,8 +236,8 @@ def test_kill9_of_a_runner_takes_its_launched_stage_down(tmp_path):
 
 
 def test_the_cli_joins_a_launched_stage_in_dying_with_its_parent(monkeypatch):
-    from harness import experiments
     from harness.cli import main
+    from harness.experiments import workers as experiments
 
     called = []
     monkeypatch.setattr(experiments, "die_with_parent", lambda: called.append(True))

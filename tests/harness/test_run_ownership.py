@@ -224,9 +224,9 @@ def test_workers_die_with_a_killed_runner(tmp_path):
 
     code = textwrap.dedent(f"""
         import time
-        from harness.experiments import _make_executor
+        from harness.experiments.workers import make_executor
         from tests.harness.test_run_ownership import _sleeper
-        ex = _make_executor(2)
+        ex = make_executor(2)
         futs = [ex.submit(_sleeper, {str(tmp_path)!r} + f"/w{{i}}") for i in range(2)]
         time.sleep(600)
     """)

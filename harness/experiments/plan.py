@@ -1,0 +1,257 @@
+"""The plan graph of a study: one node per distinct stage run (shared by the arms whose keys agree), data set,
+stage 0, test evaluation and analysis, with the arm x seed runs that use them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config import ConfigError, RunConfig, from_dict, to_dict
+from harness.experiments.resolve import config_key, resolve_config
+from harness.experiments.study import MODEL_STAGES, STAGES, Study
+from harness.records import read_json
+
+NODE_ORDER = ("data", "pretrain", *STAGES, "eval", "analysis")
+
+
+@dataclass
+class Node:
+    id: str
+    kind: str
+    key: str
+    config: dict
+    deps: list[str]
+    run_dir: Path | None = None        # stage run directory (stages), eval directory (eval)
+    model_dir: str | None = None       # eval: the model to evaluate (None = the preset's base model)
+    users: list[tuple[str, int]] = field(default_factory=list)
+    status: str = "pending"
+    error: str | None = None
+    traceback: str | None = None
+    elapsed_s: float | None = None
+
+
+@dataclass
+class RunPlan:
+    arm: str
+    seed: int
+    dir: Path
+    stages: dict[str, str]             # stage -> node id
+    eval_node: str
+    final_stage: str | None
+    init_from: dict[str, str | None]   # model stage -> the stage it starts from (None = base model)
+    analysis_node: str | None = None   # the Supp. A records of its RL run (study field `analyses`)
+
+
+@dataclass
+class Plan:
+    study: Study
+    out: Path
+    seeds: list[int]
+    nodes: dict[str, Node]
+    runs: dict[tuple[str, int], RunPlan]
+    stages_root: Path | None = None
+
+    def stage_nodes(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.kind in STAGES]
+
+
+def _data_node(cfg: RunConfig) -> tuple[str, str] | None:
+    if cfg.data.dataset != "phantom" or cfg.data.annotation is not None:
+        return None
+    from harness.stages.common import phantom_dir
+
+    where = str(phantom_dir(cfg).resolve())
+    return "data:" + hashlib.sha256(where.encode()).hexdigest()[:10], where
+
+
+def _pretrain_node(cfg: RunConfig) -> tuple[str, str] | None:
+    if cfg.model.preset != "tiny" or cfg.model.path:
+        return None
+    from harness.stages.pretrain import base_dir
+
+    where = str(base_dir(cfg).resolve())
+    return "pretrain:" + hashlib.sha256(where.encode()).hexdigest()[:10], where
+
+
+def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
+               stages_dir: str | Path | None = None) -> Plan:
+    """Every (arm, seed) of the study with its stage nodes (shared where the keys agree) and its eval node.
+
+    Stage runs live in `<out>/stages/`, or in `stages_dir` when given: studies pointed at one stages folder
+    share every stage run whose key agrees (e.g. one warm-up / SFT per seed for Tables 3, 4 and S5)."""
+    out = Path(out).resolve()
+    stages_root = Path(stages_dir).resolve() if stages_dir else out / "stages"
+    seeds = sorted(set(study.seeds) | set(seeds or []))
+    nodes: dict[str, Node] = {}
+    runs: dict[tuple[str, int], RunPlan] = {}
+
+    def add(node: Node, user: tuple[str, int]) -> Node:
+        node = nodes.setdefault(node.id, node)
+        if user not in node.users:
+            node.users.append(user)
+        return node
+
+    def support_nodes(cfg: RunConfig, needs_base: bool, user) -> list[str]:
+        deps = []
+        data = _data_node(cfg)
+        if data:
+            deps.append(add(Node(data[0], "data", data[0].split(":")[1], to_dict(cfg), []), user).id)
+        if needs_base:
+            pre = _pretrain_node(cfg)
+            if pre:
+                deps.append(add(Node(pre[0], "pretrain", pre[0].split(":")[1], to_dict(cfg), []), user).id)
+        return deps
+
+    for arm in study.arms:
+        for seed in seeds:
+            user = (arm.name, seed)
+            run_dir = out / arm.name / f"seed{seed}"
+            base_paths = {}
+            if "synth_dir" not in (study.common.get("data") or {}):
+                base_paths["data.synth_dir"] = str(out / "data")
+            prev_model: Node | None = None
+            clf: Node | None = None
+            stage_ids: dict[str, str] = {}
+            init_from: dict[str, str | None] = {}
+            for stage in arm.pipeline:
+                paths = dict(base_paths)
+                inputs: dict[str, Any] = {}
+                runner_paths: list[str] = []
+                deps: list[str] = []
+                needs_base = False
+                if stage in MODEL_STAGES:
+                    if prev_model is not None:
+                        paths["init_from"] = str(prev_model.run_dir / "model")
+                        inputs["init"] = prev_model.id
+                        runner_paths.append("init_from")
+                        deps.append(prev_model.id)
+                        init_from[stage] = prev_model.kind
+                    else:
+                        init_from[stage] = None
+                if stage == "sft" and clf is not None:
+                    paths["classifier.dir"] = str(clf.run_dir / "classifier")
+                    inputs["classifier"] = clf.id
+                    runner_paths.append("classifier.dir")
+                    deps.append(clf.id)
+                probe = resolve_config(study, arm, stage, seed, {**paths, "out_dir": "<out>"})
+                if stage in MODEL_STAGES and prev_model is None:
+                    if probe.init_from:
+                        init_from[stage] = "path"
+                    needs_base = not probe.init_from
+                if stage == "sft" and clf is None and not probe.classifier.dir:
+                    raise ConfigError(f"{study.path.name}, arm '{arm.name}': stage sft needs 'classifier' in the "
+                                      "pipeline or classifier.dir set")
+                key = config_key(stage, probe, inputs, tuple(runner_paths))
+                stage_dir = stages_root / f"{stage}-seed{seed}-{key}"
+                cfg = probe
+                cfg.out_dir = str(stage_dir)
+                deps = support_nodes(cfg, needs_base, user) + deps
+                node = add(Node(f"{stage}:{key}", stage, key, to_dict(cfg), deps, run_dir=stage_dir), user)
+                stage_ids[stage] = node.id
+                if stage == "classifier":
+                    clf = node
+                else:
+                    prev_model = node
+            # Test evaluation of the final model stage (or of the base model when the arm trains none).
+            eval_dir = run_dir / "eval"
+            probe = resolve_config(study, arm, "eval", seed, {**base_paths, "out_dir": "<out>"})
+            final_key = prev_model.id if prev_model is not None else "base"
+            ekey = config_key("eval", probe, {"model": final_key})
+            cfg = probe
+            cfg.out_dir = str(eval_dir)
+            deps = support_nodes(cfg, prev_model is None, user) + ([prev_model.id] if prev_model else [])
+            eid = f"eval:{arm.name}:{seed}"
+            nodes[eid] = Node(eid, "eval", ekey, to_dict(cfg), deps, run_dir=eval_dir,
+                              model_dir=str(prev_model.run_dir / "model") if prev_model else None, users=[user])
+            runs[user] = RunPlan(arm.name, seed, run_dir, stage_ids, eid,
+                                 prev_model.kind if prev_model else None, init_from)
+            spec = study.analyses
+            if spec and "rl" in stage_ids and (spec["arms"] is None or arm.name in spec["arms"]):
+                rl = nodes[stage_ids["rl"]]
+                settings = {k: spec[k] for k in ("kinds", "n_prompts", "group_size", "seed")}
+                akey = hashlib.sha256(json.dumps([rl.key, settings], sort_keys=True).encode()).hexdigest()[:10]
+                runs[user].analysis_node = add(Node(f"analysis:{rl.key}", "analysis", akey, {**settings, "key": akey},
+                                                    [rl.id], run_dir=rl.run_dir, model_dir=str(rl.run_dir)), user).id
+    return Plan(study, out, seeds, nodes, runs, stages_root)
+
+
+def node_done(node: Node) -> bool:
+    if node.kind in STAGES:
+        return (node.run_dir / "metrics.json").is_file()
+    if node.kind == "eval":
+        p = node.run_dir / "metrics.json"
+        if not p.is_file():
+            return False
+        try:
+            return read_json(p).get("eval_key") == node.key
+        except (ValueError, OSError):
+            return False
+    if node.kind == "data":
+        from harness.stages.common import phantom_dir
+
+        return (phantom_dir(from_dict(RunConfig, node.config)) / "annotation.json").is_file()
+    if node.kind == "analysis":
+        from harness.stages.analyze import analyses_done
+
+        return analyses_done(node.run_dir, node.config["kinds"], node.key)
+    if node.kind == "pretrain":
+        from harness.stages.pretrain import base_dir
+
+        return (base_dir(from_dict(RunConfig, node.config)) / "DONE").is_file()
+    return False
+
+
+def link_stages(plan: Plan) -> None:
+    """`<out>/<arm>/seed<k>/<stage>` -> `../../stages/<stage>-seed<k>-<key>` (relative symlinks)."""
+    for rp in plan.runs.values():
+        rp.dir.mkdir(parents=True, exist_ok=True)
+        for stage, nid in rp.stages.items():
+            link = rp.dir / stage
+            target = os.path.relpath(plan.nodes[nid].run_dir, rp.dir)
+            if link.is_symlink():
+                if os.readlink(link) == target:
+                    continue
+                link.unlink()
+            elif link.exists():
+                continue  # a real folder of the user's: leave it
+            try:
+                link.symlink_to(target, target_is_directory=True)
+            except OSError:
+                (rp.dir / f"{stage}.path").write_text(target + "\n")
+
+
+def node_label(node: Node) -> str:
+    """Which arms and seeds a graph node serves, for progress lines."""
+    users = sorted({f"{arm} seed {seed}" for arm, seed in node.users})
+    return ", ".join(users[:3]) + (f", +{len(users) - 3} more" if len(users) > 3 else "")
+
+
+def describe_plan(plan: Plan, seeds: list[int] | None = None, arms: list[str] | None = None) -> str:
+    """A text table of the plan: arm, seed, pipeline, stage keys (shared ones marked), status."""
+    study = plan.study
+    lines = [f"study {study.name} ({study.title}); preset {study.preset}; reproduces {study.reproduces}; "
+             f"reference arm {study.reference}; seeds {plan.seeds}; out {plan.out}"]
+    for a in study.arms:
+        lines.append(f"  arm {a.name:<16} {a.label!r:<36} pipeline {'+'.join(a.pipeline) or '(base)'}")
+    lines.append("")
+    lines.append("| arm | seed | stage runs (key, *shared) | status |")
+    lines.append("|---|---|---|---|")
+    for (arm, seed), rp in plan.runs.items():
+        if (arms and arm not in arms) or (seeds and seed not in seeds):
+            continue
+        cells = []
+        for stage, nid in rp.stages.items():
+            n = plan.nodes[nid]
+            cells.append(f"{stage} {n.key}{'*' if len(n.users) > 1 else ''}")
+        ev = plan.nodes[rp.eval_node]
+        status = "complete" if node_done(ev) else "pending"
+        lines.append(f"| {arm} | {seed} | {', '.join(cells) or '-'} | {status} |")
+    distinct = plan.stage_nodes()
+    lines.append("")
+    lines.append(f"{len(plan.runs)} runs; {len(distinct)} distinct stage runs "
+                 f"({sum(len(r.stages) for r in plan.runs.values())} without sharing)")
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""Resolving one stage of an arm into a validated RunConfig, and the key that names its stage run."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from harness.config import ConfigError, RunConfig, apply_overrides, load_config, to_dict
+from harness.experiments.study import Arm, Study, deep_merge
+
+
+def yaml_scalar(value: Any) -> str:
+    """A value as override text that YAML reads back as the same value."""
+    if isinstance(value, float):
+        text = repr(value)
+        if "e" in text and "." not in text.split("e")[0]:
+            text = text.replace("e", ".0e", 1)  # YAML 1.1 floats need a dot
+        return text
+    return json.dumps(value)
+
+
+def _flatten(data: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.extend(_flatten(v, f"{prefix}{k}."))
+        else:
+            out.append(f"{prefix}{k}={yaml_scalar(v)}")
+    return out
+
+
+def stage_document(study: Study, arm: Arm, stage: str) -> dict:
+    """The RunConfig mapping of one stage of an arm: common <- stages.<stage> <- arm (all, then stage)."""
+    doc = copy.deepcopy(study.common)
+    deep_merge(doc, copy.deepcopy(study.stages.get(stage) or {}))
+    for scope in ("all", stage):
+        value = arm.overrides.get(scope)
+        if isinstance(value, dict):
+            deep_merge(doc, copy.deepcopy(value))
+        elif value:
+            apply_overrides(doc, list(value))
+    return doc
+
+
+def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[str, Any] | None = None) -> RunConfig:
+    """A validated RunConfig for (arm, seed, stage), `paths` (out_dir, init_from, ...) set on top."""
+    doc = stage_document(study, arm, stage)
+    overrides = _flatten(doc) + [f"seed={seed}"] + [f"{k}={yaml_scalar(v)}" for k, v in (paths or {}).items()]
+    try:
+        return load_config(None, overrides)
+    except ConfigError as e:
+        raise ConfigError(f"{study.path.name}, arm '{arm.name}', stage '{stage}': {e}") from e
+
+
+_LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir", "model.device")  # where, not what
+
+
+def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:
+    """sha256 of the stage, its resolved config without locations (and without the input paths the runner set,
+    which `inputs` replaces by the keys of the runs they come from)."""
+    d = to_dict(cfg)
+    for dotted in (*_LOCATIONS, *runner_paths):
+        node = d
+        *parents, last = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[last] = None
+    payload = json.dumps({"stage": kind, "config": d, "inputs": inputs}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:10]

@@ -1,0 +1,286 @@
+"""run_experiment: the selected arms x seeds of a study, run as one dependency graph (see the package docstring).
+
+`run_experiment` prepares the plan and hands it to an `_ExperimentRun`, whose named steps are: pick the nodes
+the selected runs still need, start every node whose inputs are complete, collect the finished ones, settle the
+runs they complete or fail, and write the index after each round."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.config import ConfigError
+from harness.experiments.index import build_index, now, run_status
+from harness.experiments.nodes import DEFAULT_FUNCTIONS
+from harness.experiments.plan import NODE_ORDER, Node, Plan, build_plan, link_stages, node_done, node_label
+from harness.experiments.study import STAGES, Study, load_study
+from harness.experiments.workers import LOCK_POLL_S, acquire_lock, execute_node, make_executor, release_lock
+from harness.records import atomic_write_json, read_json
+
+_POOL_DIED = "worker process died (killed, e.g. out of memory?)"
+
+
+@dataclass
+class ExperimentResult:
+    index_path: Path
+    index: dict
+    failed: list[tuple[str, int]]
+    ran: list[tuple[str, int]]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, workers: int = 2,
+                   seeds: list[int] | None = None, arms: list[str] | None = None,
+                   functions: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
+                   argv: list[str] | None = None, launcher: str | None = None,
+                   stages_dir: str | Path | None = None, wait_for_locks: bool = False) -> ExperimentResult:
+    """Run the selected arms x seeds of a study (all by default); see the package docstring.
+
+    `stages_dir` puts the stage runs in a folder shared with other studies (see `build_plan`); a stage run
+    another runner is executing (its lock file names a live process) fails here with a message saying so, or,
+    with `wait_for_locks` (search drivers sharing a folder), is waited for and then reused.
+
+    `launcher` (e.g. "torchrun --nproc_per_node 8") runs the warm-up, SFT and RL stages as launched
+    multi-process commands, one at a time (so `workers` must be 1); see `launch_stage`."""
+    if launcher and workers > 1:
+        raise ConfigError(f"--launcher runs each stage over all the machine's processes: use --workers 1, not "
+                          f"{workers}")
+    if not isinstance(study, Study):
+        study = load_study(study)
+    out = Path(out) if out else Path("runs") / f"{study.name}-{study.preset}"
+    log = log or (lambda s: print(s, flush=True))
+    fns = {**DEFAULT_FUNCTIONS, **(functions or {})}
+    for a in arms or []:
+        study.arm(a)  # unknown names are errors
+    plan = build_plan(study, out, seeds, stages_dir)
+    selected = [k for k in plan.runs if (not arms or k[0] in arms) and (k[1] in (seeds or study.seeds))]
+    return _ExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks).run()
+
+
+def _created(index_path: Path) -> str:
+    """When the experiment's index was first written (kept across reruns), else now."""
+    created = now()
+    if index_path.is_file():
+        try:
+            created = read_json(index_path).get("created", created)
+        except (ValueError, OSError):
+            pass
+    return created
+
+
+def _needed_order(plan: Plan, selected: list[tuple[str, int]]) -> list[str]:
+    """The nodes the selected, incomplete runs need, in the order to start them (kind, then seed)."""
+    needed: set[str] = set()
+    stack = [plan.runs[k].eval_node for k in selected if plan.nodes[plan.runs[k].eval_node].status != "complete"]
+    stack += [plan.runs[k].analysis_node for k in selected if plan.runs[k].analysis_node]
+    while stack:
+        nid = stack.pop()
+        if nid in needed or plan.nodes[nid].status == "complete":
+            continue
+        needed.add(nid)
+        stack.extend(plan.nodes[nid].deps)
+    return sorted(needed, key=lambda i: (NODE_ORDER.index(plan.nodes[i].kind),
+                                         min(s for _, s in plan.nodes[i].users), i))
+
+
+class _ExperimentRun:
+    """One call of run_experiment: the graph's state while it runs."""
+
+    def __init__(self, plan: Plan, selected: list[tuple[str, int]], fns: dict[str, str],
+                 log: Callable[[str], None], argv: list[str] | None, launcher: str | None, workers: int,
+                 wait_for_locks: bool):
+        self.plan, self.study, self.selected, self.fns = plan, plan.study, selected, fns
+        self.log, self.argv, self.launcher, self.workers = log, argv, launcher, workers
+        self.wait_for_locks = wait_for_locks
+        self.index_path = plan.out / "index.json"
+        self.created = _created(self.index_path)
+        link_stages(plan)
+        for n in plan.nodes.values():
+            if node_done(n):
+                n.status = "complete"
+        self.order = _needed_order(plan, selected)
+        self.run_info: dict[tuple[str, int], dict] = {}
+        self.t0 = time.time()
+        self.pending_runs = {k for k in selected if plan.nodes[plan.runs[k].eval_node].status != "complete"}
+        self.done_count = len(selected) - len(self.pending_runs)
+        self.stage_time: dict[tuple[str, int], float] = {}
+        self.remaining = list(self.order)
+        self.running: dict[Future, str] = {}
+        self.waiting: set[str] = set()  # stage runs another runner holds (wait_for_locks)
+        self.limit = max(1, workers)
+
+    def say(self, text: str) -> None:
+        self.log(f"[experiment {self.study.name}] {text}")
+
+    def write_index(self) -> dict:
+        index = build_index(self.plan, self.run_info, self.created, self.argv)
+        atomic_write_json(self.index_path, index)
+        return index
+
+    def run(self) -> ExperimentResult:
+        plan, selected = self.plan, self.selected
+        for k in selected:
+            if k not in self.pending_runs:
+                self.say(f"{k[0]} seed {k[1]}: already complete, skipped")
+        self.say(f"preset {self.study.preset}: {len(self.pending_runs)} of {len(selected)} runs to do, "
+                 f"{len(self.order)} stage runs, {self.workers} worker(s); index {self.index_path}")
+        self.write_index()
+        self.executor = make_executor(self.workers)
+        try:
+            self._loop()
+        finally:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+            for nid in self.running.values():
+                plan.nodes[nid].status = "pending"
+                if plan.nodes[nid].kind in STAGES:
+                    release_lock(plan.nodes[nid].run_dir)
+            index = self.write_index()
+        failed = [(r["arm"], r["seed"]) for r in index["runs"] if r["status"] == "failed"
+                  and (r["arm"], r["seed"]) in selected]
+        ran = [k for k in selected if k in self.run_info]
+        n_ok = sum(1 for k in selected if run_status(plan, plan.runs[k])[0] == "complete")
+        self.say(f"done in {time.time() - self.t0:.0f}s: {n_ok} complete, {len(failed)} failed; "
+                 f"index {self.index_path}")
+        return ExperimentResult(self.index_path, index, failed, ran)
+
+    def _loop(self) -> None:
+        while self.remaining or self.running:
+            progressed = self._start_ready()
+            if progressed:
+                self._settle_runs()
+                self.write_index()
+            if not self.running:
+                if self.remaining and not progressed:
+                    if self.waiting:
+                        time.sleep(LOCK_POLL_S)
+                        continue
+                    raise RuntimeError(f"experiment graph is stuck at {self.remaining[:3]}")  # pragma: no cover
+                continue
+            finished, _ = wait(list(self.running), timeout=LOCK_POLL_S if self.waiting else None,
+                               return_when=FIRST_COMPLETED)
+            broken = False
+            for fut in finished:
+                broken = self._collect(fut) or broken
+            if broken:
+                self._replace_broken_pool()
+            self._settle_runs()
+            self.write_index()
+
+    def _start_ready(self) -> bool:
+        """Skip the nodes whose inputs failed, start those whose inputs are complete; whether anything changed."""
+        progressed = False
+        for nid in list(self.remaining):
+            node = self.plan.nodes[nid]
+            dep_status = [self.plan.nodes[d].status for d in node.deps]
+            if any(s in ("failed", "skipped") for s in dep_status):
+                bad = next(self.plan.nodes[d] for d in node.deps
+                           if self.plan.nodes[d].status in ("failed", "skipped"))
+                node.status, node.error = "skipped", f"needs {bad.kind} run {bad.key}, which did not finish"
+                self.remaining.remove(nid)
+                progressed = True
+                continue
+            if all(s == "complete" for s in dep_status) and len(self.running) < self.limit:
+                if self._start(nid, node):
+                    progressed = True
+        return progressed
+
+    def _start(self, nid: str, node: Node) -> bool:
+        """Start one ready node, unless another runner holds its stage run; whether anything changed."""
+        if node.kind in STAGES or node.kind == "eval":
+            node.run_dir.mkdir(parents=True, exist_ok=True)
+        if node.kind in STAGES:
+            held = acquire_lock(node.run_dir)
+            if held and self.wait_for_locks:
+                if nid not in self.waiting:
+                    self.waiting.add(nid)
+                    self.say(f"waiting for {node.kind} ({node_label(node)}): {held}")
+                return False
+            self.waiting.discard(nid)
+            self.remaining.remove(nid)
+            if held:
+                node.status, node.error = "failed", held
+                self.say(f"FAILED {node.kind} ({node_label(node)}): {held}")
+                return True
+            if node_done(node):  # another runner finished it while this one planned or waited
+                release_lock(node.run_dir)
+                node.status = "complete"
+                self.say(f"{node.kind} ({node_label(node)}) was finished by another runner: reused")
+                return True
+        else:
+            self.remaining.remove(nid)
+        node.status = "running"
+        fut = self.executor.submit(execute_node, node.kind, self.fns[node.kind], node.config, node.model_dir,
+                                   self.launcher)
+        self.running[fut] = nid
+        self.say(f"started {node.kind} ({node_label(node)})")
+        return True
+
+    def _collect(self, fut: Future) -> bool:
+        """Record one finished node (the eval's metrics.json, times, status); whether the worker pool broke."""
+        nid = self.running.pop(fut)
+        node = self.plan.nodes[nid]
+        broken = False
+        try:
+            res = fut.result()
+        except BrokenProcessPool:
+            res = {"ok": False, "error": _POOL_DIED, "traceback": traceback.format_exc(), "elapsed_s": None}
+            broken = True
+        node.elapsed_s = None if res.get("elapsed_s") is None else round(res["elapsed_s"], 2)
+        for user in node.users:
+            self.stage_time[user] = self.stage_time.get(user, 0.0) + (res.get("elapsed_s") or 0.0)
+        if res["ok"] and node.kind == "eval":
+            scores = dict(res["result"])
+            scores.update(eval_key=node.key, final_stage=self.plan.runs[node.users[0]].final_stage,
+                          model_dir=node.model_dir)
+            atomic_write_json(node.run_dir / "metrics.json", scores)
+        if node.kind in STAGES:
+            release_lock(node.run_dir)
+        self.say(f"{'finished' if res['ok'] else 'FAILED'} {node.kind} ({node_label(node)}) in "
+                 f"{res.get('elapsed_s') or 0:.0f}s")
+        if res["ok"]:
+            node.status = "complete"
+        else:
+            node.status, node.error, node.traceback = "failed", res["error"], res.get("traceback")
+        return broken
+
+    def _replace_broken_pool(self) -> None:
+        """A worker died: what the pool still ran fails with it, and a fresh pool takes over."""
+        for fut, nid in list(self.running.items()):
+            self.plan.nodes[nid].status = "failed"
+            self.plan.nodes[nid].error = _POOL_DIED
+            self.running.pop(fut)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.executor = make_executor(self.workers)
+
+    def _settle_runs(self) -> None:
+        """Log each pending run that is now complete or failed (failed ones get error.txt with the tracebacks)."""
+        plan = self.plan
+        for k in sorted(self.pending_runs):
+            rp = plan.runs[k]
+            status, error, _ = run_status(plan, rp)
+            if status not in ("complete", "failed"):
+                continue
+            self.pending_runs.discard(k)
+            self.done_count += 1
+            wall = time.time() - self.t0
+            self.run_info[k] = {"elapsed_s": round(wall, 2)}
+            own = self.stage_time.get(k, 0.0)
+            if status == "complete":
+                scores = read_json(plan.nodes[rp.eval_node].run_dir / "metrics.json")
+                tail = "; test " + ", ".join(f"{m} {scores[m]:.4f}" for m in ("BLEU_4", "ROUGE_L", "ce_micro_f1")
+                                             if isinstance(scores.get(m), int | float))
+            else:
+                tail = f"; {error}"
+                tb = "\n\n".join(plan.nodes[i].traceback for i in (*rp.stages.values(), rp.eval_node)
+                                 if plan.nodes[i].traceback)
+                (rp.dir / "error.txt").write_text((error or "") + "\n\n" + tb)
+            self.say(f"{self.done_count}/{len(self.selected)} {k[0]} seed {k[1]}: {status} "
+                     f"(stages {own:.0f}s, elapsed {wall:.0f}s){tail}")

@@ -1,0 +1,195 @@
+"""Study files (experiments/*.yaml): parsing and validating a study over its preset into a `Study` of `Arm`s.
+
+A study file starts with `base: presets/<preset>.yaml` and lists arms (a name, per-stage overrides, the
+stages it runs), its reference arm, seeds and the published table it reproduces (experiments/README.md has the
+format).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config import ConfigError, apply_overrides, load_yaml, read_yaml_mapping
+
+STAGES = ("warmup", "classifier", "sft", "rl")
+MODEL_STAGES = ("warmup", "sft", "rl")
+OVERRIDE_SCOPES = ("all", *STAGES, "eval")
+
+_STUDY_KEYS = {"study", "title", "description", "reproduces", "reference", "seeds", "pipeline", "arms", "preset",
+               "common", "stages", "analyses", "published_dataset"}
+_ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
+
+
+@dataclass
+class Arm:
+    name: str
+    label: str
+    pipeline: list[str]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    published_row: str | None = None
+    factors: dict[str, Any] = field(default_factory=dict)
+    presets: list[str] | None = None
+
+    def describe(self) -> dict:
+        return {"name": self.name, "label": self.label, "published_row": self.published_row,
+                "factors": self.factors, "pipeline": self.pipeline, "overrides": self.overrides}
+
+    @property
+    def final_stage(self) -> str | None:
+        models = [s for s in self.pipeline if s in MODEL_STAGES]
+        return models[-1] if models else None
+
+
+@dataclass
+class Study:
+    name: str
+    title: str
+    path: Path
+    preset: str
+    preset_file: Path
+    reproduces: str | None
+    reference: str
+    seeds: list[int]
+    arms: list[Arm]
+    # The merged document: the preset's `common` and `stages` sections with the study's on top.
+    common: dict
+    stages: dict
+    # `analyses:` (harness/stages/analyze.py: parse_study_analyses): Supp. A records after the RL arms, or None.
+    analyses: dict | None = None
+    # `published_dataset:` the data set whose published rows the report shows when ours is synthetic.
+    published_dataset: str | None = None
+
+    def arm(self, name: str) -> Arm:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise ConfigError(f"{self.path}: no arm '{name}' (arms: {', '.join(a.name for a in self.arms)})")
+
+
+def deep_merge(dst: dict, src: dict) -> dict:
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            deep_merge(dst[k], v)
+        else:
+            dst[k] = copy.deepcopy(v)
+    return dst
+
+
+def check_pipeline(pipeline: Any, where: str) -> list[str]:
+    if not isinstance(pipeline, list) or any(s not in STAGES for s in pipeline):
+        raise ConfigError(f"{where}: 'pipeline' must be a list of stages from {', '.join(STAGES)}, got {pipeline!r}")
+    if len(set(pipeline)) != len(pipeline) or sorted(pipeline, key=STAGES.index) != pipeline:
+        raise ConfigError(f"{where}: 'pipeline' {pipeline} must list each stage once, in the order "
+                          f"{' -> '.join(STAGES)}")
+    # `sft` without `classifier` needs classifier.dir in the config (checked when the plan is built).
+    return list(pipeline)
+
+
+def check_seeds(seeds: Any, where: str) -> list[int]:
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           for s in seeds):
+        raise ConfigError(f"{where}: 'seeds' must be a non-empty list of integers, got {seeds!r}")
+    return list(seeds)
+
+
+def check_overrides(overrides: Any, where: str) -> dict[str, Any]:
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"{where}: 'overrides' must map a stage ({', '.join(OVERRIDE_SCOPES)}) to overrides")
+    for scope, value in overrides.items():
+        if scope not in OVERRIDE_SCOPES:
+            raise ConfigError(f"{where}: unknown override scope '{scope}'; valid: {', '.join(OVERRIDE_SCOPES)}")
+        ok = isinstance(value, dict) or (isinstance(value, list) and all(isinstance(x, str) and "=" in x
+                                                                         for x in value))
+        if not ok:
+            raise ConfigError(f"{where}: overrides.{scope} must be a mapping or a list of key=value strings")
+    return overrides
+
+
+def merge_over_preset(path: Path, preset: str | Path | None, sets: list[str] | None,
+                      valid_keys: set[str], what: str = "study") -> tuple[dict, Path, str]:
+    """A study-like file (a study or a search) deep-merged over its preset, dotted `sets` on top.
+
+    Returns (document, preset file, preset name); the document's keys are checked against `valid_keys`, and
+    its `common` / `stages` sections against the stage names.
+    """
+    raw = read_yaml_mapping(path, f"{what} file")
+    base = raw.pop("base", None)
+    preset_file = Path(preset).resolve() if preset else (path.parent / base).resolve() if base else None
+    if preset_file is None:
+        raise ConfigError(f"{path}: a {what} needs 'base: presets/<preset>.yaml' (or --preset)")
+    doc = load_yaml(preset_file)
+    unknown = sorted(set(doc) - {"preset", "description", "common", "stages"})
+    if unknown:
+        raise ConfigError(f"{preset_file}: unknown key '{unknown[0]}'; a preset has preset, description, common, "
+                          "stages")
+    preset_name = doc.get("preset") or preset_file.stem
+    doc.pop("description", None)
+    deep_merge(doc, raw)
+    doc["preset"] = preset_name
+    apply_overrides(doc, list(sets or []))
+    unknown = sorted(set(doc) - valid_keys)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key '{unknown[0]}'; valid keys: {', '.join(sorted(valid_keys))}")
+    for section in ("common", "stages"):
+        if not isinstance(doc.get(section) or {}, dict):
+            raise ConfigError(f"{path}: '{section}' must be a mapping")
+    bad = sorted(set(doc.get("stages") or {}) - {*STAGES, "eval"})
+    if bad:
+        raise ConfigError(f"{path}: unknown stage '{bad[0]}' under 'stages'; valid: {', '.join((*STAGES, 'eval'))}")
+    return doc, preset_file, preset_name
+
+
+def load_study(path: str | Path, preset: str | Path | None = None, sets: list[str] | None = None) -> Study:
+    """Read a study file over its preset (`base:`, or `preset` to swap it), with dotted `sets` on top."""
+    path = Path(path).resolve()
+    doc, preset_file, preset_name = merge_over_preset(path, preset, sets, _STUDY_KEYS)
+    name = doc.get("study") or path.stem
+    seeds = check_seeds(doc.get("seeds", [0]), str(path))
+    default_pipeline = check_pipeline(doc.get("pipeline", list(STAGES)), str(path))
+    arms = []
+    for i, a in enumerate(doc.get("arms") or []):
+        where = f"{path}: arms[{i}]"
+        if not isinstance(a, dict):
+            raise ConfigError(f"{where} must be a mapping")
+        bad = sorted(set(a) - _ARM_KEYS)
+        if bad:
+            raise ConfigError(f"{where}: unknown key '{bad[0]}'; valid keys: {', '.join(sorted(_ARM_KEYS))}")
+        arm_name = a.get("name")
+        if not isinstance(arm_name, str) or not NAME_PATTERN.match(arm_name):
+            raise ConfigError(f"{where}: 'name' must match [a-z0-9_]+ (it names a folder), got {arm_name!r}")
+        presets = a.get("presets")
+        if presets is not None and (not isinstance(presets, list) or not all(isinstance(p, str) for p in presets)):
+            raise ConfigError(f"{where}: 'presets' must be a list of preset names")
+        if presets is not None and preset_name not in presets:
+            continue  # this arm does not apply to the chosen preset
+        arms.append(Arm(name=arm_name, label=str(a.get("label", arm_name)),
+                        pipeline=check_pipeline(a.get("pipeline", default_pipeline), where),
+                        overrides=check_overrides(a.get("overrides"), where),
+                        published_row=a.get("published_row"), factors=dict(a.get("factors") or {}),
+                        presets=presets))
+    if not arms:
+        raise ConfigError(f"{path}: no arms (for preset '{preset_name}')")
+    names = [a.name for a in arms]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"{path}: arm name '{dup[0]}' appears twice")
+    reference = doc.get("reference", arms[0].name)
+    if reference not in names:
+        raise ConfigError(f"{path}: reference arm '{reference}' is not one of the arms: {', '.join(names)}")
+    from harness.stages.analyze import parse_study_analyses
+
+    try:
+        analyses = parse_study_analyses(doc.get("analyses"), str(path), names)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    return Study(name=name, title=str(doc.get("title", name)), path=path, preset=preset_name,
+                 preset_file=preset_file, reproduces=doc.get("reproduces"), reference=reference, seeds=seeds,
+                 arms=arms, common=doc.get("common") or {}, stages=doc.get("stages") or {}, analyses=analyses,
+                 published_dataset=doc.get("published_dataset"))
