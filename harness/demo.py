@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from harness.records import RunDir, atomic_write_text, read_json
+from harness.records_schema import METRICS_FILE, IndexKey, RunKey, StageKey
 
 DEMO_STUDY = Path(__file__).resolve().parent.parent / "experiments" / "demo_rl_ablation.yaml"
 COLUMNS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "findings_acc", "findings_exact",
@@ -69,13 +70,13 @@ def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
     if not result.ok:
         raise RuntimeError(f"demo: arms failed: {result.failed}; see {result.index_path}")
     index = result.index
-    runs = {r["arm"]: r for r in index["runs"]}
+    runs = {r[RunKey.ARM]: r for r in index[IndexKey.RUNS]}
     first = runs[study.reference]
-    seed = first["seed"]
+    seed = first[RunKey.SEED]
     eval_cfg = resolve_config(study, study.arm(study.reference), "eval", seed,
                               {"data.synth_dir": str(out / "data"), "out_dir": str(out / "eval_stages")})
     eval_run = RunDir(out / "eval_stages")
-    stage_dirs = {s: out / first["stages"][s]["dir"] for s in ("warmup", "sft")}
+    stage_dirs = {s: out / first[RunKey.STAGES][s][StageKey.DIR] for s in ("warmup", "sft")}
     rows = []
     for name, model_dir in (("base (stage 0)", base_path(eval_cfg, progress)),
                             ("warm-up (stage 1)", stage_dirs["warmup"] / "model"),
@@ -86,11 +87,12 @@ def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
     curves = []
     for arm in study.arms:
         r = runs[arm.name]
-        rl_metrics = read_json(out / r["stages"]["rl"]["dir"] / "metrics.json")
+        rl_dir = out / r[RunKey.STAGES]["rl"][StageKey.DIR]
+        rl_metrics = read_json(rl_dir / METRICS_FILE)
         # Every arm is tested at the policy rl.select picks (the same rule for all): say which step that was.
         where = f"step {rl_metrics.get('selected_step')}/{rl_metrics.get('final_step')}"
-        rows.append((f"RL: {arm.label} @ {where}", read_json(out / r["eval_dir"] / "metrics.json")))
-        curves.append(f"- {arm.label}: {reward_curve_summary(RunDir(out / r['stages']['rl']['dir']))}")
+        rows.append((f"RL: {arm.label} @ {where}", read_json(out / r[RunKey.EVAL_DIR] / METRICS_FILE)))
+        curves.append(f"- {arm.label}: {reward_curve_summary(RunDir(rl_dir))}")
     table = format_table(rows)
     curve_text = "RL reward curves (BLEU-4 reward):\n" + "\n".join(curves)
     print("[demo] building the report", flush=True)

@@ -25,6 +25,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness.records_schema import (
+    EVALS_FILE,
+    LOG_FILES,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    SAMPLES_FILE,
+    STEPS_FILE,
+    ManifestKey,
+)
+
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "timm", "numpy", "pycocoevalcap",
             "nltk", "optuna", "scikit-learn")
 
@@ -176,23 +186,23 @@ class RunDir:
     # -- whole files --------------------------------------------------------------------------------
     def write_manifest(self, config: dict, seed: int, stage: str, extra: dict | None = None) -> None:
         manifest = {
-            "stage": stage,
-            "seed": seed,
-            "config": config,
+            ManifestKey.STAGE: stage,
+            ManifestKey.SEED: seed,
+            ManifestKey.CONFIG: config,
             "versions": package_versions(),
             "git_commit": git_commit(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "argv": sys.argv,
         }
         manifest.update(extra or {})
-        atomic_write_json(self.path / "manifest.json", manifest)
+        atomic_write_json(self.path / MANIFEST_FILE, manifest)
 
     def write_metrics(self, metrics: dict) -> None:
-        atomic_write_json(self.path / "metrics.json", metrics)
+        atomic_write_json(self.path / METRICS_FILE, metrics)
 
     @property
     def complete(self) -> bool:
-        return (self.path / "metrics.json").is_file()
+        return (self.path / METRICS_FILE).is_file()
 
     # -- line logs ------------------------------------------------------------------------------------
     def _append(self, name: str, row: dict) -> None:
@@ -202,30 +212,30 @@ class RunDir:
             f.flush()
 
     def log_step(self, row: dict) -> None:
-        self._append("steps.jsonl", row)
+        self._append(STEPS_FILE, row)
         self._mirror("train", row)
 
     def log_eval(self, row: dict) -> None:
-        self._append("evals.jsonl", row)
+        self._append(EVALS_FILE, row)
         self._mirror(str(row.get("split", "eval")), row)
 
     def log_samples(self, row: dict) -> None:
-        self._append("samples.jsonl", row)
+        self._append(SAMPLES_FILE, row)
 
     def steps(self) -> list[dict]:
-        return read_jsonl(self.path / "steps.jsonl")
+        return read_jsonl(self.path / STEPS_FILE)
 
     def evals(self) -> list[dict]:
-        return read_jsonl(self.path / "evals.jsonl")
+        return read_jsonl(self.path / EVALS_FILE)
 
     def clear_logs(self) -> None:
         """A run that starts from zero (no checkpoint) keeps no rows of an earlier, interrupted try."""
-        for name in ("steps.jsonl", "evals.jsonl", "samples.jsonl"):
+        for name in LOG_FILES:
             (self.path / name).unlink(missing_ok=True)
 
     def truncate_logs_after(self, step: int) -> None:
         """On resume, drop log lines written after the checkpoint we resume from."""
-        for name in ("steps.jsonl", "evals.jsonl", "samples.jsonl"):
+        for name in LOG_FILES:
             p = self.path / name
             if not p.is_file():
                 continue
@@ -242,7 +252,7 @@ class FollowerRun:
 
     @property
     def complete(self) -> bool:
-        return (self.path / "metrics.json").is_file()
+        return (self.path / METRICS_FILE).is_file()
 
     def write_manifest(self, *args, **kwargs) -> None:
         pass

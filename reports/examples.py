@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.records_schema import ArmKey, IndexKey
 from reports.experiment import Experiment, read_jsonl
 
 STAGE_ORDER = ("base", "warmup", "sft", "rl")
@@ -52,9 +53,9 @@ class Column:
 
 
 def _arm_pipeline(exp: Experiment, arm: str) -> list:
-    for a in exp.index.get("arms", []):
-        if a.get("name") == arm:
-            return list(a.get("pipeline") or [])
+    for a in exp.index.get(IndexKey.ARMS, []):
+        if a.get(ArmKey.NAME) == arm:
+            return list(a.get(ArmKey.PIPELINE) or [])
     return []
 
 

@@ -1,7 +1,8 @@
-"""Loading an experiment folder: its index.json (experiments/README.md, format
-`regbench.experiment-index/1`) and the run records it points to. Reports read nothing else.
+"""Loading an experiment folder: its index.json (experiments/README.md; its format, layout and the run
+directory's file names: harness/records_schema.py) and the run records it points to. Reports read nothing else.
 
-An `Experiment` is a list of arms (name, label, published_row, factors) and runs (arm, seed, test scores,
+An `Experiment` is a list of `ArmRecord`s (a study arm as index.json records it: name, label, published_row,
+factors) and runs (arm, seed, test scores,
 RL run directory). Without index.json, a folder of run directories is read instead: every directory below
 it holding a manifest.json is a run, its arm named by its config (`<regularizer>_<reference>`, plus the
 reward when it is not bleu4), its test scores the last `split == "test"` line of its evals.jsonl.
@@ -15,7 +16,24 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-INDEX_FORMAT = "regbench.experiment-index/1"
+from harness.records_schema import (
+    EVALS_FILE,
+    FINAL_TEST_PREDICTIONS,
+    INDEX_FILE,
+    INDEX_FORMAT,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    SAMPLES_FILE,
+    STEPS_FILE,
+    TEST_PREDICTIONS_GLOB,
+    ArmKey,
+    EvalKey,
+    IndexKey,
+    ManifestKey,
+    RunKey,
+    StageKey,
+    analysis_file,
+)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -48,7 +66,8 @@ def is_number(v) -> bool:
 
 
 @dataclass
-class Arm:
+class ArmRecord:
+    """A study arm as index.json records it (the reader's view; harness.experiments.Arm is the study's arm)."""
     name: str
     label: str
     published_row: str | None = None
@@ -69,34 +88,34 @@ class Run:
 
     @cached_property
     def steps(self) -> list[dict]:
-        return read_jsonl(self.rl_dir / "steps.jsonl") if self.rl_dir else []
+        return read_jsonl(self.rl_dir / STEPS_FILE) if self.rl_dir else []
 
     @cached_property
     def evals(self) -> list[dict]:
-        return read_jsonl(self.rl_dir / "evals.jsonl") if self.rl_dir else []
+        return read_jsonl(self.rl_dir / EVALS_FILE) if self.rl_dir else []
 
     @property
     def val_evals(self) -> list[dict]:
-        return [e for e in self.evals if e.get("split", "val") == "val"]
+        return [e for e in self.evals if e.get(EvalKey.SPLIT, "val") == "val"]
 
     @cached_property
     def samples(self) -> list[dict]:
-        return read_jsonl(self.rl_dir / "samples.jsonl") if self.rl_dir else []
+        return read_jsonl(self.rl_dir / SAMPLES_FILE) if self.rl_dir else []
 
     @cached_property
     def rl_metrics(self) -> dict:
         """The RL run's metrics.json (rl.select's selected_step, final_step, ...), {} without one."""
-        return (_read_json(self.rl_dir / "metrics.json") or {}) if self.rl_dir else {}
+        return (_read_json(self.rl_dir / METRICS_FILE) or {}) if self.rl_dir else {}
 
     @cached_property
     def manifest(self) -> dict:
         if self.rl_dir is None:
             return {}
-        return _read_json(self.rl_dir / "manifest.json") or {}
+        return _read_json(self.rl_dir / MANIFEST_FILE) or {}
 
     @property
     def config(self) -> dict:
-        return self.manifest.get("config") or {}
+        return self.manifest.get(ManifestKey.CONFIG) or {}
 
     @cached_property
     def predictions_path(self) -> Path | None:
@@ -104,10 +123,10 @@ class Run:
         predictions_*_test.jsonl of the eval directory."""
         if self.eval_dir is None:
             return None
-        final = self.eval_dir / "predictions_final_test.jsonl"
+        final = self.eval_dir / FINAL_TEST_PREDICTIONS
         if final.is_file():
             return final
-        found = sorted(self.eval_dir.glob("predictions_*_test.jsonl"))
+        found = sorted(self.eval_dir.glob(TEST_PREDICTIONS_GLOB))
         return found[0] if len(found) == 1 else None
 
     @cached_property
@@ -123,11 +142,11 @@ class Run:
         """analysis_<kind>.json written by `regbench analyze` in the RL run directory, if present."""
         if self.rl_dir is None:
             return None
-        return _read_json(self.rl_dir / f"analysis_{kind}.json")
+        return _read_json(self.rl_dir / analysis_file(kind))
 
     def reset_steps(self) -> list[int]:
         """Steps at which VAPR reset the policies (evals.jsonl lines with reset = true)."""
-        return [int(e["step"]) for e in self.evals if e.get("reset") is True and "step" in e]
+        return [int(e[EvalKey.STEP]) for e in self.evals if e.get(EvalKey.RESET) is True and EvalKey.STEP in e]
 
 
 @dataclass
@@ -135,7 +154,7 @@ class Experiment:
     path: Path
     study: str
     title: str
-    arms: list[Arm]
+    arms: list[ArmRecord]
     runs: list[Run]
     seeds: list[int]
     reference_arm: str | None = None
@@ -143,7 +162,7 @@ class Experiment:
     preset: str | None = None
     index: dict = field(default_factory=dict)
 
-    def arm(self, name: str) -> Arm:
+    def arm(self, name: str) -> ArmRecord:
         for a in self.arms:
             if a.name == name:
                 return a
@@ -197,38 +216,40 @@ def _test_scores(eval_dir: Path | None, metrics_path: Path | None) -> dict:
         if isinstance(data, dict):
             return data
     if eval_dir is not None:
-        rows = [r for r in read_jsonl(eval_dir / "evals.jsonl") if r.get("split", "test") == "test"]
+        rows = [r for r in read_jsonl(eval_dir / EVALS_FILE) if r.get(EvalKey.SPLIT, "test") == "test"]
         if rows:
             return rows[-1]
-        data = _read_json(eval_dir / "metrics.json")
+        data = _read_json(eval_dir / METRICS_FILE)
         if isinstance(data, dict):
             return data
     return {}
 
 
 def _load_index(path: Path, index: dict) -> Experiment:
-    arms = [Arm(a["name"], a.get("label") or a["name"], a.get("published_row"), dict(a.get("factors") or {}))
-            for a in index.get("arms", [])]
+    arms = [ArmRecord(a[ArmKey.NAME], a.get(ArmKey.LABEL) or a[ArmKey.NAME], a.get(ArmKey.PUBLISHED_ROW),
+                      dict(a.get(ArmKey.FACTORS) or {}))
+            for a in index.get(IndexKey.ARMS, [])]
     known = {a.name for a in arms}
     runs = []
-    for r in index.get("runs", []):
-        if r.get("arm") not in known:
-            arms.append(Arm(r["arm"], r["arm"]))
-            known.add(r["arm"])
-        stages = r.get("stages") or {}
-        rl_dir = _resolve(path, (stages.get("rl") or {}).get("dir") or r.get("rl_dir"))
-        run_dir = _resolve(path, r.get("dir"))
-        eval_dir = _resolve(path, r.get("eval_dir")) or (run_dir / "eval" if run_dir else None)
-        scores = r.get("scores") if isinstance(r.get("scores"), dict) else _test_scores(
-            eval_dir, _resolve(path, r.get("metrics")))
-        status = r.get("status") or ("complete" if scores else "pending")
-        final = (r.get("final_stage") or "base") if "final_stage" in r else "?"
-        runs.append(Run(r["arm"], int(r.get("seed", 0)), run_dir, rl_dir, eval_dir, scores, status, r.get("error"),
-                        final))
-    seeds = [int(s) for s in index.get("seeds") or sorted({r.seed for r in runs})]
-    return Experiment(path, index.get("study") or path.name, index.get("title") or index.get("study") or path.name,
-                      arms, runs, seeds, index.get("reference_arm") or index.get("reference"),
-                      index.get("reproduces"), index.get("preset"), index)
+    for r in index.get(IndexKey.RUNS, []):
+        if r.get(RunKey.ARM) not in known:
+            arms.append(ArmRecord(r[RunKey.ARM], r[RunKey.ARM]))
+            known.add(r[RunKey.ARM])
+        stages = r.get(RunKey.STAGES) or {}
+        rl_dir = _resolve(path, (stages.get("rl") or {}).get(StageKey.DIR) or r.get(RunKey.LEGACY_RL_DIR))
+        run_dir = _resolve(path, r.get(RunKey.DIR))
+        eval_dir = _resolve(path, r.get(RunKey.EVAL_DIR)) or (run_dir / "eval" if run_dir else None)
+        scores = r.get(RunKey.LEGACY_SCORES) if isinstance(r.get(RunKey.LEGACY_SCORES), dict) else _test_scores(
+            eval_dir, _resolve(path, r.get(RunKey.METRICS)))
+        status = r.get(RunKey.STATUS) or ("complete" if scores else "pending")
+        final = (r.get(RunKey.FINAL_STAGE) or "base") if RunKey.FINAL_STAGE in r else "?"
+        runs.append(Run(r[RunKey.ARM], int(r.get(RunKey.SEED, 0)), run_dir, rl_dir, eval_dir, scores, status,
+                        r.get(RunKey.ERROR), final))
+    seeds = [int(s) for s in index.get(IndexKey.SEEDS) or sorted({r.seed for r in runs})]
+    study = index.get(IndexKey.STUDY)
+    return Experiment(path, study or path.name, index.get(IndexKey.TITLE) or study or path.name,
+                      arms, runs, seeds, index.get(IndexKey.REFERENCE_ARM) or index.get(IndexKey.LEGACY_REFERENCE),
+                      index.get(IndexKey.REPRODUCES), index.get(IndexKey.PRESET), index)
 
 
 def _arm_name_from_config(cfg: dict) -> str:
@@ -240,17 +261,18 @@ def _arm_name_from_config(cfg: dict) -> str:
 
 
 def _load_run_dirs(path: Path) -> Experiment:
-    manifests = sorted(p for p in path.rglob("manifest.json") if "checkpoint" not in p.parts)
+    manifests = sorted(p for p in path.rglob(MANIFEST_FILE) if "checkpoint" not in p.parts)
     runs, arms = [], {}
     for m in manifests:
         man = _read_json(m) or {}
-        if man.get("stage") not in (None, "rl"):
+        if man.get(ManifestKey.STAGE) not in (None, "rl"):
             continue
-        arm = _arm_name_from_config(man.get("config") or {})
-        arms.setdefault(arm, Arm(arm, arm))
+        arm = _arm_name_from_config(man.get(ManifestKey.CONFIG) or {})
+        arms.setdefault(arm, ArmRecord(arm, arm))
         run_dir = m.parent
         scores = _test_scores(run_dir, None)
-        runs.append(Run(arm, int(man.get("seed", 0)), run_dir, run_dir, run_dir, scores, "complete", None, "rl"))
+        runs.append(Run(arm, int(man.get(ManifestKey.SEED, 0)), run_dir, run_dir, run_dir, scores, "complete", None,
+                        "rl"))
     if not runs:
         raise FileNotFoundError(f"{path}: neither index.json nor any RL run directory (manifest.json) found")
     return Experiment(path, path.name, path.name, list(arms.values()), runs, sorted({r.seed for r in runs}))
@@ -261,12 +283,12 @@ def load_experiment(path: str | Path) -> Experiment:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such experiment folder: {path}")
-    index_path = path / "index.json"
+    index_path = path / INDEX_FILE
     if index_path.is_file():
         index = _read_json(index_path)
         if not isinstance(index, dict):
             raise ValueError(f"{index_path}: not a JSON object")
-        fmt = index.get("format")
+        fmt = index.get(IndexKey.FORMAT)
         if fmt is not None and fmt != INDEX_FORMAT:
             raise ValueError(f"{index_path}: format {fmt!r}, this version reads {INDEX_FORMAT!r}")
         return _load_index(path, index)

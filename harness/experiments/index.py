@@ -9,8 +9,15 @@ from pathlib import Path
 
 from harness.experiments.plan import Plan, RunPlan
 from harness.records import git_commit
-
-INDEX_FORMAT = "regbench.experiment-index/1"
+from harness.records_schema import (
+    ANALYSIS_STAGE,
+    INDEX_FORMAT,
+    METRICS_FILE,
+    RUN_STATUSES,
+    IndexKey,
+    RunKey,
+    StageKey,
+)
 
 
 def now() -> str:
@@ -37,39 +44,44 @@ def run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
 
 
 def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None = None) -> dict:
+    """index.json's content (layout: harness/records_schema.py)."""
     study = plan.study
-    runs, summary = [], {"complete": 0, "failed": 0, "pending": 0, "running": 0}
+    runs, summary = [], dict.fromkeys(RUN_STATUSES, 0)
     for (arm, seed), rp in plan.runs.items():
         status, error, failed_stage = run_status(plan, rp)
         summary[status] += 1
         stages = {}
         for stage, nid in rp.stages.items():
             n = plan.nodes[nid]
-            stages[stage] = {"key": n.key, "dir": _rel(plan, n.run_dir), "status": n.status,
-                             "elapsed_s": n.elapsed_s, "shared_by": sorted({a for a, s in n.users if s == seed})}
+            stages[stage] = {StageKey.KEY: n.key, StageKey.DIR: _rel(plan, n.run_dir), StageKey.STATUS: n.status,
+                             StageKey.ELAPSED_S: n.elapsed_s,
+                             StageKey.SHARED_BY: sorted({a for a, s in n.users if s == seed})}
             if stage in rp.init_from:
-                stages[stage]["init_from"] = rp.init_from[stage]
+                stages[stage][StageKey.INIT_FROM] = rp.init_from[stage]
             if n.error:
-                stages[stage]["error"] = n.error
+                stages[stage][StageKey.ERROR] = n.error
         ev = plan.nodes[rp.eval_node]
         info = run_info.get((arm, seed), {})
         if rp.analysis_node:
             an = plan.nodes[rp.analysis_node]
-            stages["analysis"] = {"key": an.key, "dir": _rel(plan, an.run_dir), "status": an.status,
-                                  "elapsed_s": an.elapsed_s, "kinds": an.config["kinds"],
-                                  **({"error": an.error} if an.error else {})}
+            stages[ANALYSIS_STAGE] = {StageKey.KEY: an.key, StageKey.DIR: _rel(plan, an.run_dir),
+                                      StageKey.STATUS: an.status, StageKey.ELAPSED_S: an.elapsed_s,
+                                      StageKey.KINDS: an.config["kinds"],
+                                      **({StageKey.ERROR: an.error} if an.error else {})}
         runs.append({
-            "arm": arm, "seed": seed, "dir": _rel(plan, rp.dir), "status": status, "error": error,
-            "failed_stage": failed_stage, "final_stage": rp.final_stage, "eval_dir": _rel(plan, ev.run_dir),
-            "metrics": _rel(plan, ev.run_dir / "metrics.json") if status == "complete" else None,
-            "eval_key": ev.key, "elapsed_s": info.get("elapsed_s"), "stages": stages,
+            RunKey.ARM: arm, RunKey.SEED: seed, RunKey.DIR: _rel(plan, rp.dir), RunKey.STATUS: status,
+            RunKey.ERROR: error, RunKey.FAILED_STAGE: failed_stage, RunKey.FINAL_STAGE: rp.final_stage,
+            RunKey.EVAL_DIR: _rel(plan, ev.run_dir),
+            RunKey.METRICS: _rel(plan, ev.run_dir / METRICS_FILE) if status == "complete" else None,
+            RunKey.EVAL_KEY: ev.key, RunKey.ELAPSED_S: info.get("elapsed_s"), RunKey.STAGES: stages,
         })
     return {
-        "format": INDEX_FORMAT, "study": study.name, "title": study.title, "study_file": str(study.path),
-        "preset": study.preset, "preset_file": str(study.preset_file), "reproduces": study.reproduces,
-        "reference_arm": study.reference, "published_dataset": study.published_dataset, "seeds": plan.seeds,
-        "arms": [a.describe() for a in study.arms],
-        "stages_dir": _rel(plan, plan.stages_root), "runs": runs, "summary": summary, "created": created,
-        "updated": now(), "git_commit": git_commit(),
-        "argv": list(argv if argv is not None else sys.argv),
+        IndexKey.FORMAT: INDEX_FORMAT, IndexKey.STUDY: study.name, IndexKey.TITLE: study.title,
+        IndexKey.STUDY_FILE: str(study.path), IndexKey.PRESET: study.preset,
+        IndexKey.PRESET_FILE: str(study.preset_file), IndexKey.REPRODUCES: study.reproduces,
+        IndexKey.REFERENCE_ARM: study.reference, IndexKey.PUBLISHED_DATASET: study.published_dataset,
+        IndexKey.SEEDS: plan.seeds, IndexKey.ARMS: [a.describe() for a in study.arms],
+        IndexKey.STAGES_DIR: _rel(plan, plan.stages_root), IndexKey.RUNS: runs, IndexKey.SUMMARY: summary,
+        IndexKey.CREATED: created, IndexKey.UPDATED: now(), IndexKey.GIT_COMMIT: git_commit(),
+        IndexKey.ARGV: list(argv if argv is not None else sys.argv),
     }

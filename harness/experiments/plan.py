@@ -14,6 +14,7 @@ from harness.config import ConfigError, RunConfig, from_dict, to_dict
 from harness.experiments.resolve import config_key, resolve_config
 from harness.experiments.study import MODEL_STAGES, STAGES, Study
 from harness.records import read_json
+from harness.records_schema import EVAL_KEY, METRICS_FILE
 
 NODE_ORDER = ("data", "pretrain", *STAGES, "eval", "analysis")
 
@@ -181,13 +182,13 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
 
 def node_done(node: Node) -> bool:
     if node.kind in STAGES:
-        return (node.run_dir / "metrics.json").is_file()
+        return (node.run_dir / METRICS_FILE).is_file()
     if node.kind == "eval":
-        p = node.run_dir / "metrics.json"
+        p = node.run_dir / METRICS_FILE
         if not p.is_file():
             return False
         try:
-            return read_json(p).get("eval_key") == node.key
+            return read_json(p).get(EVAL_KEY) == node.key
         except (ValueError, OSError):
             return False
     if node.kind == "data":

@@ -21,6 +21,15 @@ from harness.experiments.plan import NODE_ORDER, Node, Plan, build_plan, link_st
 from harness.experiments.study import STAGES, Study, load_study
 from harness.experiments.workers import LOCK_POLL_S, acquire_lock, execute_node, make_executor, release_lock
 from harness.records import atomic_write_json, read_json
+from harness.records_schema import (
+    EVAL_FINAL_STAGE,
+    EVAL_KEY,
+    EVAL_MODEL_DIR,
+    INDEX_FILE,
+    METRICS_FILE,
+    IndexKey,
+    RunKey,
+)
 
 _POOL_DIED = "worker process died (killed, e.g. out of memory?)"
 
@@ -70,7 +79,7 @@ def _created(index_path: Path) -> str:
     created = now()
     if index_path.is_file():
         try:
-            created = read_json(index_path).get("created", created)
+            created = read_json(index_path).get(IndexKey.CREATED, created)
         except (ValueError, OSError):
             pass
     return created
@@ -100,7 +109,7 @@ class _ExperimentRun:
         self.plan, self.study, self.selected, self.fns = plan, plan.study, selected, fns
         self.log, self.argv, self.launcher, self.workers = log, argv, launcher, workers
         self.wait_for_locks = wait_for_locks
-        self.index_path = plan.out / "index.json"
+        self.index_path = plan.out / INDEX_FILE
         self.created = _created(self.index_path)
         link_stages(plan)
         for n in plan.nodes.values():
@@ -143,8 +152,8 @@ class _ExperimentRun:
                 if plan.nodes[nid].kind in STAGES:
                     release_lock(plan.nodes[nid].run_dir)
             index = self.write_index()
-        failed = [(r["arm"], r["seed"]) for r in index["runs"] if r["status"] == "failed"
-                  and (r["arm"], r["seed"]) in selected]
+        failed = [(r[RunKey.ARM], r[RunKey.SEED]) for r in index[IndexKey.RUNS] if r[RunKey.STATUS] == "failed"
+                  and (r[RunKey.ARM], r[RunKey.SEED]) in selected]
         ran = [k for k in selected if k in self.run_info]
         n_ok = sum(1 for k in selected if run_status(plan, plan.runs[k])[0] == "complete")
         self.say(f"done in {time.time() - self.t0:.0f}s: {n_ok} complete, {len(failed)} failed; "
@@ -238,9 +247,9 @@ class _ExperimentRun:
             self.stage_time[user] = self.stage_time.get(user, 0.0) + (res.get("elapsed_s") or 0.0)
         if res["ok"] and node.kind == "eval":
             scores = dict(res["result"])
-            scores.update(eval_key=node.key, final_stage=self.plan.runs[node.users[0]].final_stage,
-                          model_dir=node.model_dir)
-            atomic_write_json(node.run_dir / "metrics.json", scores)
+            scores.update({EVAL_KEY: node.key, EVAL_FINAL_STAGE: self.plan.runs[node.users[0]].final_stage,
+                           EVAL_MODEL_DIR: node.model_dir})
+            atomic_write_json(node.run_dir / METRICS_FILE, scores)
         if node.kind in STAGES:
             release_lock(node.run_dir)
         self.say(f"{'finished' if res['ok'] else 'FAILED'} {node.kind} ({node_label(node)}) in "
@@ -274,7 +283,7 @@ class _ExperimentRun:
             self.run_info[k] = {"elapsed_s": round(wall, 2)}
             own = self.stage_time.get(k, 0.0)
             if status == "complete":
-                scores = read_json(plan.nodes[rp.eval_node].run_dir / "metrics.json")
+                scores = read_json(plan.nodes[rp.eval_node].run_dir / METRICS_FILE)
                 tail = "; test " + ", ".join(f"{m} {scores[m]:.4f}" for m in ("BLEU_4", "ROUGE_L", "ce_micro_f1")
                                              if isinstance(scores.get(m), int | float))
             else:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError, apply_overrides, load_yaml, read_yaml_mapping
+from harness.records_schema import ArmKey
 
 STAGES = ("warmup", "classifier", "sft", "rl")
 MODEL_STAGES = ("warmup", "sft", "rl")
@@ -36,8 +37,9 @@ class Arm:
     presets: list[str] | None = None
 
     def describe(self) -> dict:
-        return {"name": self.name, "label": self.label, "published_row": self.published_row,
-                "factors": self.factors, "pipeline": self.pipeline, "overrides": self.overrides}
+        """The arm as index.json records it."""
+        return {ArmKey.NAME: self.name, ArmKey.LABEL: self.label, ArmKey.PUBLISHED_ROW: self.published_row,
+                ArmKey.FACTORS: self.factors, ArmKey.PIPELINE: self.pipeline, ArmKey.OVERRIDES: self.overrides}
 
     @property
     def final_stage(self) -> str | None:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.records_schema import analysis_file
+
 KINDS = ("reward-variance", "sign-alignment")
 FORMAT = "regbench.analysis/1"
 
@@ -164,7 +166,7 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
                    pol: {**{k: v for k, v in res.items() if k != "rewards"},
                          "rewards": {n: res["rewards"][n].tolist() for n in used}}
                    for pol, res in results.items()}}
-        path = run_dir / f"analysis_{kind}.json"
+        path = run_dir / analysis_file(kind)
         atomic_write_json(path, out)
         paths.append(path)
     return paths
@@ -183,7 +185,7 @@ def analyses_done(run_dir: str | Path, kinds, key: str) -> bool:
     from harness.records import read_json
 
     for kind in kinds:
-        path = Path(run_dir) / f"analysis_{kind}.json"
+        path = Path(run_dir) / analysis_file(kind)
         try:
             if read_json(path).get("key") != key:
                 return False
