@@ -340,7 +340,7 @@ def error_line(e: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     from harness.experiments import die_with_parent_if_launched
 
-    die_with_parent_if_launched()  # a rank of a launched stage: die with the launcher (harness/experiments.py)
+    die_with_parent_if_launched()  # a rank of a launched stage: die with the launcher (harness/experiments/workers.py)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line

@@ -15,7 +15,7 @@ Several kinds asked together share one sample per policy. A file holds the candi
 references and the per-group rewards ([B][G] per reward); the statistics are computed by reports/ from them
 (reports/analyses.py), so that nothing here depends on reports/. Sampling is seeded: the same run, seed and
 prompts give the same file. The experiment runner runs this after a study's RL arms when the study asks for it
-(`analyses:` in the study file, harness/experiments.py); `regbench analyze KIND RUN` runs it by hand.
+(`analyses:` in the study file, harness/experiments/); `regbench analyze KIND RUN` runs it by hand.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def analyses_done(run_dir: str | Path, kinds, key: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The study field (harness/experiments.py): which RL runs of a study are analysed, and how.
+# The study field (harness/experiments/study.py): which RL runs of a study are analysed, and how.
 
 _SPEC_KEYS = {"kinds", "arms", "n_prompts", "group_size", "seed"}
 
