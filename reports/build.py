@@ -1,11 +1,11 @@
 """`build_report(experiment_dir, out_dir)`: every table and figure of one experiment, and index.html.
 
 Reads only the experiment's index.json and the run records it points to (reports/experiment.py). Writes
-  <out>/tables/results.{md,tex,csv}      our numbers beside the published ones (reports/tables.py)
+  <out>/tables/results.{md,tex,csv}      our numbers beside the published ones (reports/tables/)
   <out>/tables/differences.{md,csv}      arm - reference arm, paired test, within-noise flag
   <out>/tables/matrix_<metric>.md        matrix studies (two factors varied)
   <out>/tables/supp_a.{md,csv}           Supp. A.1 / A.3 statistics when analysis_*.json files exist
-  <out>/figures/*.png, *.pdf             reports/figures.py
+  <out>/figures/*.png, *.pdf             reports/figures/
   <out>/results.md                       all Markdown tables
   <out>/index.html                       one self-contained page (reports/html.py)
 Defaults: <out> = <experiment_dir>/report.

@@ -14,7 +14,7 @@ reports/bootstrap.py):
   permutation test: p = share of the 2^n sign vectors s with |mean(s d)| >= |mean(d)| (identity included,
   so p >= 2^(1-n) for all-equal d; 100000 random sign vectors, seeded, when n > 20). Note: with n <= 5 the
   sign-flip test can never reach p < 0.05.
-- `within_noise`: p >= alpha (0.05). A table makes many comparisons, so reports/tables.py replaces p by its
+- `within_noise`: p >= alpha (0.05). A table makes many comparisons, so reports/tables/ replaces p by its
   Holm-Bonferroni adjustment over all comparisons of that table (`holm`) before deciding. With fewer than
   2 shared seeds the seeds say nothing (within_noise None); the tables then use the bootstrap over test
   reports where per-report outputs exist.

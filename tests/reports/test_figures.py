@@ -1,4 +1,4 @@
-"""reports/figures.py: the RER mapping of Fig. 2 and the files of every figure (non-empty PNG and PDF)."""
+"""reports/figures/: the RER mapping of Fig. 2 and the files of every figure (non-empty PNG and PDF)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_an_arm_that_never_measured_kl_is_named_not_drawn_as_zero(experiment_dir
         seen.update(groups=[g for g, _ in groups], title=title)
         return F.plt.figure()
 
-    monkeypatch.setattr(F, "curves_figure", fake_curves)
+    monkeypatch.setattr(F.curves, "curves_figure", fake_curves)  # the module fig_all_arms looks it up in
     exp = load_experiment(experiment_dir)
     F.fig_all_arms(exp, tmp_path, "kl_mean", "fig_kl_all", "mean KL", "KL to the reference")
     assert "w/o KL" not in seen["groups"] and "not computed: w/o KL" in seen["title"]

@@ -1,4 +1,4 @@
-"""reports/tables.py and reports/published.py against the fixed run records of conftest.py (checked by hand)."""
+"""reports/tables/ and reports/published.py against the fixed run records of conftest.py (checked by hand)."""
 
 from __future__ import annotations
 

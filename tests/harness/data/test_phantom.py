@@ -195,3 +195,34 @@ def test_every_attribute_combination_reports_and_draws(name):
         assert report.labels[OBSERVATIONS.index(name)] == (-1 if uncertain else 1)
         assert side is None or side in report.text or "both" in report.text or "bibasilar" in report.text
         assert draw_image(case, np.random.default_rng(0), 48).shape == (48, 48)
+
+
+def _pinned_cases():
+    # Every finding kind on each side, hedged and not, every device, every fracture rib: all drawing branches.
+    from harness.data.phantom import DEVICES, FRACTURE_RIBS, SEVERITIES, SIDES, ZONES
+
+    cases = [Case()]
+    for k, name in enumerate(FINDINGS):
+        for j, side in enumerate(SIDES):
+            cases.append(Case((name,), {name: side}, {name: SEVERITIES[(k + j) % 3]}, {name: ZONES[(k + 2 * j) % 3]},
+                              rib=FRACTURE_RIBS[(k + j) % len(FRACTURE_RIBS)], uncertain=(name,) if j == 1 else ()))
+    both = {"Pneumothorax": "bilateral", "Lung Lesion": "bilateral"}
+    cases.append(Case(("Edema", "Pneumothorax", "Lung Lesion"), both, devices=DEVICES))
+    return cases
+
+
+def test_phantom_output_is_pinned_to_the_pre_split_bytes(tmp_path):
+    """The split of phantom.py into a package kept every number: hashes recorded on the code before the split.
+
+    A deliberate change to the phantom (rates, phrases, rendering) changes these; record the new hashes then.
+    """
+    import hashlib
+
+    ann = synthesize(tmp_path, PhantomConfig(n=12, seed=7, image_size=48))
+    assert hashlib.sha256(ann.read_bytes()).hexdigest() == (
+        "d32adf4103566118fd97e7e536e7fb4fe94f2eac13a0f9bbdf4ea128063c8511"
+    )
+    pixels = hashlib.sha256()
+    for k, case in enumerate(_pinned_cases()):
+        pixels.update(draw_image(case, np.random.default_rng([11, k]), 64).tobytes())
+    assert pixels.hexdigest() == "a2466e06d36c3baf1121b39630f915077f8edc9963dc87e2c6ad153aa863ed74"

@@ -349,3 +349,21 @@ def test_real_architecture_builds():
     assert out.shape == (1, NUM_OBSERVATIONS)
     assert sum(p.numel() for p in model.parameters()) > 80_000_000  # ViT-B/16
     assert time.perf_counter() - start < 30
+
+
+def test_saved_files_keep_their_bytes(tmp_path: Path):
+    """The files are written through harness.records now; their bytes are what safetensors' own file writer and
+    an unsorted indented json.dump gave before (readers and hashes of classifier folders rely on them)."""
+    from safetensors.torch import save_file
+
+    cfg = tiny_cfg(epochs=1)
+    model = build_classifier(cfg)
+    thresholds = np.linspace(0.11, 0.87, NUM_OBSERVATIONS)
+    save_classifier(model, cfg, thresholds, tmp_path / "clf")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "direct.safetensors"))
+    assert (tmp_path / "clf" / WEIGHTS_FILE).read_bytes() == (tmp_path / "direct.safetensors").read_bytes()
+    text = (tmp_path / "clf" / META_FILE).read_text(encoding="utf-8")
+    assert text.startswith('{\n  "format_version": 1,\n  "config": {\n    "arch": "tiny_vit",')
+    assert text.endswith("]\n}\n")
+    assert json.loads(text)["thresholds"] == [float(t) for t in thresholds]
+    assert not [p.name for p in (tmp_path / "clf").iterdir() if p.name.endswith(".tmp")]

@@ -1,0 +1,78 @@
+"""Writing the phantom set: per-sample generators, one annotation item + image each, the R2Gen-format folder."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from harness.constants import OBSERVATIONS
+from harness.data.phantom.case import sample_case
+from harness.data.phantom.config import PhantomConfig
+from harness.data.phantom.render import draw_image
+from harness.data.phantom.report import compose_report
+from harness.records import atomic_write_bytes
+
+
+def split_counts(n: int, fractions: tuple[float, float, float]) -> tuple[int, int, int]:
+    """Train/val/test sizes: val and test rounded from their fractions, train takes the rest."""
+    val, test = round(n * fractions[1]), round(n * fractions[2])
+    return n - val - test, val, test
+
+
+def _sample_generators(seed: int, index: int) -> list[np.random.Generator]:
+    return [np.random.default_rng(s) for s in np.random.SeedSequence([seed, index]).spawn(3)]
+
+
+def generate_item(cfg: PhantomConfig, index: int) -> tuple[dict, np.ndarray]:
+    """Annotation item and image for sample ``index`` (independent of ``cfg.n``)."""
+    case_rng, report_rng, image_rng = _sample_generators(cfg.seed, index)
+    case = sample_case(case_rng, cfg)
+    report = compose_report(case, report_rng, cfg)
+    present = case.present
+    item_id = f"{cfg.id_prefix}_{index:05d}"
+    item = {
+        "id": item_id,
+        "report": report.text,
+        "image_path": [f"images/{item_id}.png"],
+        "labels": report.labels,
+        "categories": [name for name, flag in zip(OBSERVATIONS, present, strict=True) if flag],
+        "present": [int(v) for v in present],
+        "attributes": case.attributes(),
+    }
+    return item, draw_image(case, image_rng, cfg.image_size)
+
+
+def _png_bytes(image: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image, mode="L").save(buffer, format="PNG", compress_level=6, optimize=False)
+    return buffer.getvalue()
+
+
+def synthesize(out_dir: str | os.PathLike, cfg: PhantomConfig | None = None) -> Path:
+    """Write ``out_dir/annotation.json`` (R2Gen format) and ``out_dir/images/<id>.png``; return the json path.
+
+    Byte-identical for the same config on the same platform. The annotation is written last and atomically,
+    so a present annotation.json always describes a complete set of images.
+    """
+    cfg = cfg or PhantomConfig()
+    out = Path(out_dir)
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    counts = split_counts(cfg.n, cfg.split_fractions)
+    names = ("train", "val", "test")
+    splits: dict[str, list[dict]] = {name: [] for name in names}
+    bounds = np.cumsum(counts)
+    bar = tqdm(range(cfg.n), desc="phantom", unit="img", disable=not sys.stderr.isatty())
+    for index in bar:
+        item, image = generate_item(cfg, index)
+        atomic_write_bytes(out / item["image_path"][0], _png_bytes(image))
+        splits[names[int(np.searchsorted(bounds, index, side="right"))]].append(item)
+    path = out / "annotation.json"
+    atomic_write_bytes(path, (json.dumps(splits, sort_keys=True, indent=2) + "\n").encode("utf-8"))
+    return path

@@ -1,0 +1,160 @@
+"""Training the classifier (AdamW + BCE, best epoch by validation loss) and predicting probabilities."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from harness.constants import NUM_OBSERVATIONS
+from harness.models.classifier.config import ClassifierConfig
+
+# The package's name, so log records keep the logger name they had before the module was split.
+logger = logging.getLogger(__package__)
+
+class _Pairs(torch.utils.data.Dataset):
+    """(image, target) pairs from an image Dataset and a target tensor (TensorDataset needs two tensors)."""
+
+    def __init__(self, x, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _autocast(cfg: ClassifierConfig, device: torch.device) -> Any:
+    enabled = cfg.amp_bf16 and device.type == "cuda"
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+@torch.no_grad()
+def _mean_bce(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: ClassifierConfig) -> float:
+    device = _device_of(model)
+    step = cfg.micro_batch_size or cfg.batch_size
+    total = 0.0
+    for start in range(0, len(x), step):
+        xb = x[start:start + step].to(device)
+        yb = y[start:start + step].to(device, dtype=torch.float32)
+        with _autocast(cfg, device):
+            logits = model(xb)
+        total += nn.functional.binary_cross_entropy_with_logits(logits.float(), yb, reduction="sum").item()
+    return total / max(1, y.numel())
+
+
+def train_classifier(
+    model: nn.Module,
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    val_x: torch.Tensor | None,
+    val_y: torch.Tensor | None,
+    cfg: ClassifierConfig,
+    on_epoch: Callable[[int, float, float | None], None] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train with AdamW + BCE-with-logits (mean over samples x classes); keep the best epoch by val loss.
+
+    `train_x` / `val_x` are preprocessed images [N, 3, H, W]; `train_y` / `val_y` are binary targets [N, 14]
+    (see `classifier_targets`). Shuffling uses a generator seeded with `cfg.seed`, so two runs from the same
+    initial weights give the same weights. The model is trained on the device it is on (tensors are moved
+    batch by batch). `on_epoch(epoch, train_loss, val_loss)` is called after each epoch (epoch counts from 1).
+    At the end, the weights of the best epoch (lowest val loss; the last epoch without validation data) are
+    restored and the model is left in eval mode.
+
+    Returns {"train_loss": [...], "val_loss": [...], "best_epoch": int, "best_val_loss": float | None}.
+    """
+    from torch.utils.data import DataLoader, TensorDataset
+    from tqdm.auto import tqdm
+
+    if len(train_x) != len(train_y):
+        raise ValueError(f"train_x has {len(train_x)} rows but train_y has {len(train_y)}")
+    if (val_x is None) != (val_y is None):
+        raise ValueError("give both val_x and val_y, or neither")
+    if val_x is not None and val_y is not None and len(val_x) != len(val_y):
+        raise ValueError(f"val_x has {len(val_x)} rows but val_y has {len(val_y)}")
+
+    device = _device_of(model)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    # A tensor of images, or a Dataset that decodes them on demand (harness/data/streaming.py), in workers
+    # when cfg.num_workers > 0, into pinned memory when training on a GPU.
+    pairs = TensorDataset(train_x, train_y.float()) if torch.is_tensor(train_x) else _Pairs(train_x, train_y.float())
+    loader = DataLoader(pairs, batch_size=cfg.batch_size, shuffle=True, generator=generator,
+                        num_workers=cfg.num_workers, drop_last=False, pin_memory=device.type == "cuda")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, betas=(0.9, cfg.adam_beta2),
+                                  weight_decay=cfg.weight_decay)
+    # Summed per micro-batch and divided by the whole batch's element count: the mean over the batch.
+    criterion = nn.BCEWithLogitsLoss(reduction="sum")
+
+    history: dict[str, Any] = {"train_loss": [], "val_loss": [], "best_epoch": 0, "best_val_loss": None}
+    best_state: dict[str, torch.Tensor] | None = None
+    best_loss = float("inf")
+    for epoch in range(1, cfg.epochs + 1):
+        model.train()
+        seen, total = 0, 0.0
+        bar = tqdm(loader, desc=f"classifier epoch {epoch}/{cfg.epochs}", disable=not progress, leave=False)
+        for xb, yb in bar:
+            optimizer.zero_grad(set_to_none=True)
+            denom = yb.numel()
+            chunk = cfg.micro_batch_size or len(xb)
+            batch_loss = 0.0
+            # Gradient accumulation over micro-batches gives the same update as the whole batch at once.
+            for start in range(0, len(xb), chunk):
+                xc = xb[start:start + chunk].to(device, non_blocking=True)
+                yc = yb[start:start + chunk].to(device, non_blocking=True)
+                with _autocast(cfg, device):
+                    logits = model(xc)
+                loss = criterion(logits.float(), yc) / denom
+                loss.backward()
+                batch_loss += loss.item()
+            optimizer.step()
+            seen += len(xb)
+            total += batch_loss * len(xb)
+            bar.set_postfix(loss=f"{batch_loss:.4f}")
+        train_loss = total / max(1, seen)
+        model.eval()
+        val_loss = _mean_bce(model, val_x, val_y, cfg) if val_x is not None and val_y is not None else None
+        history["train_loss"].append(train_loss)
+        history["val_loss"].append(val_loss)
+        # Without validation data the "best" epoch is simply the last one.
+        score = val_loss if val_loss is not None else -float(epoch)
+        if score < best_loss:
+            best_loss = score
+            history["best_epoch"] = epoch
+            history["best_val_loss"] = val_loss
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        logger.info("classifier epoch %d: train loss %.5f, val loss %s", epoch, train_loss,
+                    "n/a" if val_loss is None else f"{val_loss:.5f}")
+        if on_epoch is not None:
+            on_epoch(epoch, train_loss, val_loss)
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def predict_proba(model: nn.Module, x: torch.Tensor, batch_size: int = 256) -> np.ndarray:
+    """Sigmoid probabilities [N, 14] (float64) in eval mode without gradients; restores the previous mode."""
+    was_training = model.training
+    model.eval()
+    device = _device_of(model)
+    out = []
+    try:
+        for start in range(0, len(x), batch_size):
+            out.append(torch.sigmoid(model(x[start:start + batch_size].to(device)).float()).cpu())
+    finally:
+        model.train(was_training)
+    if not out:
+        return np.zeros((0, NUM_OBSERVATIONS))
+    return torch.cat(out).double().numpy()

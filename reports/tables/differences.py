@@ -1,0 +1,67 @@
+"""The differences table: arm - reference per metric with interval, p, Holm-adjusted p and the flag."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from reports.experiment import Experiment
+from reports.stats import ALPHA
+from reports.tables.cells import fmt_p, md_table, tests_used
+from reports.tables.frame import (
+    NOISE_MARK,
+    TableSpec,
+)
+
+
+def differences_rows(df: pd.DataFrame, digits: int = 4) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): arm - reference per metric as `diff [lo, hi] p=… pH=… ≈`."""
+    sub = df[df.reference_arm.notna() & (df.arm != df.reference_arm)]
+    metrics = list(dict.fromkeys(df.metric))
+    header = ["Arm", "n paired (seeds)", "n reports"] + [df[df.metric == m].column.iloc[0] for m in metrics]
+    rows = []
+    for arm in dict.fromkeys(sub.arm):
+        a = sub[sub.arm == arm].set_index("metric")
+        cells = []
+        for m in metrics:
+            r = a.loc[m]
+            if str(r.test).startswith("refused"):
+                cells.append("refused")
+                continue
+            if r.n_paired == 0:
+                cells.append("–")
+                continue
+            c = f"{r['diff']:+.{digits}f}"
+            if math.isfinite(r.diff_lo):
+                c += f" [{r.diff_lo:+.{digits}f}, {r.diff_hi:+.{digits}f}]"
+            if math.isfinite(r.p_value):
+                c += f" p={fmt_p(r.p_value)} pH={fmt_p(r.p_holm)}"
+            c += f" {NOISE_MARK}" if r.within_noise is True else (" (no test)" if r.within_noise is None else "")
+            cells.append(c)
+        n_rep = int(a.n_reports.max())
+        rows.append([a.label.iloc[0], str(int(a.n_paired.max())), str(n_rep) if n_rep else "–"] + cells)
+    return header, rows
+
+
+DIFFERENCES_NOTE = (f"Cells: difference arm - reference [95% interval] p = two-sided p-value, pH = the same after "
+                    f"Holm-Bonferroni over every comparison of the table; {NOISE_MARK}: pH >= {ALPHA} (within "
+                    f"noise). Over >= 2 shared seeds: mean paired difference, t-interval, paired t-test (sign-flip "
+                    f"permutation when all differences are equal). Over one shared seed: full-set difference, "
+                    f"percentile interval and shifted-null p of the paired bootstrap over test reports (same "
+                    f"resampled report ids for both arms, corpus metrics recomputed per resample; METEOR as the "
+                    f"mean of its segment scores, CIDEr with the full set's document frequencies). (no test): one "
+                    f"shared seed and no per-report outputs. refused: the two arms' test models were chosen by "
+                    f"different rl.select rules or decoded with different settings (reports/protocol.py).")
+
+
+def differences_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> str:
+    if not exp.reference_arm or df.reference_arm.isna().all():
+        return ""
+    header, rows = differences_rows(df, spec.digits)
+    if not rows:
+        return ""
+    tests = tests_used(df)
+    text = [f"### Differences to the reference arm `{exp.reference_arm}`\n", md_table(header, rows), "",
+            f"- {DIFFERENCES_NOTE} Tests used: {'; '.join(tests) or 'none'}."]
+    return "\n".join(text) + "\n"
