@@ -571,7 +571,9 @@ def evaluate_final(cfg: RunConfig, model_dir: str | None, progress: bool = False
     return evaluate_model(cfg, model_dir, "test", run=RunDir(out), label="final", progress=progress)
 
 
-def _resolve_function(spec: str) -> Callable:
+def _resolve_function(spec: str | Callable) -> Callable:
+    if callable(spec):  # a function object (in-process runs only: workers = 1, e.g. a search's pruning RL stage)
+        return spec
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -681,12 +683,15 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
 def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
                  launcher: str | None = None) -> dict:
     """Run one node; never raises (the error and traceback come back in the result)."""
+    from harness.errors import RunPruned
     from harness.runlock import scope
 
     t0 = time.time()
     try:
         with scope():  # the run folders the stage locked are given back when it ends (workers run many)
             return _execute_node(kind, function, config, model_dir, launcher, t0)
+    except RunPruned as e:  # stopped on purpose by a validation callback: recorded as pruned, not failed
+        return {"ok": False, "pruned": e.reason, "error": None, "elapsed_s": time.time() - t0}
     except Exception as e:  # noqa: BLE001 - recorded in the index; other arms go on
         return {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
                 "elapsed_s": time.time() - t0}
@@ -768,6 +773,8 @@ def _run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
     for n in [plan.nodes[d] for d in sorted(supports)] + chain:
         if n.status == "failed":
             return "failed", f"stage {n.kind}: {n.error}", n.kind
+        if n.status == "pruned":
+            return "pruned", f"stage {n.kind} pruned: {n.error}", n.kind
     if any(n.status == "running" for n in chain):
         return "running", None, None
     return "pending", None, None
@@ -775,7 +782,7 @@ def _run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
 
 def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None = None) -> dict:
     study = plan.study
-    runs, summary = [], {"complete": 0, "failed": 0, "pending": 0, "running": 0}
+    runs, summary = [], {"complete": 0, "failed": 0, "pending": 0, "running": 0, "pruned": 0}
     for (arm, seed), rp in plan.runs.items():
         status, error, failed_stage = _run_status(plan, rp)
         summary[status] += 1
@@ -787,7 +794,7 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
             if stage in rp.init_from:
                 stages[stage]["init_from"] = rp.init_from[stage]
             if n.error:
-                stages[stage]["error"] = n.error
+                stages[stage]["pruned" if n.status == "pruned" else "error"] = n.error
         ev = plan.nodes[rp.eval_node]
         info = run_info.get((arm, seed), {})
         if rp.analysis_node:
@@ -830,7 +837,7 @@ class ExperimentResult:
 
 def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, workers: int = 2,
                    seeds: list[int] | None = None, arms: list[str] | None = None,
-                   functions: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
+                   functions: dict[str, str | Callable] | None = None, log: Callable[[str], None] | None = None,
                    argv: list[str] | None = None, launcher: str | None = None,
                    stages_dir: str | Path | None = None, wait_for_locks: bool = False) -> ExperimentResult:
     """Run the selected arms x seeds of a study (all by default); see the module docstring.
@@ -892,7 +899,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
         for k in sorted(pending_runs):
             rp = plan.runs[k]
             status, error, _ = _run_status(plan, rp)
-            if status not in ("complete", "failed"):
+            if status not in ("complete", "failed", "pruned"):
                 continue
             pending_runs.discard(k)
             done_count[0] += 1
@@ -903,6 +910,8 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                 scores = read_json(plan.nodes[rp.eval_node].run_dir / "metrics.json")
                 tail = "; test " + ", ".join(f"{m} {scores[m]:.4f}" for m in ("BLEU_4", "ROUGE_L", "ce_micro_f1")
                                              if isinstance(scores.get(m), int | float))
+            elif status == "pruned":
+                tail = f"; {error}"
             else:
                 tail = f"; {error}"
                 tb = "\n\n".join(plan.nodes[i].traceback for i in (*rp.stages.values(), rp.eval_node)
@@ -928,8 +937,9 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
             for nid in list(remaining):
                 node = plan.nodes[nid]
                 dep_status = [plan.nodes[d].status for d in node.deps]
-                if any(s in ("failed", "skipped") for s in dep_status):
-                    bad = next(plan.nodes[d] for d in node.deps if plan.nodes[d].status in ("failed", "skipped"))
+                if any(s in ("failed", "skipped", "pruned") for s in dep_status):
+                    bad = next(plan.nodes[d] for d in node.deps
+                               if plan.nodes[d].status in ("failed", "skipped", "pruned"))
                     node.status, node.error = "skipped", f"needs {bad.kind} run {bad.key}, which did not finish"
                     remaining.remove(nid)
                     progressed = True
@@ -1003,6 +1013,8 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                     f"({_node_label(node)}) in {res.get('elapsed_s') or 0:.0f}s")
                 if res["ok"]:
                     node.status = "complete"
+                elif res.get("pruned"):
+                    node.status, node.error = "pruned", res["pruned"]
                 else:
                     node.status, node.error, node.traceback = "failed", res["error"], res.get("traceback")
             if broken:

@@ -27,7 +27,8 @@ of an ordinary experiment (harness/experiments.py) in the search's output folder
 - `<out>/search.json` (format `regbench.search/1`) lists every trial with its values, objective, per-seed
   values, state and arm, and the best trial; `<out>/index.json` is the experiment index of all trial arms, so
   `regbench report` works on a search folder too. `regbench search report OUT` draws the Optuna plots;
-- optional median pruning stops a trial at an RL validation (through the trainer's validation hooks);
+- optional median pruning stops a trial at an RL validation (a validation callback bound to the RL stage
+  raises RunPruned; the runner records the stage as pruned);
   `parallel_trials` runs several trials at once; `run_confirmation` (`regbench search confirm`) reruns the
   best trials and the preset's values over several seeds, the step that turns a one-seed ranking into a claim.
 
@@ -39,6 +40,7 @@ trials every time, and a resumed one goes on as the uninterrupted one would have
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import time
@@ -49,11 +51,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError
+from harness.errors import RunPruned
 from harness.experiments import (
+    DEFAULT_FUNCTIONS,
     NAME_PATTERN,
     STAGES,
     Arm,
     Study,
+    _resolve_function,
     check_overrides,
     check_pipeline,
     check_seeds,
@@ -62,7 +67,7 @@ from harness.experiments import (
     run_experiment,
     yaml_scalar,
 )
-from harness.grpo import trainer as trainer_module
+from harness.grpo.validation import ValidationCallback, ValidationEvent
 from harness.records import atomic_write_json, read_json, read_jsonl
 from harness.search_storage import HEARTBEAT, Heartbeat, fail_stale, heartbeats, retried_numbers, stamp, storage_url
 
@@ -544,21 +549,25 @@ def _check_same_search(study, search: Search, url: str) -> None:
                           "or --storage")
 
 
-PRUNED_MARK = "TrialPruned"
+def _pruning_hook(trial) -> ValidationCallback:
+    """A trainer validation callback: report the score as the trial's intermediate value; stop the run
+    (RunPruned, recorded by the runner as a pruned stage) if Optuna prunes."""
 
-
-def _pruning_hook(trial):
-    """A trainer validation hook: report the score as the trial's intermediate value; stop if Optuna prunes."""
-    import optuna
-
-    def hook(step: int, score: float) -> None:
+    def hook(event: ValidationEvent) -> None:
+        step, score = event.step, event.score
         if step == 0:  # the starting policy, the same in every trial (and it would count as "best so far")
             return
         trial.report(score, step)
         if trial.should_prune():
-            raise optuna.TrialPruned(f"at RL step {step}, validation score {score:.4f} is below the median of "
-                                     "earlier trials at that step")
+            raise RunPruned(f"at RL step {step}, validation score {score:.4f} is below the median of "
+                            "earlier trials at that step", step, score)
     return hook
+
+
+def _with_validation_callback(functions: dict | None, hook: ValidationCallback) -> dict:
+    """`functions` with the RL stage bound to `hook` (in-process runs only: pruning needs workers = 1)."""
+    rl = _resolve_function({**DEFAULT_FUNCTIONS, **(functions or {})}["rl"])
+    return {**(functions or {}), "rl": functools.partial(rl, on_validation=[hook])}
 
 
 def _finished(study) -> list:
@@ -713,18 +722,12 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
             write_summary()
             continue
         t0 = time.time()
-        hook = _pruning_hook(batch[0][0]) if pruning else None
-        if hook:
-            trainer_module.VALIDATION_HOOKS.append(hook)
-        try:
-            with heartbeats(store, [tid for _, _, tid in batch], heartbeat.interval):
-                result = run_experiment(experiment_study(search, arms_so_far()), out,
-                                        workers=max(workers, len(batch)) if len(batch) > 1 else workers,
-                                        arms=[arm.name for _, arm, _ in batch], functions=functions, log=log,
-                                        argv=argv, launcher=launcher, stages_dir=stages_dir, wait_for_locks=True)
-        finally:
-            if hook:
-                trainer_module.VALIDATION_HOOKS.remove(hook)
+        fns = _with_validation_callback(functions, _pruning_hook(batch[0][0])) if pruning else functions
+        with heartbeats(store, [tid for _, _, tid in batch], heartbeat.interval):
+            result = run_experiment(experiment_study(search, arms_so_far()), out,
+                                    workers=max(workers, len(batch)) if len(batch) > 1 else workers,
+                                    arms=[arm.name for _, arm, _ in batch], functions=fns, log=log,
+                                    argv=argv, launcher=launcher, stages_dir=stages_dir, wait_for_locks=True)
         for trial, arm, _ in batch:
             outcome = _tell(search, study, trial, [r for r in result.index["runs"] if r["arm"] == arm.name], out)
             if outcome.startswith("failed"):
@@ -761,6 +764,12 @@ def _tell(search: Search, study, trial, runs: list[dict], out: Path) -> str:
     """Tell Optuna how a trial's runs (its rows of the experiment index) went; a line for the log."""
     from optuna.trial import TrialState
 
+    pruned = [r for r in runs if r["status"] == "pruned"]
+    if pruned:  # the runner's structured record of a RunPruned (see _pruning_hook)
+        why = pruned[0]["stages"][pruned[0]["failed_stage"]]["pruned"]
+        trial.set_user_attr("pruned", why)
+        study.tell(trial, state=TrialState.PRUNED)
+        return f"pruned {why}"
     failed = [r for r in runs if r["status"] != "complete"]
     per_seed, error = {}, None
     if failed:
@@ -772,11 +781,6 @@ def _tell(search: Search, study, trial, runs: list[dict], out: Path) -> str:
             error = f"objective: {e}"
     if not error and not all(math.isfinite(v) for v in per_seed.values()):
         error = f"objective {search.objective.metric} is not a number: {per_seed} (a diverged run?)"
-    if error and PRUNED_MARK in error:
-        why = error.split(PRUNED_MARK, 1)[1].strip(": ")
-        trial.set_user_attr("pruned", why)
-        study.tell(trial, state=TrialState.PRUNED)
-        return f"pruned {why}"
     if error:
         trial.set_user_attr("error", error)
         study.tell(trial, state=TrialState.FAIL)
