@@ -80,9 +80,9 @@ def cmd_train(ns) -> int:
     cfg = _cfg(ns, "warmup" if ns.stage == "pretrain" else ns.stage)
     progress = not ns.no_progress
     if ns.stage == "pretrain":
-        from harness.stages.pretrain import pretrain_tiny_base
+        from harness.stages.pretrain import build_base
 
-        out = pretrain_tiny_base(cfg, progress=progress)
+        out = build_base(cfg, progress=progress)
     elif ns.stage == "warmup":
         from harness.stages.warmup import run_warmup
 
