@@ -139,8 +139,11 @@ def cmd_doctor(ns) -> int:
 
 def cmd_demo(ns) -> int:
     from harness.demo import run_demo
+    from reports.build import build_report
 
     run_demo(Path(ns.out), progress=not ns.no_progress, workers=ns.workers)
+    print("[demo] building the report", flush=True)
+    print(f"report: {build_report(Path(ns.out))}")
     return 0
 
 

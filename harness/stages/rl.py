@@ -16,13 +16,13 @@ from harness.decoding import generate_reports, greedy_settings
 from harness.distributed import Dist
 from harness.evaluation import findings_scores, nlg_scores
 from harness.grpo.trainer import GRPOTrainer
+from harness.grpo.val_drift import kl_summary, kl_to_snapshot
 from harness.grpo.validation import ValidationCallback, ValidationEvent
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.prompts import PromptSet, prompt_set
 from harness.snapshots import SnapshotStore
 from harness.stages.loading import begin_stage
-from harness.stages.val_drift import kl_summary, kl_to_snapshot
 
 
 def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None = None,
@@ -30,7 +30,7 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
     """validate(model) -> scores of greedy reports on `val`, decoded exactly as the test split is (the generation
     config). Data-parallel: each process decodes its share, rank 0 scores the whole set and every process gets
     the same scores (so "best" and VAPR decide the same way everywhere). `gold_labels` / `start`: see
-    score_validation and harness/stages/val_drift.py (KL to `start`'s snapshot "start" on the greedy reports)."""
+    score_validation and harness/grpo/val_drift.py (KL to `start`'s snapshot "start" on the greedy reports)."""
     dist = dist or Dist()
     mine = list(range(len(val)))[dist.rank::dist.world]
     temperature = cfg.rl.logprob_temperature if cfg.rl.logprob_temperature is not None else cfg.rl.temperature
