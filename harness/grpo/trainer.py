@@ -91,7 +91,7 @@ class GRPOTrainer:
         self.scheduler = make_scheduler(self.optimizer, train_cfg, self.total_steps)
         self.weighter = None
         if rl.token_weighting != "none":
-            from harness.grpo.token_weighting import TokenWeighter
+            from harness.grpo.token_weighter import TokenWeighter
 
             self.weighter = TokenWeighter(rl.token_weighting, processor.tokenizer, train.references,
                                           rl.token_weight_boost, rl.token_weight_max, rl.logprob_chunk_positions)
