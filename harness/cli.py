@@ -193,7 +193,8 @@ def cmd_search(ns) -> int:
 
             print(f"report: {build_report(result.index_path.parent)}")
         return 0 if result.ok else 1
-    from harness.search import load_search, run_search
+    from harness.search import run_search
+    from harness.search_file import load_search
 
     search = load_search(ns.file, preset=ns.preset, sets=ns.set)
     out = Path(ns.out) if ns.out else Path("runs") / f"{search.name}-{search.preset}"

@@ -1,4 +1,4 @@
-"""Optuna searches (harness/search.py): the search files, trials as arms, objectives, resuming.
+"""Optuna searches (harness/search.py, harness/search_*.py): search files, trials as arms, objectives, resuming.
 
 Running uses fake stage functions: the fake RL stage writes validation rows whose scores are a known function
 of the trial's values, so the objective of every trial can be checked exactly. One test runs a real 2-trial
@@ -20,15 +20,11 @@ from harness.cli import main
 from harness.config import ConfigError
 from harness.experiments import resolve_config
 from harness.records import atomic_write_json, read_json
-from harness.search import (
-    experiment_study,
-    load_search,
-    objective_from_evals,
-    open_study,
-    run_search,
-    suggest,
-    trial_arm,
-)
+from harness.search import run_search
+from harness.search_file import experiment_study, load_search, trial_arm
+from harness.search_objective import objective_from_evals
+from harness.search_optuna import open_study
+from harness.search_space import suggest
 from harness.search_storage import DRIVER_ATTR
 from tests.harness.test_experiments import FAKES, TINY_PRESET, _record
 from tests.tiny_sizes import TINY
@@ -171,7 +167,7 @@ def test_validation_objective_needs_an_rl_stage(tmp_path):
 
 
 def test_val_selected_reads_the_saved_policys_score(tmp_path):
-    from harness.search import run_objective
+    from harness.search_objective import run_objective
 
     (tmp_path / "rl").mkdir()
     atomic_write_json(tmp_path / "rl" / "metrics.json", {"selected_score": 0.42, "selected_step": 20})
