@@ -782,10 +782,10 @@ def _run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
 
 def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None = None) -> dict:
     study = plan.study
-    runs, summary = [], {"complete": 0, "failed": 0, "pending": 0, "running": 0, "pruned": 0}
+    runs, summary = [], {"complete": 0, "failed": 0, "pending": 0, "running": 0}
     for (arm, seed), rp in plan.runs.items():
         status, error, failed_stage = _run_status(plan, rp)
-        summary[status] += 1
+        summary[status] = summary.get(status, 0) + 1  # "pruned" only where a search pruned a run
         stages = {}
         for stage, nid in rp.stages.items():
             n = plan.nodes[nid]
