@@ -80,9 +80,9 @@ def cmd_train(ns) -> int:
     cfg = _cfg(ns, "warmup" if ns.stage == "pretrain" else ns.stage)
     progress = not ns.no_progress
     if ns.stage == "pretrain":
-        from harness.stages.pretrain import pretrain_tiny_base
+        from harness.stages.pretrain import build_base
 
-        out = pretrain_tiny_base(cfg, progress=progress)
+        out = build_base(cfg, progress=progress)
     elif ns.stage == "warmup":
         from harness.stages.warmup import run_warmup
 
@@ -139,8 +139,11 @@ def cmd_doctor(ns) -> int:
 
 def cmd_demo(ns) -> int:
     from harness.demo import run_demo
+    from reports.build import build_report
 
     run_demo(Path(ns.out), progress=not ns.no_progress, workers=ns.workers)
+    print("[demo] building the report", flush=True)
+    print(f"report: {build_report(Path(ns.out))}")
     return 0
 
 
@@ -190,7 +193,8 @@ def cmd_search(ns) -> int:
 
             print(f"report: {build_report(result.index_path.parent)}")
         return 0 if result.ok else 1
-    from harness.search import load_search, run_search
+    from harness.search import run_search
+    from harness.search_file import load_search
 
     search = load_search(ns.file, preset=ns.preset, sets=ns.set)
     out = Path(ns.out) if ns.out else Path("runs") / f"{search.name}-{search.preset}"

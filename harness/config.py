@@ -250,7 +250,7 @@ class RLConfig:
     val_max_samples: int | None = None
     # Write sampled candidates with rewards/advantages/betas to samples.jsonl every k steps (0 = never).
     samples_every: int = 10
-    # DiTPO-style token weighting of the advantages (rewards/token_weights.py): none | tfidf | gradient.
+    # DiTPO-style token weighting of the advantages (rewards/ditpo_weights.py): none | tfidf | gradient.
     token_weighting: str = "none"
     token_weight_boost: float = 2.0
     token_weight_max: float | None = None

@@ -6,8 +6,8 @@ stage 0 (tiny base, cached per machine) -> stage 1 warm-up -> classifier -> stag
 model, each evaluated on the test split, and the Supp. A records of the RER + VAPR arm (the study's `analyses`);
 then it evaluates the base, warm-up and SFT models too, prints one table (per stage and
 per RL arm: BLEU-1..4, METEOR, ROUGE-L, findings against the synthetic ground truth) and each arm's reward
-curve summary, and builds the report. Everything lands in one folder (default runs/demo); the last line
-names the report page.
+curve summary into results.md. Everything lands in one folder (default runs/demo). The report (reports/) is
+built afterwards by `regbench demo` in harness/cli.py: only the CLI imports reports/.
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ def reward_curve_summary(run: RunDir, window: int = 5) -> str:
 
 
 def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
+    """Run the demo study and write its table; returns results.md (the caller builds the report)."""
     from harness.experiments import load_study, resolve_config, run_experiment
     from harness.stages.evaluate import evaluate_model
     from harness.stages.loading import base_path
-    from reports.build import build_report
 
     if not DEMO_STUDY.is_file():
         raise FileNotFoundError(f"{DEMO_STUDY}: the demo study is missing (run the demo from a source checkout)")
@@ -95,8 +95,6 @@ def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
         curves.append(f"- {arm.label}: {reward_curve_summary(RunDir(rl_dir))}")
     table = format_table(rows)
     curve_text = "RL reward curves (BLEU-4 reward):\n" + "\n".join(curves)
-    print("[demo] building the report", flush=True)
-    page = build_report(out)
     total = time.time() - t0
     n = rows[0][1].get("n")
     text = (f"# regbench demo (tiny preset, synthetic test split, n = {n}, seed {seed})\n\n{table}\n\n"
@@ -107,5 +105,4 @@ def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
     print()
     print(curve_text)
     print(f"\nwall time {total:.0f}s; table in {out / 'results.md'}; run records under {out}/")
-    print(f"report: {page}")
-    return page
+    return out / "results.md"

@@ -4,7 +4,7 @@ NLG (`nlg_scores`): BLEU-1..4 (corpus BLEU, "closest" reference length), METEOR 
 computed by pycocoevalcap's own scorers. BLEU, ROUGE-L and CIDEr see the raw strings, exactly as the standard
 (R2Gen-style) evaluation passes them, so they equal pycocoevalcap's numbers on the same texts (ROUGE-L splits on
 single spaces, so double spaces and tabs change it; BLEU and CIDEr split on any whitespace). Only METEOR's input
-is normalised (`normalize_report`), because its Java pipe breaks on what the raw text may hold:
+is normalised (`meteor_safe_text`), because its Java pipe breaks on what the raw text may hold:
 - every `|||` becomes a space: it is METEOR's field separator and would desynchronise its stdin/stdout pipe;
 - all whitespace runs (newlines, tabs, Unicode spaces) collapse to one space, ends stripped: METEOR reads one
   line per segment;
@@ -44,7 +44,7 @@ _METEOR_SEPARATOR = "|||"
 # --------------------------------------------------------------------------------------------------- NLG
 
 
-def normalize_report(text: str) -> str:
+def meteor_safe_text(text: str) -> str:
     """Text as METEOR sees it: no `|||`, whitespace collapsed to single spaces, stripped."""
     if not isinstance(text, str):
         raise TypeError(f"reports must be strings, got {type(text).__name__}")
@@ -144,8 +144,8 @@ def _prepare(refs: Mapping[str, str], hyps: Mapping[str, str]) -> tuple[dict, di
 
 
 def _normalized(texts: dict) -> dict:
-    """METEOR's copy of a pycocoevalcap input dict (see `normalize_report`)."""
-    return {key: [normalize_report(text) for text in values] for key, values in texts.items()}
+    """METEOR's copy of a pycocoevalcap input dict (see `meteor_safe_text`)."""
+    return {key: [meteor_safe_text(text) for text in values] for key, values in texts.items()}
 
 
 def _bleu(gts: dict, res: dict) -> dict[str, float]:

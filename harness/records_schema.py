@@ -13,6 +13,7 @@ from __future__ import annotations
 INDEX_FILE = "index.json"
 INDEX_FORMAT = "regbench.experiment-index/1"
 RUN_STATUSES = ("complete", "failed", "pending", "running")  # a run's status, counted in the index's summary
+PRUNED = "pruned"  # a run a search stopped on purpose; counted in the summary only where one was
 
 
 class IndexKey:
@@ -75,6 +76,7 @@ class StageKey:
     SHARED_BY = "shared_by"        # the arms of this seed that use the same stage run
     INIT_FROM = "init_from"        # model stages: the stage it starts from (null: the base model)
     ERROR = "error"
+    PRUNED = "pruned"              # why a validation callback stopped this stage (a search's pruner)
     KINDS = "kinds"                # analysis: the Supp. A record kinds
 
 

@@ -2,7 +2,7 @@
 
 Reads the RL validations of each run (evals.jsonl, split val), which log `proxy_reward` (mean rl.reward of the
 greedy validation reports), `gold_f1` / `gold_exact` (their rule-labeled findings against the ground truth) and
-`kl_start_seq` (KL to the SFT policy, harness/stages/val_drift.py).
+`kl_start_seq` (KL to the SFT policy, harness/grpo/val_drift.py).
 
 - `fig_frontier`: per arm, gold and proxy against sqrt(KL) (Gao et al., 2022, plot their reward-model scores
   against d = sqrt(KL(pi || pi_init))); one point per validation, the line joins the means over seeds.

@@ -89,7 +89,7 @@ def build_search_report(out: str | Path, dest: str | Path | None = None, storage
     from optuna.trial import TrialState
     from optuna.visualization import matplotlib as ovm
 
-    from harness.search import open_study
+    from harness.search_optuna import open_study
 
     out = Path(out)
     summary_path = out / "search.json"

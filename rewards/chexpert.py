@@ -87,7 +87,7 @@ import numpy as np
 
 from harness.constants import NEGATIVE, NUM_OBSERVATIONS, OBSERVATIONS, POSITIVE, UNCERTAIN
 
-__all__ = ["diagnostic_terms", "label_report", "label_reports", "normalize_report"]
+__all__ = ["diagnostic_terms", "label_report", "label_reports", "tokenize_for_labeler"]
 
 _IDX = {name: i for i, name in enumerate(OBSERVATIONS)}
 NF = _IDX["No Finding"]
@@ -115,8 +115,9 @@ _BREAKS = re.compile(r"[.;:!?\n\r]+")
 _NON_WORD = re.compile(r"[^a-z0-9.]+")
 
 
-def normalize_report(text: str) -> str:
-    """Lowercase words separated by single spaces; sentences end with ``" ."``."""
+def tokenize_for_labeler(text: str) -> str:
+    """The text the rule labeler matches: lowercase words separated by single spaces, sentences ending with
+    ``" ."`` (decimal points and word joiners dropped)."""
     text = _JOINERS.sub("", text.lower())
     text = _DECIMAL_DOT.sub("", text)
     text = _BREAKS.sub(" . ", text)
@@ -540,7 +541,7 @@ class _Cues:
 def label_report(report: str) -> np.ndarray:
     """Label one report: float array ``[14]`` (1, 0, -1, nan), see the module docstring."""
     out = np.full(NUM_OBSERVATIONS, np.nan)
-    text = normalize_report(report or "")
+    text = tokenize_for_labeler(report or "")
     if not any(ch.isalpha() for ch in text):
         return out
     mentions: list[tuple[int, int, tuple[Target, ...]]] = []

@@ -13,6 +13,7 @@ from harness.records_schema import (
     ANALYSIS_STAGE,
     INDEX_FORMAT,
     METRICS_FILE,
+    PRUNED,
     RUN_STATUSES,
     IndexKey,
     RunKey,
@@ -38,6 +39,8 @@ def run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
     for n in [plan.nodes[d] for d in sorted(supports)] + chain:
         if n.status == "failed":
             return "failed", f"stage {n.kind}: {n.error}", n.kind
+        if n.status == PRUNED:
+            return PRUNED, f"stage {n.kind} pruned: {n.error}", n.kind
     if any(n.status == "running" for n in chain):
         return "running", None, None
     return "pending", None, None
@@ -49,7 +52,7 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
     runs, summary = [], dict.fromkeys(RUN_STATUSES, 0)
     for (arm, seed), rp in plan.runs.items():
         status, error, failed_stage = run_status(plan, rp)
-        summary[status] += 1
+        summary[status] = summary.get(status, 0) + 1  # PRUNED only where a search pruned a run
         stages = {}
         for stage, nid in rp.stages.items():
             n = plan.nodes[nid]
@@ -59,7 +62,7 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
             if stage in rp.init_from:
                 stages[stage][StageKey.INIT_FROM] = rp.init_from[stage]
             if n.error:
-                stages[stage][StageKey.ERROR] = n.error
+                stages[stage][StageKey.PRUNED if n.status == PRUNED else StageKey.ERROR] = n.error
         ev = plan.nodes[rp.eval_node]
         info = run_info.get((arm, seed), {})
         if rp.analysis_node:

@@ -12,7 +12,7 @@ from harness.config import RunConfig
 #   eval:                     fn(cfg: RunConfig, model_dir: str | None, progress: bool) -> dict of scores
 DEFAULT_FUNCTIONS = {
     "data": "harness.experiments.nodes:prepare_data",
-    "pretrain": "harness.stages.loading:base_path",
+    "pretrain": "harness.stages.pretrain:build_base",
     "warmup": "harness.stages.warmup:run_warmup",
     "classifier": "harness.stages.classifier:run_classifier_training",
     "sft": "harness.stages.sft:run_sft",

@@ -27,6 +27,7 @@ from harness.records_schema import (
     EVAL_MODEL_DIR,
     INDEX_FILE,
     METRICS_FILE,
+    PRUNED,
     IndexKey,
     RunKey,
 )
@@ -48,7 +49,7 @@ class ExperimentResult:
 
 def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, workers: int = 2,
                    seeds: list[int] | None = None, arms: list[str] | None = None,
-                   functions: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
+                   functions: dict[str, str | Callable] | None = None, log: Callable[[str], None] | None = None,
                    argv: list[str] | None = None, launcher: str | None = None,
                    stages_dir: str | Path | None = None, wait_for_locks: bool = False) -> ExperimentResult:
     """Run the selected arms x seeds of a study (all by default); see the package docstring.
@@ -189,9 +190,9 @@ class _ExperimentRun:
         for nid in list(self.remaining):
             node = self.plan.nodes[nid]
             dep_status = [self.plan.nodes[d].status for d in node.deps]
-            if any(s in ("failed", "skipped") for s in dep_status):
+            if any(s in ("failed", "skipped", PRUNED) for s in dep_status):
                 bad = next(self.plan.nodes[d] for d in node.deps
-                           if self.plan.nodes[d].status in ("failed", "skipped"))
+                           if self.plan.nodes[d].status in ("failed", "skipped", PRUNED))
                 node.status, node.error = "skipped", f"needs {bad.kind} run {bad.key}, which did not finish"
                 self.remaining.remove(nid)
                 progressed = True
@@ -256,6 +257,8 @@ class _ExperimentRun:
                  f"{res.get('elapsed_s') or 0:.0f}s")
         if res["ok"]:
             node.status = "complete"
+        elif res.get(PRUNED):
+            node.status, node.error = PRUNED, res[PRUNED]
         else:
             node.status, node.error, node.traceback = "failed", res["error"], res.get("traceback")
         return broken
@@ -275,7 +278,7 @@ class _ExperimentRun:
         for k in sorted(self.pending_runs):
             rp = plan.runs[k]
             status, error, _ = run_status(plan, rp)
-            if status not in ("complete", "failed"):
+            if status not in ("complete", "failed", PRUNED):
                 continue
             self.pending_runs.discard(k)
             self.done_count += 1
@@ -286,6 +289,8 @@ class _ExperimentRun:
                 scores = read_json(plan.nodes[rp.eval_node].run_dir / METRICS_FILE)
                 tail = "; test " + ", ".join(f"{m} {scores[m]:.4f}" for m in ("BLEU_4", "ROUGE_L", "ce_micro_f1")
                                              if isinstance(scores.get(m), int | float))
+            elif status == PRUNED:  # stopped on purpose: no error.txt
+                tail = f"; {error}"
             else:
                 tail = f"; {error}"
                 tb = "\n\n".join(plan.nodes[i].traceback for i in (*rp.stages.values(), rp.eval_node)

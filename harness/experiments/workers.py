@@ -35,7 +35,9 @@ def release_lock(run_dir: Path) -> None:
     release(run_dir)
 
 
-def _resolve_function(spec: str) -> Callable:
+def resolve_function(spec: str | Callable) -> Callable:
+    if callable(spec):  # a function object (in-process runs only: workers = 1, e.g. a search's pruning RL stage)
+        return spec
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -145,12 +147,15 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
 def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
                  launcher: str | None = None) -> dict:
     """Run one node; never raises (the error and traceback come back in the result)."""
+    from harness.errors import RunPruned
     from harness.runlock import scope
 
     t0 = time.time()
     try:
         with scope():  # the run folders the stage locked are given back when it ends (workers run many)
             return _execute_node(kind, function, config, model_dir, launcher, t0)
+    except RunPruned as e:  # stopped on purpose by a validation callback: recorded as pruned, not failed
+        return {"ok": False, "pruned": e.reason, "error": None, "elapsed_s": time.time() - t0}
     except Exception as e:  # noqa: BLE001 - recorded in the index; other arms go on
         return {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
                 "elapsed_s": time.time() - t0}
@@ -162,11 +167,11 @@ def _execute_node(kind: str, function: str, config: dict, model_dir: str | None,
     if launcher and kind in LAUNCHED_STAGES:
         result = str(launch_stage(kind, cfg, launcher))
     elif kind == "eval":
-        result = _resolve_function(function)(cfg, model_dir, progress=False)
+        result = resolve_function(function)(cfg, model_dir, progress=False)
     elif kind == "analysis":  # `config` holds the analysis settings, `model_dir` the RL run directory
-        result = [str(p) for p in _resolve_function(function)(model_dir, **config, progress=False)]
+        result = [str(p) for p in resolve_function(function)(model_dir, **config, progress=False)]
     else:
-        result = str(_resolve_function(function)(cfg, progress=False))
+        result = str(resolve_function(function)(cfg, progress=False))
     return {"ok": True, "result": result, "elapsed_s": time.time() - t0}
 
 

@@ -29,7 +29,7 @@ import math
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +51,7 @@ from harness.grpo.core import (
 )
 from harness.grpo.rollout import Rollout, concat_rollouts, response_logits, sample_rollout
 from harness.grpo.selection import BestTracker
-from harness.grpo.validation import validation_score
+from harness.grpo.validation import ValidationCallback, ValidationEvent, validation_score
 from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
 from harness.records import RunDir
 from harness.schedule import epoch_order, make_scheduler
@@ -59,16 +59,14 @@ from harness.snapshots import SnapshotStore
 from regularizers.registry import reference_from_config, regularizer_from_config
 from rewards.registry import compute_reward
 
-# Called as hook(step, val_score) after every validation (on every process), e.g. by an Optuna search that
-# reports intermediate values and may stop the run by raising (optuna.TrialPruned). Add and remove hooks
-# around a run; they are process-wide.
-VALIDATION_HOOKS: list[Callable[[int, float], None]] = []
-
 
 class GRPOTrainer:
     def __init__(self, model, processor, rl: RLConfig, train_cfg: TrainConfig, run: RunDir, train: PromptSet,
                  val: PromptSet | None, *, seed: int, validate: Callable[[object], dict] | None = None,
-                 progress: bool = True, dist: Dist | None = None):
+                 progress: bool = True, dist: Dist | None = None, on_validation: Sequence[ValidationCallback] = ()):
+        # on_validation: called with a ValidationEvent after every validation (on every process), e.g. by a
+        # search that reports intermediate values; one may end the run by raising harness.errors.RunPruned.
+        self.on_validation = tuple(on_validation)
         self.model, self.processor, self.rl, self.tcfg, self.run = model, processor, rl, train_cfg, run
         self.train_set, self.val_set, self.seed, self.progress = train, val, seed, progress
         self.dist = dist or Dist()
@@ -93,7 +91,7 @@ class GRPOTrainer:
         self.scheduler = make_scheduler(self.optimizer, train_cfg, self.total_steps)
         self.weighter = None
         if rl.token_weighting != "none":
-            from harness.grpo.token_weighting import TokenWeighter
+            from harness.grpo.token_weighter import TokenWeighter
 
             self.weighter = TokenWeighter(rl.token_weighting, processor.tokenizer, train.references,
                                           rl.token_weight_boost, rl.token_weight_max, rl.logprob_chunk_positions)
@@ -401,8 +399,8 @@ class GRPOTrainer:
                "candidate": candidate and (self.step > 0 or self.best.include_start), "improved": improved,
                **self.best.log_stats(), **scores, **(event or {})}
         self.run.log_eval(row)
-        for hook in list(VALIDATION_HOOKS):
-            hook(self.step, score)
+        for callback in self.on_validation:
+            callback(ValidationEvent(self.step, score, row))
         return row
 
     # -- the loop ---------------------------------------------------------------------------------------

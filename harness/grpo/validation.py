@@ -1,8 +1,11 @@
-"""Validation score that picks the best policy for VAPR (REVA-PO Eq. 10 and the official code's variant)."""
+"""Validation score that picks the best policy for VAPR (REVA-PO Eq. 10 and the official code's variant), and the
+event the trainer hands its validation callbacks."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 NLG_KEYS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")
 
@@ -27,3 +30,19 @@ def validation_score(scores: dict, mode: str = "paper", lam: float = 0.1, rg: fl
     else:
         raise ValueError(f"val_score must be 'paper' or 'official', got {mode!r}")
     return value if math.isfinite(value) else float("nan")
+
+
+@dataclass(frozen=True)
+class ValidationEvent:
+    """What the trainer tells its `on_validation` callbacks after each validation (on every process).
+
+    `metrics` is the row written to evals.jsonl (val_score, the NLG scores, best-tracking and reference events).
+    A callback may end the run by raising harness.errors.RunPruned."""
+
+    step: int
+    score: float
+    metrics: dict = field(default_factory=dict)
+
+
+# A callback the trainer calls after every validation.
+ValidationCallback = Callable[[ValidationEvent], None]

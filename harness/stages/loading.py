@@ -15,13 +15,23 @@ from harness.models.presets import get_preset
 
 
 def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
+    """Where the base model of `cfg` is: model.path, the tiny preset's stage-0 folder, or the preset's default.
+    Only finds it: stage 0 is built beforehand as a step of its own (harness.stages.pretrain.build_base), so a
+    missing one is an error saying how to build it. (`progress` is unused; kept for the callers.)"""
     preset = get_preset(cfg.model.preset)
     if cfg.model.path:
         return cfg.model.path
     if preset.name == "tiny":
-        from harness.stages.pretrain import pretrain_tiny_base
+        from harness.stages.pretrain import base_dir
 
-        return pretrain_tiny_base(cfg, progress=progress)
+        out = base_dir(cfg)
+        if not (out / "DONE").is_file():
+            raise FileNotFoundError(
+                f"stage 0 (the tiny base model) of this config is not built: {out} has no DONE file. Build it with "
+                "`regbench train pretrain [CONFIG.yaml] [key=value ...]` (the same config and overrides), or run "
+                "the stage through `regbench train STAGE` or a study (`regbench experiment run FILE`), which build "
+                "it first")
+        return out
     return preset.default_path
 
 
@@ -79,6 +89,7 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     from harness.preflight import check_inputs, check_names
     from harness.records import FollowerRun
     from harness.stages.common import load_splits, require_train, seed_everything, start_run
+    from harness.stages.pretrain import build_base, needs_tiny_base
 
     check_names(cfg, stage)  # names and input folders first: a typo must not cost a model load or a stage 0
     check_inputs(cfg, stage)
@@ -93,6 +104,8 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
         if not start.complete:
             # The data before the model (neither draws from the global RNGs): a bad data set fails in seconds.
             start.splits = require_train(load_splits(cfg, progress), cfg, stage)
+            if not cfg.init_from and needs_tiny_base(cfg):
+                build_base(cfg, progress)  # stage 0, a step of its own (cached: built once per machine)
             start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
             if cfg.model.gradient_checkpointing:
                 enable_gradient_checkpointing(start.model)

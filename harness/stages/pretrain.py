@@ -103,6 +103,22 @@ def base_dir(cfg: RunConfig) -> Path:
     return default_cache_dir(cfg) / "tiny-base" / pretrain_key(cfg)
 
 
+def needs_tiny_base(cfg: RunConfig) -> bool:
+    """Does a stage starting from the base model of `cfg` need stage 0 (the tiny preset without model.path)?"""
+    return cfg.model.preset == "tiny" and not cfg.model.path
+
+
+def build_base(cfg: RunConfig, progress: bool = True) -> Path:
+    """Stage 0 as a named step (the experiment runner's `pretrain` node, and the stage start before the model
+    loads): the cached tiny base of `cfg`, built first if need be, with a line saying which."""
+    out = base_dir(cfg)
+    if (out / "DONE").is_file():
+        print(f"[stage 0] tiny base model: cached in {out}", flush=True)
+        return out
+    print(f"[stage 0] building the tiny base model (once per machine and config) into {out}", flush=True)
+    return pretrain_tiny_base(cfg, progress=progress)
+
+
 def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = False) -> Path:
     """Return the cached tiny base folder, building it first if needed."""
     if cfg.model.preset != "tiny":

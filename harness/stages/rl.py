@@ -6,6 +6,7 @@ set is that of stage 2 (merger + LoRA); LoRA is added if the starting point has 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -14,13 +15,14 @@ from harness.config import RunConfig
 from harness.decoding import generate_reports, greedy_settings
 from harness.distributed import Dist
 from harness.evaluation import findings_scores, nlg_scores
-from harness.grpo.trainer import VALIDATION_HOOKS, GRPOTrainer
+from harness.grpo.trainer import GRPOTrainer
+from harness.grpo.val_drift import kl_summary, kl_to_snapshot
+from harness.grpo.validation import ValidationCallback, ValidationEvent
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.prompts import PromptSet, prompt_set
 from harness.snapshots import SnapshotStore
 from harness.stages.loading import begin_stage
-from harness.stages.val_drift import kl_summary, kl_to_snapshot
 
 
 def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None = None,
@@ -28,7 +30,7 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
     """validate(model) -> scores of greedy reports on `val`, decoded exactly as the test split is (the generation
     config). Data-parallel: each process decodes its share, rank 0 scores the whole set and every process gets
     the same scores (so "best" and VAPR decide the same way everywhere). `gold_labels` / `start`: see
-    score_validation and harness/stages/val_drift.py (KL to `start`'s snapshot "start" on the greedy reports)."""
+    score_validation and harness/grpo/val_drift.py (KL to `start`'s snapshot "start" on the greedy reports)."""
     dist = dist or Dist()
     mine = list(range(len(val)))[dist.rank::dist.world]
     temperature = cfg.rl.logprob_temperature if cfg.rl.logprob_temperature is not None else cfg.rl.temperature
@@ -80,12 +82,13 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
 
 
 def progress_line(trainer: GRPOTrainer, name: str):
-    """A validation hook printing `[rl NAME] step s/S reward r kl k gold g val v ETA t` (last step's sampling
+    """A validation callback printing `[rl NAME] step s/S reward r kl k gold g val v ETA t` (last step's sampling
     reward and KL to the reference, the validation's gold F1 and score; ETA from this process's pace)."""
     t0, step0 = time.time(), None
 
-    def hook(step: int, score: float) -> None:
+    def hook(event: ValidationEvent) -> None:
         nonlocal step0
+        step, score = event.step, event.score
         step0 = step if step0 is None else step0
         last = (trainer.run.steps() or [{}])[-1] if step else {}
         val = (trainer.run.evals() or [{}])[-1]
@@ -107,8 +110,9 @@ def ground_truth_labels(samples) -> np.ndarray | None:
     return np.stack([np.asarray(s.labels, dtype=np.float64) for s in samples])
 
 
-def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
-    """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/distributed.py)."""
+def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[ValidationCallback] = ()) -> Path:
+    """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/distributed.py).
+    `on_validation`: the trainer's validation callbacks (a search's pruning); one may raise RunPruned."""
     start = begin_stage(cfg, "rl", progress)  # data-parallel under torchrun / accelerate launch
     if start.complete:
         return start.run.path / "model"
@@ -129,16 +133,11 @@ def run_rl(cfg: RunConfig, progress: bool = True) -> Path:
     gold = ground_truth_labels(val_samples)
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
                           validate=make_validator(cfg, val, processor, dist, gold, start_policy), progress=progress,
-                          dist=dist)
+                          dist=dist, on_validation=on_validation)
     trainer.generation_backend = cfg.generation.backend  # read by GRPOTrainer._rollout
-    hook = progress_line(trainer, run.path.name) if dist.main and not progress else None
-    if hook:  # no bar (a study's worker): one line per validation instead
-        VALIDATION_HOOKS.append(hook)
-    try:
-        metrics = trainer.train()
-    finally:
-        if hook:
-            VALIDATION_HOOKS.remove(hook)
+    if dist.main and not progress:  # no bar (a study's worker): one line per validation instead
+        trainer.on_validation += (progress_line(trainer, run.path.name),)
+    metrics = trainer.train()
     out = run.path / "model"
     if dist.main:
         extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template") if k in spec}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from harness.records_schema import IndexKey
 from reports.bootstrap import DEFAULT_B, paired_bootstrap
 from reports.experiment import Experiment, is_number
 from reports.protocol import arm_tested_at, protocol_issue
@@ -57,8 +58,8 @@ def published_dataset(exp: Experiment, table: str | None) -> str | None:
     ds = exp.dataset
     if ds in have:
         return ds
-    if exp.index.get("published_dataset") in have:  # a study on synthetic data names the table it stands for
-        return exp.index["published_dataset"]
+    if exp.index.get(IndexKey.PUBLISHED_DATASET) in have:  # a study on synthetic data names the table it stands for
+        return exp.index[IndexKey.PUBLISHED_DATASET]
     return "mimic_cxr" if "mimic_cxr" in have else next(iter(have), None)
 
 

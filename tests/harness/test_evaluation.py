@@ -13,7 +13,7 @@ from pycocoevalcap.rouge.rouge import Rouge
 
 from harness import evaluation
 from harness.constants import OBSERVATIONS
-from harness.evaluation import NLG_KEYS, ce_scores, meteor_scorer, nlg_scores, normalize_report
+from harness.evaluation import NLG_KEYS, ce_scores, meteor_safe_text, meteor_scorer, nlg_scores
 
 TOL = 1e-9
 
@@ -57,8 +57,8 @@ def pycoco_scores(refs: dict[str, str], hyps: dict[str, str], meteor: Meteor) ->
     res = {k: [hyps[k]] for k in refs}
     bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
     out = {f"BLEU_{i + 1}": bleu[i] for i in range(4)}
-    clean_gts = {k: [normalize_report(refs[k])] for k in refs}
-    clean_res = {k: [normalize_report(hyps[k])] for k in refs}
+    clean_gts = {k: [meteor_safe_text(refs[k])] for k in refs}
+    clean_res = {k: [meteor_safe_text(hyps[k])] for k in refs}
     out["METEOR"] = meteor.compute_score(clean_gts, clean_res)[0]
     out["ROUGE_L"] = Rouge().compute_score(gts, res)[0]
     out["CIDEr"] = Cider().compute_score(gts, res)[0]
@@ -92,11 +92,11 @@ def test_metric_subset():
         nlg_scores(refs, hyps, metrics=["SPICE"])
 
 
-def test_normalize_report():
-    assert normalize_report("  the heart\n\nis  normal .\t") == "the heart is normal ."
-    assert normalize_report("a ||| b|||c") == "a b c"
-    assert normalize_report("a ||||| b") == "a || b"  # no `|||` can survive
-    assert normalize_report("\n \u2028 ") == ""
+def test_meteor_safe_text():
+    assert meteor_safe_text("  the heart\n\nis  normal .\t") == "the heart is normal ."
+    assert meteor_safe_text("a ||| b|||c") == "a b c"
+    assert meteor_safe_text("a ||||| b") == "a || b"  # no `|||` can survive
+    assert meteor_safe_text("\n \u2028 ") == ""
 
 
 def test_raw_strings_score_as_pycocoevalcap_scores_them(reference_meteor):
@@ -108,8 +108,8 @@ def test_raw_strings_score_as_pycocoevalcap_scores_them(reference_meteor):
             "d": "mild cardiomegaly . no  edema ."}
     scores = nlg_scores(refs, hyps)
     assert_scores_equal(scores, pycoco_scores(refs, hyps, reference_meteor))
-    clean = nlg_scores({k: normalize_report(v) for k, v in refs.items()},
-                       {k: normalize_report(v) for k, v in hyps.items()})
+    clean = nlg_scores({k: meteor_safe_text(v) for k, v in refs.items()},
+                       {k: meteor_safe_text(v) for k, v in hyps.items()})
     assert abs(scores["ROUGE_L"] - clean["ROUGE_L"]) > 1e-3  # the raw strings are what is scored
     assert scores["METEOR"] == clean["METEOR"]
     assert meteor_scorer().meteor_p.poll() is None  # the pipe survived the separators

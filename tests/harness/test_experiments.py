@@ -289,6 +289,7 @@ def _patch_stage_modules(monkeypatch):
     import harness.experiments.nodes as ex
     import harness.stages.classifier
     import harness.stages.loading
+    import harness.stages.pretrain
     import harness.stages.rl
     import harness.stages.sft
     import harness.stages.warmup
@@ -298,6 +299,7 @@ def _patch_stage_modules(monkeypatch):
     monkeypatch.setattr(harness.stages.sft, "run_sft", fake_sft)
     monkeypatch.setattr(harness.stages.rl, "run_rl", fake_rl)
     monkeypatch.setattr(harness.stages.loading, "base_path", fake_support)
+    monkeypatch.setattr(harness.stages.pretrain, "build_base", fake_support)
     monkeypatch.setattr(ex, "prepare_data", fake_support)
     monkeypatch.setattr(ex, "evaluate_final", fake_eval)
 

@@ -1,4 +1,4 @@
-"""Optuna searches (harness/search.py): the search files, trials as arms, objectives, resuming.
+"""Optuna searches (harness/search.py, harness/search_*.py): search files, trials as arms, objectives, resuming.
 
 Running uses fake stage functions: the fake RL stage writes validation rows whose scores are a known function
 of the trial's values, so the objective of every trial can be checked exactly. One test runs a real 2-trial
@@ -20,15 +20,11 @@ from harness.cli import main
 from harness.config import ConfigError
 from harness.experiments import resolve_config
 from harness.records import atomic_write_json, read_json
-from harness.search import (
-    experiment_study,
-    load_search,
-    objective_from_evals,
-    open_study,
-    run_search,
-    suggest,
-    trial_arm,
-)
+from harness.search import run_search
+from harness.search_file import experiment_study, load_search, trial_arm
+from harness.search_objective import objective_from_evals
+from harness.search_optuna import open_study
+from harness.search_space import suggest
 from harness.search_storage import DRIVER_ATTR
 from tests.harness.test_experiments import FAKES, TINY_PRESET, _record
 from tests.tiny_sizes import TINY
@@ -38,7 +34,7 @@ SEARCHES = sorted((ROOT / "experiments" / "searches").glob("*.yaml"))
 PRESETS = sorted((ROOT / "experiments" / "presets").glob("*.yaml"))
 
 
-def fake_rl(cfg, progress=False):
+def fake_rl(cfg, progress=False, on_validation=()):
     """Validation scores peaked at beta_base = 0.1: the final one is 1 - (beta_base - 0.1)^2 - beta_min."""
     _record("rl", cfg)
     out = Path(cfg.out_dir)
@@ -50,11 +46,11 @@ def fake_rl(cfg, progress=False):
             {"step": 5, "split": "val", "val_score": final + 0.5},
             {"step": 10, "split": "val", "val_score": final}]
     (out / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    from harness.grpo.trainer import VALIDATION_HOOKS
+    from harness.grpo.validation import ValidationEvent
 
-    for row in rows:  # as the trainer calls them after each validation (a hook may stop the run)
-        for hook in list(VALIDATION_HOOKS):
-            hook(row["step"], row["val_score"])
+    for row in rows:  # as the trainer calls them after each validation (a callback may stop the run)
+        for callback in on_validation:
+            callback(ValidationEvent(row["step"], row["val_score"], row))
     if os.environ.get("REGBENCH_TEST_FAIL_BETA") and cfg.rl.beta_base > float(os.environ["REGBENCH_TEST_FAIL_BETA"]):
         raise RuntimeError("fake RL diverged")
     # as an RL stage with rl.select=final records it: the saved policy is the last one
@@ -171,7 +167,7 @@ def test_validation_objective_needs_an_rl_stage(tmp_path):
 
 
 def test_val_selected_reads_the_saved_policys_score(tmp_path):
-    from harness.search import run_objective
+    from harness.search_objective import run_objective
 
     (tmp_path / "rl").mkdir()
     atomic_write_json(tmp_path / "rl" / "metrics.json", {"selected_score": 0.42, "selected_step": 20})
@@ -413,3 +409,33 @@ def test_confirm_reruns_the_best_trials_and_the_preset_over_seeds(tmp_path, call
     rl = resolve_config(study, study.arm("preset"), "rl", 0).rl  # the preset's (the paper's) bounds
     assert (rl.beta_min, rl.beta_base, rl.beta_max, rl.regularizer) == (0.05, 0.10, 0.12, "rer")
     assert (out / "confirm" / "report" / "index.html").is_file()
+
+
+def test_a_pruned_stage_is_recorded_structurally_not_as_an_error(tmp_path, calls):
+    """The runner records a RunPruned as `pruned` (stage and run), skips the stages after it, and the search's
+    verdict comes from that status: the reason text carries no marker to parse."""
+    from harness.errors import RunPruned
+    from harness.experiments import load_study, run_experiment
+    from harness.search import _tell
+    from tests.harness.test_experiments import write_study
+
+    def pruned_rl(cfg, progress=False, on_validation=()):
+        _record("rl", cfg)
+        raise RunPruned("weak at step 3 (score 0.1234)", 3, 0.1234)
+
+    study = load_study(write_study(tmp_path, "  - name: a\n    pipeline: [warmup, rl]\n", seeds="[0]"))
+    res = run_experiment(study, tmp_path / "out", workers=1, functions={**FAKES, "rl": pruned_rl},
+                         log=lambda s: None)
+    (run,) = res.index["runs"]
+    assert run["status"] == "pruned" and run["failed_stage"] == "rl" and res.index["summary"]["pruned"] == 1
+    assert run["stages"]["rl"]["status"] == "pruned" and "error" not in run["stages"]["rl"]
+    assert run["stages"]["rl"]["pruned"] == "weak at step 3 (score 0.1234)"
+    assert not res.failed and [r["stage"] for r in calls()][-2:] == ["warmup", "rl"]  # no eval after a pruned RL
+    assert not (tmp_path / "out" / "a" / "seed0" / "error.txt").exists()
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    ostudy = optuna.create_study()
+    trial = ostudy.ask()
+    assert _tell(None, ostudy, trial, [run], tmp_path / "out") == "pruned weak at step 3 (score 0.1234)"
+    assert ostudy.trials[0].state == optuna.trial.TrialState.PRUNED
+    assert ostudy.trials[0].user_attrs["pruned"] == "weak at step 3 (score 0.1234)"

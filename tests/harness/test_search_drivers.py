@@ -22,7 +22,10 @@ from optuna.trial import TrialState
 from harness.config import ConfigError
 from harness.records import read_json
 from harness.runlock import me
-from harness.search import load_search, open_study, run_search, suggest
+from harness.search import run_search
+from harness.search_file import load_search
+from harness.search_optuna import open_study
+from harness.search_space import suggest
 from harness.search_storage import (
     DRIVER_ATTR,
     HEARTBEAT_ATTR,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
-from rewards.chexpert import label_report, label_reports, normalize_report
+from rewards.chexpert import label_report, label_reports, tokenize_for_labeler
 
 _ABBR = {
     "NF": "No Finding", "EC": "Enlarged Cardiomediastinum", "CM": "Cardiomegaly", "OP": "Lung Opacity",
@@ -186,7 +186,7 @@ def test_raw_and_cleaned_text_agree() -> None:
     a, b = label_reports([raw, cleaned])
     np.testing.assert_array_equal(a, b)
     assert a[_COL["CM"]] == 1 and a[_COL["PE"]] == 0 and a[_COL["PN"]] == -1 and a[_COL["SD"]] == 1
-    assert normalize_report("Size 2.5 cm. Next") == "size 25 cm . next"
+    assert tokenize_for_labeler("Size 2.5 cm. Next") == "size 25 cm . next"
 
 
 def test_multi_sentence_report() -> None:

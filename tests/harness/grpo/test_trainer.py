@@ -31,7 +31,7 @@ def prompt_set(xray_images):
                      [refs[i % 2] for i in range(4)])
 
 
-def _trainer(model, processor, tmp_path, prompts, scores=None, epochs=1, **rl_kw):
+def _trainer(model, processor, tmp_path, prompts, scores=None, epochs=1, on_validation=(), **rl_kw):
     torch.manual_seed(0)  # LoRA's A matrices are drawn at random: same start for every trainer of a test
     model = add_lora(model, r=4, alpha=8, dropout=0.1)
     set_trainable(model, "rl")
@@ -47,7 +47,7 @@ def _trainer(model, processor, tmp_path, prompts, scores=None, epochs=1, **rl_kw
             return {**{k: v for k in ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")}, "rg": v}
 
     return GRPOTrainer(model, processor, rl, tc, RunDir(tmp_path), prompts, prompts, seed=0, validate=validate,
-                       progress=False)
+                       progress=False, on_validation=on_validation)
 
 
 @pytest.mark.parametrize("regularizer", ["none", "constant", "adaptive", "rer"])
@@ -80,28 +80,44 @@ def test_every_combination_runs(regularizer, reference, tiny_model, tiny_process
     assert (tmp_path / "checkpoint" / "rl_state.pt").is_file()
 
 
-def test_validation_hooks_see_every_score_and_can_stop_the_run(tiny_model, tiny_processor, tmp_path, prompt_set,
-                                                                monkeypatch):
-    from harness.grpo import trainer as trainer_module
+def test_validation_callbacks_see_every_score_and_can_stop_the_run(tiny_model, tiny_processor, tmp_path,
+                                                                    prompt_set):
+    from harness.errors import RunPruned
 
     seen = []
 
-    class Stop(Exception):
-        pass
+    def hook(event):
+        seen.append((event.step, event.score, event.metrics["val_score"]))
+        if event.step >= 2:
+            raise RunPruned("enough", event.step, event.score)
 
-    def hook(step, score):
-        seen.append((step, score))
-        if step >= 2:
-            raise Stop("enough")
-
-    monkeypatch.setattr(trainer_module, "VALIDATION_HOOKS", [hook])
     tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, scores=[0.3, 0.5, 0.4], val_every_steps=1,
-                  reset_every_epochs=1)
+                  reset_every_epochs=1, on_validation=[hook])
     tr.total_steps = 3
-    with pytest.raises(Stop):
+    with pytest.raises(RunPruned) as stop:
         tr.train()
-    assert [s for s, _ in seen] == [0, 1, 2] and [round(v, 6) for _, v in seen] == [
+    assert stop.value.step == 2 and stop.value.reason == "enough"
+    assert [s for s, _, _ in seen] == [0, 1, 2] and [round(v, 6) for _, v, _ in seen] == [
         round(e["val_score"], 6) for e in tr.run.evals()]
+    assert all(v == m for _, v, m in seen)  # the event carries the logged row
+
+
+def test_two_trainers_in_one_process_do_not_see_each_others_callbacks(tiny_model, tiny_processor, tmp_path,
+                                                                        prompt_set):
+    seen = {"a": [], "b": []}
+    trainers = {}
+    for name, scores in (("a", [0.31, 0.47]), ("b", [0.83, 0.29])):
+        trainers[name] = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / name, prompt_set,
+                                  scores=scores, val_every_steps=1, reset_every_epochs=1,
+                                  on_validation=[lambda e, name=name: seen[name].append((e.step, e.score))])
+    for tr in trainers.values():
+        tr.total_steps = 1
+    trainers["a"].train()
+    assert seen["b"] == []  # b exists but has not run: a's validations reach a's callback only
+    trainers["b"].train()
+    for name, tr in trainers.items():
+        assert seen[name] == [(e["step"], e["val_score"]) for e in tr.run.evals()] and len(seen[name]) == 2
+    assert seen["a"][0][1] != seen["b"][0][1]
 
 
 def test_ratio_is_one_when_current_equals_old(tiny_model, tiny_processor, tmp_path, prompt_set):
@@ -214,14 +230,8 @@ def test_best_val_selects_the_best_validation_policy_for_every_reference(tiny_mo
         tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / reference, prompt_set, regularizer="constant",
                       reference=reference, reset_every_epochs=3, scores=[0.9, 0.3, 0.6, 0.4], epochs=3)
         snapshots = {}
-        hook = lambda step, _score, tr=tr, snaps=snapshots: snaps.__setitem__(step, _params(tr))  # noqa: E731
-        from harness.grpo import trainer as trainer_module
-
-        trainer_module.VALIDATION_HOOKS.append(hook)
-        try:
-            metrics = tr.train()
-        finally:
-            trainer_module.VALIDATION_HOOKS.remove(hook)
+        tr.on_validation = (lambda event, tr=tr, snaps=snapshots: snaps.__setitem__(event.step, _params(tr)),)
+        metrics = tr.train()
         assert metrics["select"] == "best_val" and metrics["selected_step"] == 4 and metrics["final_step"] == 6
         assert metrics["selected_score"] == pytest.approx((6 * 0.6 + 0.1 * 0.6) / 7)  # Eq. 10, lambda = 0.1
         assert all(torch.equal(a, b) for a, b in zip(_params(tr), snapshots[4], strict=True))

@@ -1,6 +1,6 @@
-"""DiTPO-style token weighting as an engine option (`rl.token_weighting`): per-token advantages
+"""The engine's token weighter (`rl.token_weighting`, DiTPO-style): a rollout's tokens -> per-token advantages
 A[i, t] = w[i, t] * A[i], weights of mean 1 over each response's tokens. The weight formulas are in
-rewards/token_weights.py (this project's own design; DiTPO publishes none); this module only maps the
+rewards/ditpo_weights.py (this project's own design; DiTPO publishes none); this module only maps the
 engine's rollout tokens onto words and, for the gradient weighter, runs the old policy once.
 """
 
@@ -10,7 +10,7 @@ import torch
 
 from harness.grpo.core import token_logprobs
 from harness.grpo.rollout import Rollout, response_logits
-from rewards.token_weights import (
+from rewards.ditpo_weights import (
     default_diagnostic_terms,
     fit_idf,
     gradient_weights,

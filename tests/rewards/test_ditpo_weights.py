@@ -1,4 +1,4 @@
-"""Tests of DiTPO-style token weights (rewards/token_weights.py)."""
+"""Tests of DiTPO-style token weights (rewards/ditpo_weights.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rewards.token_weights import (
+from rewards.ditpo_weights import (
     apply_token_weights,
     default_diagnostic_terms,
     fit_idf,

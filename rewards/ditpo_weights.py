@@ -1,4 +1,6 @@
-"""DiTPO-style token weights: per-token advantages that favour diagnostically informative tokens.
+"""DiTPO-style token weight formulas: per-token advantages that favour diagnostically informative tokens.
+Numbers only (words, IDF tables, gradient norms -> weights); the engine's harness/grpo/token_weighter.py applies
+them to a rollout's tokens.
 
 DiTPO (paper 003, "Diagnostic Token-weighted Policy Optimization") observes that most tokens of a radiology
 report are template-like and proposes to scale each token's advantage by a weight from a rule-based (TF-IDF)
