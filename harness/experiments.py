@@ -4,7 +4,7 @@ A study file starts with `base: presets/<preset>.yaml` and lists arms (a name, p
 stages it runs), its reference arm, seeds and the published table it reproduces (experiments/README.md has the
 format). The runner
 
-- resolves every (arm, seed, stage) into a validated RunConfig (through `harness.config.load_config`);
+- resolves every (arm, seed, stage) into a validated RunConfig (through `harness.config.build_config`);
 - keys each stage run by a hash of its resolved config (locations left out) and the keys of its inputs, so
   arms that resolve to the same stage run share one run directory (`<out>/stages/<stage>-seed<k>-<key>`),
   e.g. warm-up, classifier and SFT once per seed for all RL arms; the tiny preset's stage 0 and the phantom
@@ -40,8 +40,8 @@ from harness.config import (
     ConfigError,
     RunConfig,
     apply_overrides,
+    build_config,
     from_dict,
-    load_config,
     load_yaml,
     read_yaml_mapping,
     to_dict,
@@ -266,16 +266,6 @@ def yaml_scalar(value: Any) -> str:
     return json.dumps(value)
 
 
-def _flatten(data: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k, v in data.items():
-        if isinstance(v, dict):
-            out.extend(_flatten(v, f"{prefix}{k}."))
-        else:
-            out.append(f"{prefix}{k}={yaml_scalar(v)}")
-    return out
-
-
 def stage_document(study: Study, arm: Arm, stage: str) -> dict:
     """The RunConfig mapping of one stage of an arm: common <- stages.<stage> <- arm (all, then stage)."""
     doc = copy.deepcopy(study.common)
@@ -291,12 +281,8 @@ def stage_document(study: Study, arm: Arm, stage: str) -> dict:
 
 def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[str, Any] | None = None) -> RunConfig:
     """A validated RunConfig for (arm, seed, stage), `paths` (out_dir, init_from, ...) set on top."""
-    doc = stage_document(study, arm, stage)
-    overrides = _flatten(doc) + [f"seed={seed}"] + [f"{k}={yaml_scalar(v)}" for k, v in (paths or {}).items()]
-    try:
-        return load_config(None, overrides)
-    except ConfigError as e:
-        raise ConfigError(f"{study.path.name}, arm '{arm.name}', stage '{stage}': {e}") from e
+    return build_config(stage_document(study, arm, stage), {"seed": seed, **(paths or {})},
+                        source=f"{study.path.name}, arm '{arm.name}', stage '{stage}'")
 
 
 # ---------------------------------------------------------------------------------------------------------
