@@ -9,10 +9,10 @@ from harness.config.loading import (
     PRESET_KEYS,
     apply_overrides,
     build_config,
+    expand_dotted,
     from_dict,
     load_config,
     load_yaml,
-    merged,
     read_yaml_mapping,
     set_key,
     stage_view,
@@ -37,6 +37,6 @@ from harness.errors import ConfigError
 __all__ = [
     "PRESET_KEYS", "ClassifierConfigSection", "ConfigError", "DataConfig", "EvalConfig", "GenerationConfig",
     "ModelConfig", "PretrainConfig", "PromptConfig", "RLConfig", "RunConfig", "StepConfig", "TrainConfig",
-    "apply_overrides", "build_config", "from_dict", "load_config", "load_yaml", "merged", "read_yaml_mapping",
+    "apply_overrides", "build_config", "expand_dotted", "from_dict", "load_config", "load_yaml", "read_yaml_mapping",
     "set_key", "stage_view", "to_dict", "validate",
 ]

@@ -155,24 +155,35 @@ def load_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
     return data
 
 
-def merged(*layers: dict) -> dict:
-    """A new nested dict: the layers deep-merged in order (a later layer's value wins; sections merge key by key).
-    The layers are not changed."""
-    out: dict = {}
-    for layer in layers:
-        _deep_update(out, copy.deepcopy(layer))
-    return out
-
-
 def build_config(data: dict, sets: dict[str, Any] | None = None, source: str = "<config>", cls: type = RunConfig):
     """The validated config `cls` of a nested mapping, with dotted `sets` (key -> value, e.g. {"seed": 1,
     "data.synth_dir": "/x"}) on top; no text round trip. Errors name `source` and the key."""
-    data = merged(data)
+    data = expand_dotted(data, source)
     for key, value in (sets or {}).items():
         set_key(data, key, value, source)
     cfg = from_dict(cls, data, source=source)
     validate(cfg, source)
     return cfg
+
+
+def expand_dotted(data: dict, where: str) -> dict:
+    """A new nested dict in which every `a.b: v` key (at any depth; a study may write `common: {data.max_test: 6}`)
+    is the section path {a: {b: v}}; keys apply in order, a later one overriding an earlier one's leaves."""
+    out: dict = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = expand_dotted(value, where)
+        *parents, last = str(key).split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{where}: '{p}' is not a section")
+        if isinstance(value, dict) and isinstance(node.get(last), dict):
+            _deep_update(node[last], value)
+        else:
+            node[last] = copy.deepcopy(value)
+    return out
 
 
 def _deep_update(dst: dict, src: dict) -> None:

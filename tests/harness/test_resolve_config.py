@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.config import ConfigError, build_config, load_config, merged, to_dict
+from harness.config import ConfigError, build_config, expand_dotted, load_config, to_dict
 from harness.experiments import Arm, load_study, resolve_config, stage_document
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
@@ -96,13 +96,18 @@ def test_a_mapping_where_a_value_belongs_is_an_error():
         resolve_config(study, arm, "rl", 0)
 
 
-def test_merged_is_deep_and_leaves_its_inputs_alone():
-    a = {"rl": {"beta_min": 0.01, "regularizer_args": {"x": [1]}}, "seed": 1}
-    b = {"rl": {"beta_max": 0.3, "regularizer_args": {"y": 2}}, "seed": 2}
-    out = merged(a, b)
-    assert out == {"rl": {"beta_min": 0.01, "beta_max": 0.3, "regularizer_args": {"x": [1], "y": 2}}, "seed": 2}
-    out["rl"]["regularizer_args"]["x"].append(5)
-    assert a["rl"]["regularizer_args"]["x"] == [1] and "beta_max" not in a["rl"]
+def test_dotted_keys_in_mappings_are_sections():
+    # A study may write `common: {data.max_test: 6}` (tests/harness/test_experiments.py's torchrun study does).
+    study = load_study(EXPERIMENTS / "demo_rl_ablation.yaml")
+    arm = Arm("a", "a", ["rl"], overrides={"rl": {"data.max_test": 6, "rl": {"beta_min": 0.01},
+                                                  "rl.beta_max": 0.3, "prompt.instruction": "x"}})
+    new = resolve_config(study, arm, "rl", 0)
+    assert (new.data.max_test, new.rl.beta_min, new.rl.beta_max, new.prompt.instruction) == (6, 0.01, 0.3, "x")
+    assert to_dict(new) == to_dict(old_resolve(study, arm, "rl", 0))
+    assert expand_dotted({"a.b": {"c.d": [1]}, "a": {"b": {"e": 2}}, "a.b.c": {"x": 3}}, "x") == {
+        "a": {"b": {"c": {"d": [1], "x": 3}, "e": 2}}}
+    with pytest.raises(ConfigError, match="here: 'seed' is not a section"):
+        expand_dotted({"seed": 1, "seed.x": 2}, "here")
 
 
 def test_text_outside_the_basic_plane_survives():
@@ -117,10 +122,13 @@ def test_text_outside_the_basic_plane_survives():
 @given(lr=st.floats(1e-9, 1.0), beta=st.floats(0.0, 0.05),
        text=st.text(st.characters(max_codepoint=0xFFFF), max_size=20),  # the old path broke beyond (test above)
        top_k=st.integers(0, 10**9), seed=st.integers(0, 2**62), dual=st.one_of(st.none(), st.floats(1.001, 1e9)),
-       reg=st.sampled_from(["none", "constant", "adaptive", "rer"]))
-def test_build_config_equals_the_text_round_trip(lr, beta, text, top_k, seed, dual, reg):
+       reg=st.sampled_from(["none", "constant", "adaptive", "rer"]), dotted=st.booleans())
+def test_build_config_equals_the_text_round_trip(lr, beta, text, top_k, seed, dual, reg, dotted):
     data = {"train": {"lr": lr}, "rl": {"beta_min": beta, "top_k": top_k, "dual_clip": dual, "regularizer": reg},
             "prompt": {"instruction": text}}
+    if dotted:  # the same values as dotted keys
+        data = {"train.lr": lr, "rl": {"beta_min": beta, "top_k": top_k}, "rl.dual_clip": dual,
+                "rl.regularizer": reg, "prompt.instruction": text}
     new = build_config(data, {"seed": seed, "data.synth_dir": "/d"})
     old = load_config(None, [*_flatten(data), f"seed={seed}", "data.synth_dir=/d"])
     assert to_dict(new) == to_dict(old)
