@@ -6,6 +6,8 @@
   regbench eval [CONFIG.yaml] --model DIR [--split test] [key.sub=value ...]
   regbench export RUN/model OUT [--base DIR]
   regbench doctor [CONFIG.yaml] [key.sub=value ...] [--json]
+  regbench config show [CONFIG.yaml] [key.sub=value ...] [--stage S]
+  regbench config show --study FILE --arm NAME [--stage S] [--seed K] [--preset P] [--set k=v]
   regbench demo [--out DIR]
   regbench experiment run FILE [--workers 2] [--out DIR] [--seeds 0,1] [--arms a,b] [--preset P] [--set k=v]
   regbench experiment list FILE [--out DIR] [--preset P] [--set k=v]
@@ -13,8 +15,9 @@
   regbench search report OUT [--dest DIR]
   regbench search confirm OUT [--top 3] [--seeds 0,1,2] [--workers 2]
 
-CONFIG is a YAML file over the defaults of harness/config.py (see experiments/); `key.sub=value` overrides
-any field (value parsed as YAML), e.g. `train.epochs=2 out_dir=runs/x`.
+CONFIG is a YAML file over the defaults of harness/config/ (see experiments/); `key.sub=value` overrides
+any field (value parsed as YAML), e.g. `train.epochs=2 out_dir=runs/x`. `regbench config show` prints every
+field with its help and source.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ def _split_config_args(items: list[str]) -> tuple[str | None, list[str]]:
 
 def _add_config_args(p: argparse.ArgumentParser, restart: bool = True) -> None:
     p.add_argument("args", nargs="*", metavar="CONFIG | key=value",
-                   help="optional YAML config file, then dotted overrides such as train.epochs=2")
+                   help="optional YAML config file, then dotted overrides such as train.epochs=2 (every field "
+                        "with its help: regbench config show)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     if restart:
         p.add_argument("--restart", action="store_true",
@@ -134,6 +138,37 @@ def cmd_doctor(ns) -> int:
 
     report = run_doctor(_cfg(ns))
     print(json.dumps(report.as_dict(), indent=2) if ns.json else format_report(report))
+    return 0
+
+
+def cmd_config_show(ns) -> int:
+    from harness.config.describe import commented_yaml
+
+    if ns.study:
+        from harness.experiments import load_study, resolve_config
+
+        if ns.args:
+            raise ConfigError("config show --study takes no CONFIG or key=value arguments; use --set on the study")
+        if not ns.arm:
+            raise ConfigError("config show --study needs --arm NAME")
+        study = load_study(ns.study, preset=ns.preset, sets=ns.set)
+        arm = study.arm(ns.arm)
+        stage = ns.stage or arm.pipeline[-1]
+        seed = study.seeds[0] if ns.seed is None else ns.seed
+        cfg = resolve_config(study, arm, stage, seed)
+        what = f"{study.path.name}, arm '{arm.name}', stage '{stage}', seed {seed}"
+    else:
+        for flag in ("arm", "seed", "preset"):
+            if getattr(ns, flag) not in (None, []):
+                raise ConfigError(f"config show --{flag} needs --study FILE")
+        if ns.set:
+            raise ConfigError("config show --set needs --study FILE; give key=value arguments instead")
+        config, overrides = _split_config_args(ns.args)
+        cfg = load_config(config, overrides, stage=ns.stage)
+        what = " ".join(ns.args) or "defaults"
+        what += f", stage '{ns.stage}'" if ns.stage else ""
+    print(commented_yaml(cfg, header=f"regbench resolved config ({what}); each field's help is the comment "
+                                     "above it"), end="")
     return 0
 
 
@@ -259,6 +294,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(doctor)
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=cmd_doctor)
+
+    cfg_cmd = sub.add_parser("config", help="show the resolved config with each field's help") \
+        .add_subparsers(dest="config_command", required=True)
+    show = cfg_cmd.add_parser("show", help="print the resolved config as YAML, each field's help (meaning, range, "
+                                           "source) as a comment above it; the output loads back as a CONFIG")
+    show.add_argument("args", nargs="*", metavar="CONFIG | key=value",
+                      help="optional YAML config file (or experiments/presets/*.yaml with --stage), then dotted "
+                           "overrides such as train.epochs=2")
+    show.add_argument("--stage", default=None, choices=["warmup", "classifier", "sft", "rl", "eval"],
+                      help="the stage whose view of a preset / study to show (with --study: default the arm's "
+                           "last stage)")
+    show.add_argument("--study", default=None, metavar="FILE", help="a study YAML: show an arm's resolved config")
+    show.add_argument("--arm", default=None, help="the arm of --study")
+    show.add_argument("--seed", type=int, default=None, help="the seed (default the study's first)")
+    show.add_argument("--preset", default=None, help="preset YAML replacing the study's base: preset")
+    show.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a key of the merged study, e.g. common.rl.beta_max=0.2 (repeatable)")
+    show.set_defaults(func=cmd_config_show)
 
     from reports.cli import add_subcommands
 

@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Any
 
-from harness.config import ConfigError, RunConfig, apply_overrides, load_config, to_dict
+from harness.config import RunConfig, apply_overrides, build_config, to_dict
 from harness.experiments.study import Arm, Study, deep_merge
 
 
@@ -19,16 +19,6 @@ def yaml_scalar(value: Any) -> str:
             text = text.replace("e", ".0e", 1)  # YAML 1.1 floats need a dot
         return text
     return json.dumps(value)
-
-
-def _flatten(data: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k, v in data.items():
-        if isinstance(v, dict):
-            out.extend(_flatten(v, f"{prefix}{k}."))
-        else:
-            out.append(f"{prefix}{k}={yaml_scalar(v)}")
-    return out
 
 
 def stage_document(study: Study, arm: Arm, stage: str) -> dict:
@@ -46,12 +36,8 @@ def stage_document(study: Study, arm: Arm, stage: str) -> dict:
 
 def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[str, Any] | None = None) -> RunConfig:
     """A validated RunConfig for (arm, seed, stage), `paths` (out_dir, init_from, ...) set on top."""
-    doc = stage_document(study, arm, stage)
-    overrides = _flatten(doc) + [f"seed={seed}"] + [f"{k}={yaml_scalar(v)}" for k, v in (paths or {}).items()]
-    try:
-        return load_config(None, overrides)
-    except ConfigError as e:
-        raise ConfigError(f"{study.path.name}, arm '{arm.name}', stage '{stage}': {e}") from e
+    return build_config(stage_document(study, arm, stage), {"seed": seed, **(paths or {})},
+                        source=f"{study.path.name}, arm '{arm.name}', stage '{stage}'")
 
 
 _LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir", "model.device")  # where, not what

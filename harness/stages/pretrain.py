@@ -15,7 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
-from harness.config import RunConfig, TrainConfig
+from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
@@ -166,9 +166,7 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     train_data = with_hint_task(train_data, train, p.hint_task_fraction, cfg.seed, cfg.prompt.instruction,
                                 cfg.prompt.disease_template)
     val_data = LMData(load_images(val, size), [cfg.prompt.instruction] * len(val), [s.report for s in val])
-    tcfg = TrainConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay,
-                       scheduler="cosine", warmup_steps=p.warmup_steps, checkpoint_every=50, log_every=10,
-                       vision_lr_mult=p.vision_lr_mult)
+    tcfg = p.train_config()
     run = RunDir(work / "run")
     # The cached base must not depend on which command built it first: the weights depend on the thread
     # count, so stage 0 always trains on one thread (as in the experiment runner's worker processes).

@@ -1,0 +1,47 @@
+"""A config as YAML with each field's help as a comment above it (`regbench config show`); the text loads back
+(`regbench train STAGE file.yaml`) to the same config."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+
+import yaml
+
+WIDTH = 116
+
+
+def field_help(section: type) -> dict[str, str]:
+    """name -> help text of every field of a config dataclass."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(section)}
+
+
+def _scalar(value) -> str:
+    """One value as a flow-style YAML text on one line."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True).strip().removesuffix(
+        "\n...").removesuffix("...").strip()
+
+
+def _comment(text: str, indent: str) -> list[str]:
+    return [f"{indent}# {line}" for line in textwrap.wrap(text, WIDTH - len(indent) - 2)]
+
+
+def commented_yaml(cfg, header: str | None = None) -> str:
+    """Every field of `cfg` (a config dataclass, sections nested) as `key: value` under its help comment."""
+    lines = _comment(header, "") if header else []
+    _emit(cfg, "", lines)
+    return "\n".join(lines) + "\n"
+
+
+def _emit(obj, indent: str, lines: list[str]) -> None:
+    helps = field_help(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value) and not indent:
+            lines.append("")  # a blank line before each section
+        lines.extend(_comment(helps[f.name], indent))
+        if dataclasses.is_dataclass(value):
+            lines.append(f"{indent}{f.name}:")
+            _emit(value, indent + "  ", lines)
+        else:
+            lines.append(f"{indent}{f.name}: {_scalar(value)}")

@@ -1,0 +1,117 @@
+"""Stage 3's section (RLConfig): each field's help (meaning, unit or range, source) is its `help` metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.config.sections import knob
+
+
+@dataclass
+class RLConfig:
+    """Stage 3 (REVA-PO Sec. 3.3, Algorithm 1). Defaults: the paper's MIMIC-CXR settings (Supp. D.2) and the
+    official code where the paper is silent (DESIGN.md "RL objective")."""
+
+    regularizer: str = knob("rer", "Regularizer (regularizers/, any registered name): none | constant | adaptive | "
+                                   "rer.")
+    beta_min: float = knob(0.05, "RER lower bound, Eq. 7-9 (MIMIC-CXR 0.05; IU-Xray 0.05); 0 <= beta_min <= "
+                                 "beta_base.")
+    beta_base: float = knob(0.10, "RER base coefficient, Eq. 7-9 (MIMIC-CXR 0.10; IU-Xray 0.10); `constant` uses "
+                                  "it as its beta, `adaptive` as its initial beta.")
+    beta_max: float = knob(0.12, "RER upper bound, Eq. 7-9 (MIMIC-CXR 0.12; IU-Xray 0.15); >= beta_base.")
+    kl_target: float = knob(0.05, "Adaptive PPO controller (Ziegler et al. 2019, Sec. 2.2): target in per-token "
+                                  "nats of the loop's KL estimate (their 6 nats per sequence over ~120 report "
+                                  "tokens = 0.05; a project choice, regularizers/adaptive.py), > 0.")
+    kl_horizon: int = knob(10000, "Adaptive PPO controller (Ziegler et al. 2019): horizon in samples, > 0.2 x "
+                                  "prompts_per_step x group_size so beta stays > 0.")
+    reference: str = knob("vapr", "Reference strategy (regularizers/reference/, any registered name): static | ema "
+                                  "| vapr.")
+    ema_rate: float = knob(0.01, "EMA reference: weight of the current policy per update, in [0, 1].")
+    ema_period: int = knob(1, "EMA reference: update every k optimizer steps, >= 1.")
+    reset_every_epochs: int = knob(3, "VAPR: reset reference, current and old policies to the best every M epochs "
+                                      "(M = 3, Supp. D.2), >= 1.")
+    val_every_steps: int | None = knob(None, "Optional validation every K optimizer steps in addition to each "
+                                             "epoch end (null = epoch ends only).")
+    old_sync_every: int = knob(16, "Old policy synced to the current one every N optimizer steps (N = 16, Supp. "
+                                   "D.2), >= 1.")
+    old_sync: str = knob("per_epoch", '"per_epoch" counts N within each epoch and re-syncs at each epoch start '
+                                      "(Algorithm 1 lines 4 and 10: `step` runs 1..S in every epoch; the official "
+                                      'code does the same); "global" counts optimizer steps over the whole run.')
+    select: str = knob("best_val", 'Which RL policy is saved and tested, the same rule for every arm: "best_val" '
+                                   "(the policy with the best validation score s_val, Eq. 10, as the official "
+                                   'runner tests) or "final" (the last policy). The run records the step it came '
+                                   "from (metrics.json: selected_step). Also defines VAPR's anchor "
+                                   "(harness/grpo/selection.py).")
+    best_includes_start: bool = knob(False, 'Whether the starting policy (validation at step 0) may be "best"; '
+                                            "official: no (best starts at -inf, so VAPR's first reset always lands "
+                                            "on a trained policy). Also defines VAPR's anchor "
+                                            "(harness/grpo/selection.py).")
+    group_size: int = knob(4, "Rollouts: G candidates per prompt from the old policy (G = 4, Supp. D.2), >= 2.")
+    prompts_per_step: int = knob(8, "Prompts per optimizer step, >= 1.")
+    temperature: float = knob(0.7, "Rollout sampling temperature (Supp. D.2: 0.7), > 0.")
+    top_p: float = knob(0.9, "Rollout nucleus sampling (Supp. D.2: 0.9), in (0, 1].")
+    top_k: int = knob(0, "Rollout top-k (0 = off, Supp. D.2).")
+    max_new_tokens: int = knob(160, "Rollout length cap in tokens, >= 1.")
+    min_new_tokens: int = knob(80, "Rollout minimum length in tokens, <= max_new_tokens.")
+    repetition_penalty: float = knob(1.03, "Rollout repetition penalty, > 0.")
+    eps_low: float = knob(0.2, "Surrogate (Eq. 3-5): lower clip of the ratio, 1 - eps_low, in [0, 1) (asymmetric "
+                               "clip, DAPO).")
+    eps_high: float = knob(0.28, "Surrogate (Eq. 3-5): upper clip of the ratio, 1 + eps_high, >= 0 (asymmetric "
+                                 "clip, DAPO).")
+    dual_clip: float | None = knob(10.0, "Surrogate: the official code's dual clip c = 10 for negative advantages, "
+                                         "> 1 or null (off).")
+    kl_estimator: str = knob("k3", "KL estimator per token: k1, k2 or k3 (k3 = Eq. 6).")
+    aggregation: str = knob("token_mean", "Loss aggregation (harness/grpo/core.py aggregate): token_mean (all "
+                                          "tokens of the step; the official code, DAPO), group_token_mean (Eq. 3 "
+                                          "as written: per group, then the mean over groups), seq_mean_token_mean "
+                                          "(original GRPO), dr_grpo (Liu et al. 2025: token sum / (N x "
+                                          "max_new_tokens); needs advantage_scale none, as Dr. GRPO also drops the "
+                                          "std division).")
+    advantage_scale: str = knob("std", 'Advantage scale (Eq. 2): "std" divides by the group\'s std (+1e-6); '
+                                       '"none" keeps R - mean (Dr. GRPO).')
+    entropy_coef: float = knob(0.0, "Entropy bonus, >= 0 (0 for MIMIC-CXR, 0.001 for IU-Xray).")
+    logprob_temperature: float | None = knob(None, "Temperature of the logits used for log-probs/KL/entropy; null "
+                                                   "= the sampling temperature (official code); 1.0 = the paper's "
+                                                   "literal equations.")
+    zero_std_groups: str = knob("keep", "Groups whose rewards are all equal: keep (their tokens still count in the "
+                                        "denominators and the KL term, official code) or drop (removed from the "
+                                        "loss).")
+    reward: str = knob("bleu4", "Reward (rewards/registry.py, any registered name).")
+    regularizer_args: dict[str, Any] = knob(help="Options of a registered regularizer that RLConfig has no field "
+                                                 "for (a plug-in's own knobs, by the class's field names; e.g. "
+                                                 "{scale: 0.5}). Fields RLConfig has are passed by name already.",
+                                            default_factory=dict)
+    reference_args: dict[str, Any] = knob(help="Options of a registered reference strategy that RLConfig has no "
+                                               "field for, by the class's field names (as regularizer_args).",
+                                          default_factory=dict)
+    val_score: str = knob("paper", "Validation score: paper Eq. 10 (sum(M) + lambda RG) / (|M| + 1), or official "
+                                   "mean(M) + lambda RG, M = BLEU-1..4, METEOR, ROUGE-L.")
+    val_lambda: float = knob(0.1, "lambda of the validation score (Eq. 10: 0.1), >= 0.")
+    val_rg_metric: str = knob("entity_f1", "RG of the validation score: the paper uses RadGraph F1 (radgraph-xl, "
+                                           "partial: `radgraph`, needs its weights); the default is the offline "
+                                           "clinical-entity F1 (`entity_f1`, rewards/entity.py), which runs "
+                                           "anywhere; `none` requires val_lambda = 0.")
+    val_max_samples: int | None = knob(None, "Cap on validation samples (null = all).")
+    samples_every: int = knob(10, "Write sampled candidates with rewards/advantages/betas to samples.jsonl every k "
+                                  "steps (0 = never).")
+    token_weighting: str = knob("none", "DiTPO-style token weighting of the advantages (rewards/ditpo_weights.py): "
+                                        "none | tfidf | gradient.")
+    token_weight_boost: float = knob(2.0, "tfidf token weighting: factor on the raw weight of diagnostic words "
+                                          "(rewards/ditpo_weights.py; this project), > 0.")
+    token_weight_max: float | None = knob(None, "gradient token weighting: cap on a token's weight "
+                                                "(rewards/ditpo_weights.py gradient_weights; this project), > 0 or "
+                                                "null (no cap).")
+    logprob_chunk_positions: int | None = knob(None, "Logit positions upcast to fp32 at once in token_logprobs / "
+                                                     "token_entropy (null: sized for ~16 MiB).")
+    micro_batch_size: int | None = knob(None, "Responses per forward/backward pass (this project): the frozen "
+                                              "(old/ref) log-prob passes and the policy's backward run over "
+                                              "micro-batches of this many responses, the rollouts over "
+                                              "micro-batches of max(1, micro_batch_size // group_size) prompts; the "
+                                              "loss normalisers stay those of the whole step, so the gradient "
+                                              "equals the one-batch gradient. null = each process's whole share in "
+                                              "one pass.")
+    max_nonfinite_steps: int = knob(5, "A step whose loss or gradient is not finite is skipped (no optimizer "
+                                       "step), logged and counted; after this many in a row the run stops with an "
+                                       "error naming the first cause, leaving a resumable checkpoint (this project; "
+                                       "issue 13), >= 1.")

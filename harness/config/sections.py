@@ -1,0 +1,207 @@
+"""The config sections other than RL: each field's help (meaning, unit or range, source) is its `help` metadata.
+
+Sources: "REVA-PO" = the paper (Supp. D.2 holds its hyperparameters); "official code" = REVA-PO's released code;
+"this project" = DESIGN.md's own choice. `regbench config show` prints every field with its help.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+
+def knob(default: Any = MISSING, help: str = "", *, default_factory: Any = MISSING) -> Any:  # noqa: A002
+    """A dataclass field whose help text lives in its metadata (as TRL's configs keep theirs)."""
+    if not help:
+        raise TypeError("every config field needs a help text")
+    return field(default=default, default_factory=default_factory, metadata={"help": help})
+
+
+def redefault(section: type, name: str, default: Any) -> Any:
+    """Field `name` of `section` with another default and the same help (a subclass's own default)."""
+    (f,) = [f for f in fields(section) if f.name == name]
+    return knob(default, f.metadata["help"])
+
+
+@dataclass
+class DataConfig:
+    dataset: str = knob("phantom", '"phantom" (the project\'s synthetic set), "iu_xray" or "mimic_cxr" (R2Gen '
+                                   "annotation.json).")
+    annotation: str | None = knob(None, "Path to annotation.json (R2Gen format or REVA-PO's "
+                                        "annotation_with_categories.json). For the phantom set, left empty: the "
+                                        "set is synthesized into `synth_dir` on first use.")
+    image_dir: str | None = knob(None, "Folder the annotation's image paths are relative to.")
+    allow_outside_image_dir: bool = knob(False, "Image paths in the annotation must stay inside image_dir (no "
+                                                "absolute path, no `..`): a file copied from elsewhere cannot make a "
+                                                "run read arbitrary files. true lifts that for an annotation file "
+                                                "you trust (this project).")
+    views: int | None = knob(None, "Views per study: null = the data set's default (every view for IU-Xray, 1-5 "
+                                   "per study, as REVA-PO's official loader; the first for MIMIC-CXR, as R2Gen's "
+                                   "and the official loader); N = at most the first N.")
+    synth_dir: str = knob("runs/data/phantom", "Folder of the synthetic (phantom) set (this project).")
+    synth_n: int = knob(1500, "Studies in the synthetic set, >= 10 (this project).")
+    synth_seed: int = knob(0, "Seed of the synthetic set; same seed -> identical files (this project).")
+    synth_image_size: int = knob(128, "Side in pixels of the synthetic images, >= 28 (this project).")
+    max_train: int | None = knob(None, "Cap on training samples (null = all); handy for smoke runs.")
+    max_val: int | None = knob(None, "Cap on validation samples (null = all); handy for smoke runs.")
+    max_test: int | None = knob(None, "Cap on test samples (null = all); handy for smoke runs.")
+    train_min_tokens: int | None = knob(None, 'The REVA-PO RL subset (Supp. D.2): "discard reports that are '
+                                              'shorter than 30 tokens ... randomly sample 10k". Drops training '
+                                              "reports with fewer whitespace tokens (the cleaned report's words "
+                                              "and punctuation; the paper does not say which tokenizer); null = "
+                                              "keep all.")
+    train_subset: str = knob("first", '"random" draws max_train of the training reports at random with '
+                                      "train_subset_seed (REVA-PO Supp. D.2's random 10k; kept in data order), "
+                                      '"first" takes the first max_train.')
+    train_subset_seed: int = knob(0, "Seed of train_subset=random; fixed, so every run seed trains on the same "
+                                     "subset.")
+
+
+@dataclass
+class ModelConfig:
+    preset: str = knob("tiny", '"tiny" builds a small Qwen2.5-VL from a config; "qwen2.5-vl-3b"/"qwen2.5-vl-7b" '
+                               "load `path`.")
+    path: str | None = knob(None, "Local folder (or hub id when the network allows) of the base model; tiny: built "
+                                  "by stage 0.")
+    dtype: str | None = knob(None, "Base weights' dtype (float32, bfloat16, float16): null = the preset's "
+                                   "(harness/models/presets.py: tiny float32; 3B/7B bfloat16, this project's choice "
+                                   "for GPUs with bf16; float16 as on the paper's V100s).")
+    device: str = knob("auto", 'Where the VLM runs: "auto" = the local GPU (cuda:$LOCAL_RANK under a distributed '
+                               'launch) when CUDA is available, else the CPU; or "cpu", "cuda", "cuda:N". Not part '
+                               "of any run's key: the same run on another device is the same experiment.")
+    image_size: int | None = knob(None, "Square image side in pixels fed to the VLM, a multiple of 28: null = the "
+                                        "preset's (official code: pad to square, resize to 336 for the 3B/7B "
+                                        "presets; tiny: 112).")
+    lora_r: int = knob(32, "LoRA rank of stages 2/3 (REVA-PO Supp. D.2: r = alpha = 32) on all linear layers of "
+                           "the vision encoder and the LLM; the merger trains fully.")
+    lora_alpha: int = knob(32, "LoRA alpha (REVA-PO Supp. D.2: 32).")
+    lora_dropout: float = knob(0.1, "LoRA dropout, in [0, 1) (REVA-PO Supp. D.2: 0.1).")
+    tiny_text_hidden: int = knob(64, "Tiny preset: text hidden size (DESIGN.md: text hidden ~64).")
+    tiny_text_layers: int = knob(2, "Tiny preset: text layers (DESIGN.md: 2 layers).")
+    tiny_vision_hidden: int = knob(64, "Tiny preset: vision hidden size (DESIGN.md: vision ~32 wide).")
+    tiny_vision_depth: int = knob(2, "Tiny preset: vision blocks (DESIGN.md: 1 block).")
+    tiny_vocab_size: int = knob(1200, "Tiny preset: tokenizer vocabulary size (this project).")
+    gradient_checkpointing: bool = knob(False, "Recompute activations in the backward pass (transformers' "
+                                               "gradient checkpointing, non-reentrant) in the model stages: less "
+                                               "memory for more compute (this project; off by default).")
+
+    def __post_init__(self) -> None:
+        # The preset owns image size and dtype unless they are set (an unknown preset is left to `validate`).
+        from harness.models.presets import PRESETS
+
+        preset = PRESETS.get(self.preset)
+        owned = set()
+        for key in ("image_size", "dtype"):
+            if preset is not None and getattr(self, key) is None:
+                setattr(self, key, getattr(preset, key))
+                owned.add(key)
+        # Not a field (so not in to_dict): which values came from the preset, i.e. may yield to a checkpoint's.
+        self._preset_owned = frozenset(owned)
+
+
+@dataclass
+class StepConfig:
+    """The optimizer and schedule fields that stage 0 (PretrainConfig) and stages 1-2 (TrainConfig) share."""
+
+    epochs: float = knob(1.0, "Passes over the training set (fractions allowed), > 0.")
+    batch_size: int = knob(16, "Samples per optimizer step over all processes, > 0.")
+    lr: float = knob(1e-3, "Peak learning rate (AdamW), > 0.")
+    weight_decay: float = knob(0.0, "AdamW weight decay, >= 0.")
+    warmup_steps: int = knob(0, "Linear learning-rate warm-up, in optimizer steps.")
+    vision_lr_mult: float = knob(1.0, "Learning-rate multiplier for the vision tower and merger (1 = the paper's "
+                                      "single lr).")
+
+
+@dataclass
+class TrainConfig(StepConfig):
+    scheduler: str = knob("cosine", 'Learning-rate schedule: "cosine" (stage 1, Supp. D.2), "constant", '
+                                    '"warmup_constant" (stage 3, official code).')
+    grad_clip: float = knob(1.0, "Gradient-norm clip, >= 0.")
+    micro_batch_size: int | None = knob(None, "Samples per forward/backward pass in warm-up and SFT (gradient "
+                                              "accumulation up to each process's share of batch_size; the step "
+                                              "equals the one-pass step). null = the whole share in one pass "
+                                              "(this project).")
+    max_steps: int | None = knob(None, "Stop after this many optimizer steps (null = run all epochs).")
+    log_every: int = knob(10, "Log training metrics every k optimizer steps, >= 1.")
+    checkpoint_every: int = knob(50, "Checkpoint every k optimizer steps (0 = only at the end); a rerun of the "
+                                     "same command resumes from it.")
+
+
+@dataclass
+class PromptConfig:
+    instruction: str = knob("Write the findings section of the chest X-ray report.", "The instruction of every "
+                            "prompt.")
+    disease_template: str = knob("The classifier suggests: {diseases}.", "Stage 2 (REVA-PO Sec. 3.2): predicted "
+                                 "positive disease names are inserted into the instruction through this template.")
+    max_report_tokens: int = knob(100, "Report tokens kept as training targets, >= 1.")
+
+
+@dataclass
+class ClassifierConfigSection:
+    dir: str | None = knob(None, "Folder written by `regbench classifier train` (classifier.safetensors + "
+                                 "classifier.json).")
+    arch: str = knob("tiny_vit", "timm ViT architecture of the 14-observation classifier.")
+    img_size: int = knob(112, "Classifier input side in pixels, >= 1.")
+    global_pool: str = knob("avg", 'Pooling of the ViT\'s tokens: "avg" (Medical-MAE fine-tuning, and it trains '
+                                   'far better from scratch on the tiny preset) or "token" (CLS).')
+    epochs: int = knob(20, "Classifier training epochs, >= 1.")
+    batch_size: int = knob(64, "Classifier batch size, >= 1.")
+    lr: float = knob(6.25e-5, "Classifier learning rate (AdamW), > 0.")
+    weight_decay: float = knob(0.05, "Classifier AdamW weight decay, >= 0.")
+    adam_beta2: float = knob(0.999, "AdamW beta2 of the classifier, in [0, 1).")
+    pretrained_path: str | None = knob(None, "Weights to start the classifier from (null = random init from the "
+                                             "seed).")
+
+
+@dataclass
+class PretrainConfig(StepConfig):
+    """Stage 0, tiny preset only: a full-parameter pretrain that stands in for the pretrained LVLM.
+
+    It uses its own synthetic set (a different seed from the task data) so that stages 1-2 still have work.
+    The result is cached under `cache_dir` by a hash of this section and the tiny model sizes. Its schedule is
+    cosine (StepConfig's fields with stage 0's defaults; harness/stages/pretrain.py).
+    """
+
+    n: int = knob(2000, "Studies in stage 0's own synthetic set, >= 1.")
+    data_seed: int = knob(1000, "Seed of stage 0's synthetic set (not the task data's).")
+    epochs: float = redefault(StepConfig, "epochs", 8.0)
+    batch_size: int = redefault(StepConfig, "batch_size", 32)
+    lr: float = redefault(StepConfig, "lr", 3e-3)
+    weight_decay: float = redefault(StepConfig, "weight_decay", 0.01)
+    warmup_steps: int = redefault(StepConfig, "warmup_steps", 20)
+    findings_task_fraction: float = knob(1.0, 'Share of extra "list the findings" examples mixed into stage 0 (a '
+                                              "stand-in for the visual question answering a real LVLM is "
+                                              "pretrained on; it makes the base look at the image). 0 = reports "
+                                              "only.")
+    hint_task_fraction: float = knob(1.0, "Share of extra report examples whose instruction names (noisy) "
+                                          "findings, in stage 2's prompt format.")
+
+    def train_config(self) -> TrainConfig:
+        """The TrainConfig of stage 0's loop: these fields, a cosine schedule, checkpoints every 50 steps."""
+        return TrainConfig(**{f.name: getattr(self, f.name) for f in fields(StepConfig)}, scheduler="cosine",
+                           checkpoint_every=50, log_every=10)
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = knob(100, "Evaluation decodes greedily (official code): at most this many new tokens.")
+    min_new_tokens: int = knob(0, "Evaluation: at least this many new tokens, <= max_new_tokens.")
+    repetition_penalty: float = knob(1.0, "Evaluation repetition penalty, > 0 (1 = none).")
+    batch_size: int = knob(32, "Prompts per decoding batch, >= 1.")
+    backend: str = knob("lean", 'Decoding loop of RL rollouts, validation and test (issue 15): "hf" = '
+                                "transformers' `generate`; \"lean\" = harness/lean_decode.py, the same tokens "
+                                "(tests/harness/test_lean_decode.py: every sampling setting of experiments/, eager "
+                                "and sdpa, fp32 and bf16; on CPU) without generate's per-step overhead; \"vllm\" = "
+                                "harness/vllm_rollout.py, a colocated vLLM engine on a GPU (other tokens; not yet "
+                                "run on a GPU).")
+
+
+@dataclass
+class EvalConfig:
+    ce_backend: str = knob("rules", 'CE labels: "rules" (rewards/chexpert.py, offline) or "chexbert" (f1chexbert '
+                                    "with its real weights).")
+    chexbert_mode: str = knob("paper", '"paper": only positive counts (REVA-PO / R2Gen protocol); "rrg": uncertain '
+                                       "counts as positive too.")
+    radgraph: str = knob("auto", 'RadGraph F1: "auto" (reported when the weights are present, else marked '
+                                 'missing), "off", or "required".')
+    radgraph_model: str = knob("radgraph-xl", "RadGraph model: radgraph or radgraph-xl.")

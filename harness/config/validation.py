@@ -1,0 +1,206 @@
+"""`validate`: range and name checks of a built RunConfig; each error names the key, the value and where it was set
+(the file, or the command-line override that set it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+from harness.config.rl import RLConfig
+from harness.config.run import RunConfig
+from harness.errors import ConfigError
+
+
+def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:
+    """The override that set `key` (or one of the keys of a joint check such as 'rl.beta_min/beta_base'), else
+    the file."""
+    if not sources:
+        return source
+    if key in sources:
+        return sources[key]
+    section, _, names = key.rpartition(".")
+    for name in names.split("/"):
+        full = f"{section}.{name}" if section else name
+        if full in sources:
+            return sources[full]
+    return source
+
+
+def _check_plugin_names(rl: RLConfig, need) -> None:
+    """Names against the registries (regularizers/, regularizers/reference/, rewards/; the message lists the
+    registered ones), so a typo fails when the config loads, before any stage runs."""
+    from regularizers.registry import available_references, available_regularizers
+    from rewards.registry import available_rewards
+
+    for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
+                              ("rl.reference", rl.reference, available_references()),
+                              ("rl.reward", rl.reward, available_rewards())):
+        need(value in names, key, value, f"is not registered; registered: {', '.join(names)}")
+
+
+def _trial_build(rl: RLConfig, where) -> None:
+    """Build the regularizer and the reference strategy from this config once: what the class refuses (its own
+    bounds, a plug-in option it lacks) fails at load time. Runs after the config's own range checks, whose
+    messages name the exact key."""
+    from regularizers.registry import reference_from_config, regularizer_from_config
+
+    for key, build in (("rl.regularizer", regularizer_from_config), ("rl.reference", reference_from_config)):
+        try:
+            build(rl)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where(key)}: '{key}' = {getattr(rl, key[3:])!r} cannot be built from this "
+                              f"config: {e}") from e
+
+
+def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] | None = None) -> None:
+    """Range and name checks of every field (`sources`: key -> the command-line override that set it)."""
+    def need(cond: bool, key: str, value: Any, why: str) -> None:
+        if not cond:
+            raise ConfigError(f"{_source_of(key, source, sources)}: '{key}' = {value!r} {why}")
+
+    # Every number: floats finite (an inf learning rate or clip range is never meant), counts and seeds >= 0.
+    for key, value in _numeric_fields(cfg):
+        if isinstance(value, float):
+            need(math.isfinite(value), key, value, "must be a finite number")
+        else:
+            need(value >= 0, key, value, "must be >= 0")
+    if isinstance(cfg, RunConfig):
+        # The preset first: an unknown one leaves the preset-owned fields (image size, dtype) unset.
+        need(cfg.model.preset in ("tiny", "qwen2.5-vl-3b", "qwen2.5-vl-7b"), "model.preset", cfg.model.preset,
+             "must be tiny, qwen2.5-vl-3b or qwen2.5-vl-7b")
+        _check_ranges(cfg, need)
+        need(cfg.data.dataset in ("phantom", "iu_xray", "mimic_cxr"), "data.dataset", cfg.data.dataset,
+             "must be phantom, iu_xray or mimic_cxr")
+        need(cfg.data.dataset == "phantom" or cfg.data.annotation is not None, "data.annotation",
+             cfg.data.annotation, "is required for real data sets")
+        need(cfg.data.views is None or cfg.data.views >= 1, "data.views", cfg.data.views, "must be >= 1 or null")
+        need(cfg.data.synth_n >= 10, "data.synth_n", cfg.data.synth_n, "must be >= 10")
+        need(cfg.data.train_subset in ("first", "random"), "data.train_subset", cfg.data.train_subset,
+             "must be first or random")
+        need(cfg.data.train_min_tokens is None or cfg.data.train_min_tokens >= 1, "data.train_min_tokens",
+             cfg.data.train_min_tokens, "must be >= 1 or null")
+        for split in ("train", "val", "test"):
+            cap = getattr(cfg.data, f"max_{split}")
+            need(cap is None or cap >= 1, f"data.max_{split}", cap, "must be >= 1 or null")
+        need(re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.model.device) is not None, "model.device", cfg.model.device,
+             "must be auto, cpu, cuda or cuda:N")
+        need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", cfg.model.dtype,
+             "must be float32, bfloat16 or float16")
+        need(cfg.model.image_size % 28 == 0, "model.image_size", cfg.model.image_size,
+             "must be a multiple of 28 (patch 14 x merge 2)")
+        need(cfg.model.lora_r > 0, "model.lora_r", cfg.model.lora_r, "must be > 0")
+        need(0 <= cfg.model.lora_dropout < 1, "model.lora_dropout", cfg.model.lora_dropout, "must be in [0, 1)")
+        need(cfg.train.epochs > 0, "train.epochs", cfg.train.epochs, "must be > 0")
+        need(cfg.train.batch_size > 0, "train.batch_size", cfg.train.batch_size, "must be > 0")
+        need(cfg.train.lr > 0, "train.lr", cfg.train.lr, "must be > 0")
+        need(cfg.train.weight_decay >= 0, "train.weight_decay", cfg.train.weight_decay, "must be >= 0")
+        need(cfg.train.scheduler in ("cosine", "constant", "warmup_constant"), "train.scheduler",
+             cfg.train.scheduler, "must be cosine, constant or warmup_constant")
+        need(cfg.train.micro_batch_size is None or cfg.train.micro_batch_size > 0, "train.micro_batch_size",
+             cfg.train.micro_batch_size, "must be > 0 or null")
+        need(cfg.train.max_steps is None or cfg.train.max_steps > 0, "train.max_steps", cfg.train.max_steps,
+             "must be > 0 or null")
+        rl = cfg.rl
+        _check_plugin_names(rl, need)
+        need(0 <= rl.beta_min <= rl.beta_base <= rl.beta_max, "rl.beta_min/beta_base/beta_max",
+             (rl.beta_min, rl.beta_base, rl.beta_max), "must satisfy 0 <= beta_min <= beta_base <= beta_max")
+        need(rl.group_size >= 2, "rl.group_size", rl.group_size, "must be >= 2 (advantages are group-relative)")
+        need(rl.prompts_per_step >= 1, "rl.prompts_per_step", rl.prompts_per_step, "must be >= 1")
+        need(rl.old_sync_every >= 1, "rl.old_sync_every", rl.old_sync_every, "must be >= 1")
+        need(rl.reset_every_epochs >= 1, "rl.reset_every_epochs", rl.reset_every_epochs, "must be >= 1")
+        need(0 <= rl.ema_rate <= 1, "rl.ema_rate", rl.ema_rate, "must be in [0, 1]")
+        need(rl.temperature > 0, "rl.temperature", rl.temperature, "must be > 0")
+        need(0 < rl.top_p <= 1, "rl.top_p", rl.top_p, "must be in (0, 1]")
+        need(rl.min_new_tokens <= rl.max_new_tokens, "rl.min_new_tokens", rl.min_new_tokens,
+             "must be <= rl.max_new_tokens")
+        need(rl.kl_estimator in ("k1", "k2", "k3"), "rl.kl_estimator", rl.kl_estimator, "must be k1, k2 or k3")
+        need(rl.aggregation in ("token_mean", "group_token_mean", "seq_mean_token_mean", "dr_grpo"), "rl.aggregation",
+             rl.aggregation, "must be token_mean, group_token_mean, seq_mean_token_mean or dr_grpo")
+        need(rl.advantage_scale in ("std", "none"), "rl.advantage_scale", rl.advantage_scale, "must be std or none")
+        need(rl.aggregation != "dr_grpo" or rl.advantage_scale == "none", "rl.advantage_scale", rl.advantage_scale,
+             "must be none with rl.aggregation=dr_grpo (Liu et al.'s Dr. GRPO also drops the std division)")
+        need(rl.select in ("best_val", "final"), "rl.select", rl.select, "must be best_val or final")
+        need(rl.old_sync in ("per_epoch", "global"), "rl.old_sync", rl.old_sync, "must be per_epoch or global")
+        need(rl.kl_target > 0, "rl.kl_target", rl.kl_target, "must be > 0")
+        samples = rl.prompts_per_step * rl.group_size
+        need(rl.regularizer != "adaptive" or rl.kl_horizon > 0.2 * samples, "rl.kl_horizon", rl.kl_horizon,
+             f"must exceed 0.2 x prompts_per_step x group_size = {0.2 * samples:g}, or one adaptive update "
+             "could make beta negative")
+        need(rl.zero_std_groups in ("keep", "drop"), "rl.zero_std_groups", rl.zero_std_groups,
+             "must be keep or drop")
+        need(rl.val_score in ("paper", "official"), "rl.val_score", rl.val_score, "must be paper or official")
+        need(rl.val_rg_metric != "none" or rl.val_lambda == 0, "rl.val_lambda", rl.val_lambda,
+             "needs rl.val_rg_metric (entity_f1 or radgraph); with val_rg_metric none set val_lambda=0")
+        need(rl.token_weighting in ("none", "tfidf", "gradient"), "rl.token_weighting", rl.token_weighting,
+             "must be none, tfidf or gradient")
+        need(rl.dual_clip is None or rl.dual_clip > 1, "rl.dual_clip", rl.dual_clip, "must be > 1 or null")
+        need(cfg.eval.ce_backend in ("rules", "chexbert"), "eval.ce_backend", cfg.eval.ce_backend,
+             "must be rules or chexbert")
+        need(cfg.eval.chexbert_mode in ("paper", "rrg"), "eval.chexbert_mode", cfg.eval.chexbert_mode,
+             "must be paper or rrg")
+        need(cfg.eval.radgraph in ("auto", "off", "required"), "eval.radgraph", cfg.eval.radgraph,
+             "must be auto, off or required")
+        need(cfg.eval.radgraph_model in ("radgraph", "radgraph-xl"), "eval.radgraph_model", cfg.eval.radgraph_model,
+             "must be radgraph or radgraph-xl")
+        need(cfg.generation.max_new_tokens > 0, "generation.max_new_tokens", cfg.generation.max_new_tokens,
+             "must be > 0")
+        need(cfg.generation.min_new_tokens <= cfg.generation.max_new_tokens, "generation.min_new_tokens",
+             cfg.generation.min_new_tokens, "must be <= generation.max_new_tokens")
+        need(cfg.generation.backend in ("hf", "lean", "vllm"), "generation.backend", cfg.generation.backend,
+             "must be hf, lean or vllm")
+        _trial_build(cfg.rl, lambda key: _source_of(key, source, sources))
+
+
+def _numeric_fields(obj, prefix: str = ""):
+    """(dotted key, value) of every int/float field of a config dataclass, nested sections included."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _numeric_fields(value, f"{prefix}{f.name}.")
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            yield f"{prefix}{f.name}", value
+
+
+def _check_ranges(cfg: RunConfig, need) -> None:
+    """Ranges beyond "finite" and ">= 0": what each knob means (the message names the key and the bound)."""
+    def at_least(key: str, bound: float, strict: bool = False, optional: bool = False) -> None:
+        section, _, name = key.rpartition(".")
+        value = getattr(getattr(cfg, section) if section else cfg, name)
+        if value is None and optional:
+            return
+        ok = value > bound if strict else value >= bound
+        need(ok, key, value, f"must be {'>' if strict else '>='} {bound:g}" + (" or null" if optional else ""))
+
+    def within(key: str, lo: float, hi: float, hi_open: bool = False) -> None:
+        section, _, name = key.rpartition(".")
+        value = getattr(getattr(cfg, section), name)
+        ok = lo <= value < hi if hi_open else lo <= value <= hi
+        need(ok, key, value, f"must be in [{lo:g}, {hi:g}{')' if hi_open else ']'}")
+
+    at_least("data.synth_image_size", 28)
+    at_least("model.image_size", 28)
+    for key in ("model.lora_alpha", "model.tiny_text_hidden", "model.tiny_text_layers", "model.tiny_vision_hidden",
+                "model.tiny_vision_depth", "model.tiny_vocab_size", "train.log_every", "prompt.max_report_tokens",
+                "classifier.img_size", "classifier.epochs", "classifier.batch_size", "pretrain.n",
+                "pretrain.batch_size", "rl.kl_horizon", "rl.ema_period", "rl.max_new_tokens",
+                "generation.batch_size"):
+        at_least(key, 1)
+    for key in ("train.grad_clip", "train.vision_lr_mult", "classifier.weight_decay", "pretrain.weight_decay",
+                "pretrain.vision_lr_mult", "pretrain.findings_task_fraction", "pretrain.hint_task_fraction",
+                "rl.eps_high", "rl.entropy_coef", "rl.val_lambda"):
+        at_least(key, 0)
+    for key in ("classifier.lr", "pretrain.lr", "pretrain.epochs", "rl.kl_target", "rl.repetition_penalty",
+                "rl.token_weight_boost", "generation.repetition_penalty"):
+        at_least(key, 0, strict=True)
+    at_least("rl.max_nonfinite_steps", 1)
+    for key in ("rl.val_every_steps", "rl.val_max_samples", "rl.logprob_chunk_positions", "rl.micro_batch_size"):
+        at_least(key, 1, optional=True)
+    for key in ("rl.logprob_temperature", "rl.token_weight_max"):
+        at_least(key, 0, strict=True, optional=True)
+    within("rl.eps_low", 0, 1, hi_open=True)  # the ratio's lower clip 1 - eps_low must stay above 0
+    within("classifier.adam_beta2", 0, 1, hi_open=True)
+    need(cfg.rl.val_rg_metric in ("none", "entity_f1", "radgraph"), "rl.val_rg_metric", cfg.rl.val_rg_metric,
+         "must be none, entity_f1 or radgraph")
+    need(cfg.seed < 2**63, "seed", cfg.seed, "must be < 2**63")
