@@ -144,6 +144,10 @@ class ClassifierConfigSection:
     weight_decay: float = 0.05
     adam_beta2: float = 0.999
     pretrained_path: str | None = None
+    # Pixel statistics of the classifier's input: "cxr" (mean 0.5056, std 0.252 on every channel: the official
+    # REVA-PO classifier transform and Medical-MAE's chest X-ray fine-tuning; the real presets set it) or
+    # "imagenet" (this project's tiny preset, trained from scratch).
+    normalization: str = "imagenet"
 
 
 @dataclass
@@ -681,4 +685,6 @@ def _check_ranges(cfg: RunConfig, need) -> None:
     within("classifier.adam_beta2", 0, 1, hi_open=True)
     need(cfg.rl.val_rg_metric in ("none", "entity_f1", "radgraph"), "rl.val_rg_metric", cfg.rl.val_rg_metric,
          "must be none, entity_f1 or radgraph")
+    need(cfg.classifier.normalization in ("cxr", "imagenet"), "classifier.normalization",
+         cfg.classifier.normalization, "must be cxr or imagenet")
     need(cfg.seed < 2**63, "seed", cfg.seed, "must be < 2**63")
