@@ -68,17 +68,17 @@ def reference_labels(samples) -> np.ndarray:
     return out
 
 
-def classifier_inputs(samples, img_size: int):
+def classifier_inputs(samples, img_size: int, normalization: str = "imagenet"):
     """The classifier's input: the first view of each study, preprocessed when a batch reads it."""
     from harness.data.streaming import ClassifierImages
 
-    return ClassifierImages(samples, img_size)
+    return ClassifierImages(samples, img_size, normalization)
 
 
 def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
     """Names of the observations the frozen classifier predicts positive, per sample."""
     model, ccfg, thresholds = load_classifier(classifier_dir)
-    probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size))
+    probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size, ccfg.normalization))
     return [positive_names(row) for row in predict_labels(probs, thresholds)]
 
 

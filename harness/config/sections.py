@@ -151,6 +151,10 @@ class ClassifierConfigSection:
     adam_beta2: float = knob(0.999, "AdamW beta2 of the classifier, in [0, 1).")
     pretrained_path: str | None = knob(None, "Weights to start the classifier from (null = random init from the "
                                              "seed).")
+    normalization: str = knob("imagenet", "Pixel statistics of the classifier's input: cxr (mean 0.5056, std 0.252 "
+                                          "on every channel: the official REVA-PO classifier transform and "
+                                          "Medical-MAE's chest X-ray fine-tuning; the real presets set it) or "
+                                          "imagenet (this project's tiny preset, trained from scratch).")
 
 
 @dataclass

@@ -203,4 +203,6 @@ def _check_ranges(cfg: RunConfig, need) -> None:
     within("classifier.adam_beta2", 0, 1, hi_open=True)
     need(cfg.rl.val_rg_metric in ("none", "entity_f1", "radgraph"), "rl.val_rg_metric", cfg.rl.val_rg_metric,
          "must be none, entity_f1 or radgraph")
+    need(cfg.classifier.normalization in ("cxr", "imagenet"), "classifier.normalization",
+         cfg.classifier.normalization, "must be cxr or imagenet")
     need(cfg.seed < 2**63, "seed", cfg.seed, "must be < 2**63")

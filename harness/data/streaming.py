@@ -53,8 +53,8 @@ class ClassifierImages(Dataset):
 
     An int gives one tensor, a slice a stacked [n, 3, H, W] batch (what the evaluation loops slice)."""
 
-    def __init__(self, samples: Sequence[Sample], size: int):
-        self.samples, self.size = list(samples), size
+    def __init__(self, samples: Sequence[Sample], size: int, normalization: str = "imagenet"):
+        self.samples, self.size, self.normalization = list(samples), size, normalization
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -62,7 +62,8 @@ class ClassifierImages(Dataset):
     def _batch(self, samples: Sequence[Sample]) -> torch.Tensor:
         from harness.models.classifier import preprocess
 
-        return preprocess([load_image(s.image_paths[0], self.size) for s in samples], self.size)
+        return preprocess([load_image(s.image_paths[0], self.size) for s in samples], self.size,
+                          normalization=self.normalization)
 
     def __getitem__(self, i):
         if isinstance(i, slice):

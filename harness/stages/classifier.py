@@ -31,7 +31,7 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
     return ClassifierConfig(arch=c.arch, img_size=c.img_size, global_pool=c.global_pool, epochs=c.epochs,
                             batch_size=c.batch_size, lr=c.lr,
                             weight_decay=c.weight_decay, adam_beta2=c.adam_beta2, pretrained_path=c.pretrained_path,
-                            seed=cfg.seed)
+                            seed=cfg.seed, normalization=c.normalization)
 
 
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
@@ -45,7 +45,8 @@ def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
         return out
     ccfg = classifier_config(cfg)
     splits = require_train(load_splits(cfg, progress), cfg, "classifier")
-    x_tr, x_va = classifier_inputs(splits["train"], ccfg.img_size), classifier_inputs(splits["val"], ccfg.img_size)
+    x_tr = classifier_inputs(splits["train"], ccfg.img_size, ccfg.normalization)
+    x_va = classifier_inputs(splits["val"], ccfg.img_size, ccfg.normalization)
     y_tr = torch.tensor(classifier_targets(reference_labels(splits["train"])), dtype=torch.float32)
     y_va = torch.tensor(classifier_targets(reference_labels(splits["val"])), dtype=torch.float32)
     model = build_classifier(ccfg)
@@ -59,7 +60,7 @@ def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
     save_classifier(model, ccfg, thresholds, out)
     metrics = {"thresholds": dict(zip(OBSERVATIONS, thresholds.tolist(), strict=True))}
     for split in ("val", "test"):
-        x = x_va if split == "val" else classifier_inputs(splits["test"], ccfg.img_size)
+        x = x_va if split == "val" else classifier_inputs(splits["test"], ccfg.img_size, ccfg.normalization)
         y = y_va.numpy() if split == "val" else classifier_targets(reference_labels(splits["test"]))
         pred = predict_labels(predict_proba(model, x), thresholds)
         metrics[f"{split}_micro_f1"] = _micro_f1(pred, y)

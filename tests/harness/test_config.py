@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.config import ConfigError, RunConfig, load_config
@@ -99,3 +101,19 @@ def test_preset_values_survive_a_round_trip(tmp_path):
     assert (again.model.image_size, again.model.dtype) == (336, "bfloat16")
     with pytest.raises(ConfigError, match="'model.preset' = 'gpt'"):
         load_config(None, ["model.preset=gpt"])
+
+
+@pytest.mark.parametrize("preset, expected", [("mimic-qwen2.5vl-7b", "cxr"), ("iuxray-qwen2.5vl-3b", "cxr"),
+                                              ("tiny", "imagenet")])
+def test_classifier_normalisation_of_the_presets(preset, expected):
+    """The real presets normalise the classifier's input with CXR statistics as the official code does; the tiny
+    preset keeps ImageNet's (the default)."""
+    path = Path(__file__).resolve().parents[2] / "experiments" / "presets" / f"{preset}.yaml"
+    cfg = load_config(path, ["data.annotation=ann.json"], stage="classifier")
+    assert cfg.classifier.normalization == expected
+    assert RunConfig().classifier.normalization == "imagenet"
+
+
+def test_classifier_normalisation_typo_fails_at_load():
+    with pytest.raises(ConfigError, match="classifier.normalization.*must be cxr or imagenet"):
+        load_config(None, ["classifier.normalization=chexpert"])

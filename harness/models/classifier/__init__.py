@@ -17,6 +17,8 @@ Paper defaults (Supp. D.2; the classifier starts from a Medical-MAE ViT-B/16, 22
 | initialisation | Medical-MAE ViT-B/16 | the classifier fine-tuned on MIMIC-CXR |
 
 The paper states no learning-rate schedule, augmentation or loss weighting; none is applied here.
+Inputs are padded to square, resized and normalised with chest X-ray statistics (mean 0.5056, std 0.252 on every
+channel) as the official code does; the tiny preset keeps ImageNet's (`ClassifierConfig.normalization`).
 
 Modules: ``config`` (ClassifierConfig and its presets), ``model`` (building, loading a pretrained backbone,
 freezing), ``inputs`` (image preprocessing, training targets), ``training`` (the loop, probabilities),
@@ -24,16 +26,27 @@ freezing), ``inputs`` (image preprocessing, training targets), ``training`` (the
 """
 
 from harness.models.classifier.config import TINY_ARCH, TINY_VIT_KWARGS, ClassifierConfig
-from harness.models.classifier.inputs import IMAGENET_MEAN, IMAGENET_STD, classifier_targets, preprocess
+from harness.models.classifier.inputs import (
+    CXR_MEAN,
+    CXR_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    NORMALIZATIONS,
+    classifier_targets,
+    preprocess,
+)
 from harness.models.classifier.model import build_classifier, freeze, load_pretrained
 from harness.models.classifier.storage import META_FILE, WEIGHTS_FILE, load_classifier, save_classifier
 from harness.models.classifier.thresholds import choose_thresholds, positive_names, predict_labels
 from harness.models.classifier.training import predict_proba, train_classifier
 
 __all__ = [
+    "CXR_MEAN",
+    "CXR_STD",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "META_FILE",
+    "NORMALIZATIONS",
     "TINY_ARCH",
     "TINY_VIT_KWARGS",
     "WEIGHTS_FILE",

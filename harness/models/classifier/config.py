@@ -49,6 +49,9 @@ class ClassifierConfig:
     num_workers: int = 0
     # Not in the paper (it trained in fp16 on V100s): autocast to bf16 on CUDA for speed. Off on CPU.
     amp_bf16: bool = False
+    # Pixel statistics of the input (harness/models/classifier/inputs.py NORMALIZATIONS): "cxr" as the official
+    # REVA-PO classifier transform and Medical-MAE's chest X-ray fine-tuning; "imagenet" for the tiny preset.
+    normalization: str = "cxr"
 
     def __post_init__(self) -> None:
         problems = []
@@ -68,6 +71,8 @@ class ClassifierConfig:
             problems.append(f"adam_beta2 must be in [0, 1), got {self.adam_beta2}")
         if self.num_workers < 0:
             problems.append(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.normalization not in ("cxr", "imagenet"):
+            problems.append(f"normalization must be cxr or imagenet, got {self.normalization!r}")
         if problems:
             raise ValueError("invalid ClassifierConfig: " + "; ".join(problems))
 
@@ -77,9 +82,10 @@ class ClassifierConfig:
         presets: dict[str, dict[str, Any]] = {
             "mimic_cxr": {},
             "iu_xray": {"batch_size": 64, "lr": 6.25e-5, "adam_beta2": 0.999},
-            # Not from the paper: small enough to train on a laptop CPU in seconds.
+            # Not from the paper: small enough to train on a laptop CPU in seconds (ImageNet statistics, as
+            # before the option existed).
             "tiny": {"arch": TINY_ARCH, "img_size": 112, "epochs": 10, "batch_size": 32, "lr": 1e-3,
-                     "adam_beta2": 0.999},
+                     "adam_beta2": 0.999, "normalization": "imagenet"},
         }
         if name not in presets:
             raise ValueError(f"unknown classifier preset {name!r}; choose one of {sorted(presets)}")
@@ -94,4 +100,5 @@ class ClassifierConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown ClassifierConfig fields: {unknown}")
-        return cls(**data)
+        # A classifier saved before the option existed was trained on ImageNet-normalised inputs.
+        return cls(**{"normalization": "imagenet", **data})

@@ -13,6 +13,15 @@ from harness.constants import NO_FINDING, NUM_OBSERVATIONS, POSITIVE
 # ImageNet statistics: timm's ViT-B/16 and Medical-MAE (which follows MAE's ImageNet recipe) both use them.
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+# Chest X-ray statistics, one value on every channel: the official REVA-PO code normalises the classifier's input
+# with them (reva_po/datasets/datasets/dataset.py, cls_transform, MIMIC-CXR and IU-Xray alike), as Medical-MAE's
+# chest X-ray fine-tuning does (util/datasets.py, the classifier's initialisation).
+CXR_MEAN: tuple[float, float, float] = (0.5056, 0.5056, 0.5056)
+CXR_STD: tuple[float, float, float] = (0.252, 0.252, 0.252)
+NORMALIZATIONS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "imagenet": (IMAGENET_MEAN, IMAGENET_STD),
+    "cxr": (CXR_MEAN, CXR_STD),
+}
 
 
 def _pad_square(image: Image.Image) -> Image.Image:
@@ -25,16 +34,19 @@ def _pad_square(image: Image.Image) -> Image.Image:
     return canvas
 
 
-def preprocess(images: Sequence[Image.Image], img_size: int, *, pad_to_square: bool = True) -> torch.Tensor:
-    """PIL images -> float tensor [N, 3, img_size, img_size], ImageNet-normalised.
+def preprocess(images: Sequence[Image.Image], img_size: int, *, pad_to_square: bool = True,
+               normalization: str = "imagenet") -> torch.Tensor:
+    """PIL images -> float tensor [N, 3, img_size, img_size], normalised with `NORMALIZATIONS[normalization]`.
 
     Grayscale X-rays are replicated to RGB; images are padded to square first (as the official code does) so
     the anatomy is not stretched, then resized bicubically (timm's ViT default).
     """
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"unknown classifier normalization {normalization!r}; choose one of {sorted(NORMALIZATIONS)}")
     if not images:
         return torch.empty(0, 3, img_size, img_size)
-    mean = np.asarray(IMAGENET_MEAN, dtype=np.float32)
-    std = np.asarray(IMAGENET_STD, dtype=np.float32)
+    mean = np.asarray(NORMALIZATIONS[normalization][0], dtype=np.float32)
+    std = np.asarray(NORMALIZATIONS[normalization][1], dtype=np.float32)
     arrays = []
     for image in images:
         rgb = image.convert("RGB")

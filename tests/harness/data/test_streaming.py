@@ -65,6 +65,9 @@ def test_classifier_images_equal_the_preprocessed_first_views(samples):
     data = ClassifierImages(samples, 32)
     whole = preprocess([load_views(s, 32)[0] for s in samples], 32)
     assert torch.equal(data[0:5], whole) and torch.equal(data[2], whole[2])
+    cxr = ClassifierImages(samples, 32, "cxr")
+    assert torch.equal(cxr[0:5], preprocess([load_views(s, 32)[0] for s in samples], 32, normalization="cxr"))
+    assert not torch.equal(cxr[0:5], whole)
 
 
 def test_classifier_trains_the_same_from_a_stream_as_from_a_tensor(samples):

@@ -198,6 +198,45 @@ def test_preprocess_shapes_and_normalisation():
     assert preprocess([], 32).shape == (0, 3, 32, 32)
 
 
+def test_cxr_normalisation_equals_torchvision_with_the_official_statistics():
+    """normalization="cxr": torchvision's Normalize with mean 0.5056 / std 0.252 (the official REVA-PO classifier
+    transform) on the same padded, resized pixels; the ImageNet default is unchanged."""
+    from torchvision.transforms import functional as TF
+
+    rng = np.random.default_rng(7)
+    image = Image.fromarray(rng.integers(0, 256, (37, 29), dtype=np.uint8), mode="L")
+    imagenet, cxr = preprocess([image], 24), preprocess([image], 24, normalization="cxr")
+    square = Image.new("RGB", (37, 37))
+    square.paste(image.convert("RGB"), (4, 0))
+    pixels = TF.to_tensor(square.resize((24, 24), Image.Resampling.BICUBIC))
+    expected = TF.normalize(pixels, [0.5056] * 3, [0.252] * 3)
+    torch.testing.assert_close(cxr[0], expected, rtol=0, atol=2e-6)
+    torch.testing.assert_close(imagenet[0], TF.normalize(pixels, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+                               rtol=0, atol=2e-6)
+    assert not torch.allclose(cxr, imagenet)
+    with pytest.raises(ValueError, match="normalization 'chexpert'"):
+        preprocess([image], 24, normalization="chexpert")
+
+
+def test_normalisation_defaults_per_preset_and_for_old_files():
+    assert ClassifierConfig().normalization == "cxr"  # the class defaults are the paper's MIMIC-CXR setting
+    assert ClassifierConfig.preset("mimic_cxr").normalization == "cxr"
+    assert ClassifierConfig.preset("iu_xray").normalization == "cxr"
+    assert ClassifierConfig.preset("tiny").normalization == "imagenet"  # this project's preset keeps its inputs
+    # A classifier.json written before the option: its model saw ImageNet-normalised inputs.
+    old = ClassifierConfig.preset("iu_xray").to_dict()
+    del old["normalization"]
+    assert ClassifierConfig.from_dict(old).normalization == "imagenet"
+    with pytest.raises(ValueError, match="normalization must be cxr or imagenet"):
+        ClassifierConfig(normalization="CXR")
+
+
+def test_saved_classifier_keeps_its_normalisation(tmp_path: Path):
+    cfg = tiny_cfg(epochs=1, normalization="cxr")
+    save_classifier(build_classifier(cfg), cfg, np.full(NUM_OBSERVATIONS, 0.5), tmp_path)
+    assert load_classifier(tmp_path)[1].normalization == "cxr"
+
+
 # ---------------------------------------------------------------------------------------------- training
 
 
