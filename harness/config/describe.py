@@ -17,9 +17,14 @@ def field_help(section: type) -> dict[str, str]:
 
 
 def _scalar(value) -> str:
-    """One value as a flow-style YAML text on one line."""
-    return yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True).strip().removesuffix(
-        "\n...").removesuffix("...").strip()
+    """One value as a flow-style YAML text on one line that loads back as the same value."""
+    for readable in (True, False):
+        text = yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=readable).strip()
+        text = text.removesuffix("\n...").removesuffix("...").strip()
+        if readable and yaml.safe_load(text) != value:
+            continue  # e.g. U+0085 (NEL) written raw is read back as a line break: escape non-ASCII instead
+        return text
+    return text
 
 
 def _comment(text: str, indent: str) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import harness.config as config_pkg
@@ -16,8 +16,6 @@ from harness.cli import main
 from harness.config import PretrainConfig, RunConfig, StepConfig, TrainConfig, load_config, to_dict
 from harness.config.describe import commented_yaml
 from harness.config.sections import knob
-from harness.experiments import config_key
-from harness.runstate import config_hash
 from harness.stages.pretrain import pretrain_key
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
@@ -61,14 +59,11 @@ def test_pretrain_shares_step_fields_and_keeps_its_serialized_form():
     assert to_dict(PretrainConfig()) == {"n": 2000, "data_seed": 1000, "epochs": 8.0, "batch_size": 32, "lr": 3e-3,
                                          "weight_decay": 0.01, "warmup_steps": 20, "vision_lr_mult": 1.0,
                                          "findings_task_fraction": 1.0, "hint_task_fraction": 1.0}
-    # Keys computed on the code before the change (main at 9946e26).
-    cfg = RunConfig()
-    assert (pretrain_key(cfg), config_hash(cfg), config_key("rl", cfg, {})) == (
-        "1170436f98e8", "3b5ad0a45166", "2e92e46b0c")
-    bench = load_config(EXPERIMENTS / "presets" / "tiny-bench.yaml", stage="rl")
-    assert (pretrain_key(bench), config_hash(bench), config_key("rl", bench, {})) == (
-        "1170436f98e8", "91ae4ac1b236", "1fd641548b")
-
+    # Stage 0's cache key, computed on the code before the change (main at 9946e26): the cached base stays valid.
+    # (config_hash / config_key were equal too at the time; they change with every new config field, so they are
+    # not pinned here.)
+    assert pretrain_key(RunConfig()) == "1170436f98e8"
+    assert pretrain_key(load_config(EXPERIMENTS / "presets" / "tiny-bench.yaml", stage="rl")) == "1170436f98e8"
 
 @settings(max_examples=30, deadline=None)
 @given(epochs=st.floats(0.01, 50, allow_nan=False), batch=st.integers(1, 512), lr=st.floats(1e-7, 1.0),
@@ -120,6 +115,7 @@ def test_commented_yaml_loads_back_to_the_same_config(tmp_path, preset, stage):
 
 
 @settings(max_examples=25, deadline=None)
+@example(lr=1.0, text="a\x85b", top_k=0, clip=None, args={})  # NEL written raw came back as a line break
 @given(lr=st.floats(1e-9, 10, allow_nan=False), text=st.text(min_size=0, max_size=30),
        top_k=st.integers(0, 10**6), clip=st.one_of(st.none(), st.floats(1.0001, 1e6)),
        args=st.dictionaries(st.sampled_from(["scale", "a b", "x:y", "#"]),
