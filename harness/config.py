@@ -112,6 +112,10 @@ class TrainConfig:
     # Samples per forward/backward pass in warm-up and SFT (gradient accumulation up to each process's share of
     # batch_size; the step equals the one-pass step). null = the whole share in one pass (this project).
     micro_batch_size: int | None = None
+    num_workers: int = field(default=0, metadata={"help": (
+        "DataLoader worker processes that decode images and encode the batches of warm-up and SFT ahead of the "
+        "model (pinned memory on CUDA); 0 = in the training process, as before (this project, issue 14). The "
+        "batches and their order do not depend on it.")})
     # Learning-rate multiplier for the vision tower and merger (1 = the paper's single lr).
     vision_lr_mult: float = 1.0
     # Stop after this many optimizer steps (None = run all epochs).
@@ -578,6 +582,7 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              cfg.train.scheduler, "must be cosine, constant or warmup_constant")
         need(cfg.train.micro_batch_size is None or cfg.train.micro_batch_size > 0, "train.micro_batch_size",
              cfg.train.micro_batch_size, "must be > 0 or null")
+        need(cfg.train.num_workers >= 0, "train.num_workers", cfg.train.num_workers, "must be >= 0")
         need(cfg.train.max_steps is None or cfg.train.max_steps > 0, "train.max_steps", cfg.train.max_steps,
              "must be > 0 or null")
         rl = cfg.rl
