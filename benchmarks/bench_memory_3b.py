@@ -43,7 +43,8 @@ sys.path.insert(0, str(HERE))
 IMAGE_PX = 336  # the 3B / 7B presets' image size (harness/models/presets.py)
 # (stage, global batch, micro-batch, gradient checkpointing). SFT counts samples, RL responses (prompts x G).
 SETTINGS = [
-    ("sft", 4, 1, False), ("sft", 4, 2, False), ("sft", 4, 4, False), ("sft", 2, 2, False), ("sft", 4, 4, True),
+    ("sft", 4, 1, False), ("sft", 4, 2, False), ("sft", 4, 4, False), ("sft", 2, 2, False), ("sft", 8, 2, False),
+    ("sft", 4, 4, True),
     ("rl", 4, 1, False), ("rl", 4, 2, False), ("rl", 4, 4, False), ("rl", 2, 1, False), ("rl", 4, 4, True),
 ]
 GROUP = 2  # candidates per prompt in the RL setting (the smallest group; keeps the run short on one core)
