@@ -56,7 +56,7 @@ def _assert_same(a, b):
 
 @pytest.mark.parametrize("micro", [None, 2])
 def test_two_workers_yield_the_batches_of_none_in_the_same_order(streamed, tiny_processor, micro):
-    """7 samples, batch 3: epochs of 3, 3 and 1 samples, each step cut into micro-batches of 2 (or not)."""
+    """7 samples, batch 3: each epoch has steps of 3, 3 and 1 samples, cut into micro-batches of 2 (or not)."""
     plain = _items(streamed, tiny_processor, 0, micro=micro)
     _assert_same(_items(streamed, tiny_processor, 2, micro=micro), plain)
     assert len(plain) == 6
