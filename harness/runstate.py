@@ -18,7 +18,7 @@ from harness.config import ConfigError, RunConfig, to_dict
 from harness.runlock import LOCK_NAME
 
 # Where, not what: a run moved to another disk or device is the same run (cf. harness/experiments/resolve._LOCATIONS).
-LOCATION_KEYS = ("out_dir", "cache_dir", "data.synth_dir", "model.device")
+LOCATION_KEYS = ("out_dir", "cache_dir", "data.synth_dir", "model.device", "train.num_workers")
 
 # Set by `regbench ... --restart`: discard what the run folder holds and start the stage over.
 _RESTART = [False]

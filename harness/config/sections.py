@@ -121,6 +121,10 @@ class TrainConfig(StepConfig):
                                               "accumulation up to each process's share of batch_size; the step "
                                               "equals the one-pass step). null = the whole share in one pass "
                                               "(this project).")
+    num_workers: int = knob(0, "DataLoader worker processes that decode images and encode the batches of warm-up "
+                               "and SFT ahead of the model (pinned memory on CUDA); 0 = in the training process "
+                               "(this project, issue 14). The batches and their order do not depend on it, so it is "
+                               "not part of a run's key.")
     max_steps: int | None = knob(None, "Stop after this many optimizer steps (null = run all epochs).")
     log_every: int = knob(10, "Log training metrics every k optimizer steps, >= 1.")
     checkpoint_every: int = knob(50, "Checkpoint every k optimizer steps (0 = only at the end); a rerun of the "

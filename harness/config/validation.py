@@ -100,6 +100,7 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              cfg.train.scheduler, "must be cosine, constant or warmup_constant")
         need(cfg.train.micro_batch_size is None or cfg.train.micro_batch_size > 0, "train.micro_batch_size",
              cfg.train.micro_batch_size, "must be > 0 or null")
+        need(cfg.train.num_workers >= 0, "train.num_workers", cfg.train.num_workers, "must be >= 0")
         need(cfg.train.max_steps is None or cfg.train.max_steps > 0, "train.max_steps", cfg.train.max_steps,
              "must be > 0 or null")
         rl = cfg.rl

@@ -24,7 +24,8 @@ from harness.config import TrainConfig
 from harness.distributed import Dist, shard
 from harness.models.trainable import unwrap
 from harness.records import RunDir
-from harness.schedule import epoch_order, make_scheduler
+from harness.schedule import make_scheduler
+from harness.stages.lm_batches import StepBatches, step_loader
 
 
 @dataclass
@@ -122,11 +123,16 @@ def _accumulate(model, processor, part: LMData, micro: int, max_report_tokens: i
     parts = [part.take(range(s, min(s + micro, len(part)))) for s in range(0, len(part), micro)]
     # Encoded up front (token ids and pixels, small next to activations): the weights need the total count.
     batches = [encode_sft(processor, p.images, p.instructions, p.reports, max_report_tokens) for p in parts]
+    return _backward(model, batches, device, dist, where)
+
+
+def _backward(model, batches: list[dict], device, dist: Dist, where: str) -> tuple[torch.Tensor, int]:
+    """_accumulate's backward over micro-batches already encoded (by the step loader, lm_batches.py)."""
     total = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in batches)
     scale = dist.loss_scale(torch.tensor(float(total)))
     loss_sum = torch.zeros(())
     for batch in batches:
-        loss, n = lm_loss(model, {k: v.to(device) for k, v in batch.items()})
+        loss, n = lm_loss(model, {k: v.to(device, non_blocking=True) for k, v in batch.items()})
         if not torch.isfinite(loss):
             raise FloatingPointError(f"{where}: loss is {float(loss)}; lower train.lr?")
         (loss * (n / max(total, 1)) * scale).backward()
@@ -161,20 +167,24 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
     dist.broadcast_parameters(params)
     device = next(model.parameters()).device
+    # Steps step..total-1, each this process's encoded micro-batches, decoded by train.num_workers workers.
+    loader = iter(step_loader(StepBatches(train, processor, batch_size=cfg.batch_size,
+                                          micro_batch_size=cfg.micro_batch_size, seed=seed, first_step=step,
+                                          total_steps=total, steps_per_epoch=steps_per_epoch,
+                                          max_report_tokens=max_report_tokens, dist=dist),
+                              cfg.num_workers, device, seed))
     model.train()
     t_start = time.time()
     last_loss = float("nan")
     bar = tqdm(total=total, initial=step, desc=desc, disable=not progress, leave=False)
     while step < total:
-        epoch, pos = divmod(step, steps_per_epoch)
-        order = epoch_order(len(train), seed, epoch)
-        idx = shard(order[pos * cfg.batch_size:(pos + 1) * cfg.batch_size], dist)
+        epoch = step // steps_per_epoch
         t0 = time.time()
+        batches = next(loader)
         optimizer.zero_grad(set_to_none=True)
         loss, ntok = None, 0
-        if idx:  # the last batch of an epoch may leave a process without samples
-            loss, ntok = _accumulate(model, processor, train.take(idx), cfg.micro_batch_size or len(idx),
-                                     max_report_tokens, device, dist, f"{desc}: step {step}")
+        if batches:  # the last batch of an epoch may leave a process without samples
+            loss, ntok = _backward(model, batches, device, dist, f"{desc}: step {step}")
         elif dist.active:
             dist.loss_scale(torch.tensor(0.0))  # take part in the collective the others are in
         if dist.active:
