@@ -1,0 +1,50 @@
+"""Stage 0 is one pretrained base for every run seed (as one Qwen checkpoint is), keyed on `pretrain.seed`."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+from safetensors.torch import load_file
+
+from harness.config import load_config
+from harness.stages.pretrain import RECIPE_VERSION, base_dir, pretrain_key, pretrain_tiny_base
+from tests.tiny_sizes import TINY
+
+
+def _cfg(tmp_path, *extra):
+    return load_config(None, [*TINY, f"cache_dir={tmp_path / 'cache'}", f"data.synth_dir={tmp_path / 'data'}",
+                              *extra])
+
+
+def _old_key(cfg, seed: int) -> str:
+    """The key as it was computed when the run seed was part of it (before `pretrain.seed`)."""
+    m = cfg.model
+    pre = dataclasses.asdict(cfg.pretrain)
+    pre.pop("seed")
+    payload = {"recipe": RECIPE_VERSION, "pretrain": pre,
+               "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
+                         m.tiny_vocab_size, m.image_size],
+               "image_px": cfg.data.synth_image_size, "instruction": cfg.prompt.instruction,
+               "disease_template": cfg.prompt.disease_template, "max_report_tokens": cfg.prompt.max_report_tokens,
+               "seed": seed}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def test_key_ignores_the_run_seed_and_follows_the_stage0_seed(tmp_path):
+    keys = {pretrain_key(_cfg(tmp_path, f"seed={s}")) for s in (0, 1, 2, 17)}
+    assert len(keys) == 1
+    assert pretrain_key(_cfg(tmp_path, "pretrain.seed=1")) not in keys
+    # Seed-0 bases already cached keep their folder: the key equals the old one for run seed 0.
+    assert keys == {_old_key(_cfg(tmp_path), 0)}
+    assert pretrain_key(_cfg(tmp_path, "pretrain.seed=3")) == _old_key(_cfg(tmp_path), 3)
+
+
+def test_every_run_seed_gets_the_same_base_weights(tmp_path):
+    one = pretrain_tiny_base(_cfg(tmp_path / "a", "seed=0"), progress=False)
+    other = pretrain_tiny_base(_cfg(tmp_path / "b", "seed=5"), progress=False)
+    assert one.name == other.name == base_dir(_cfg(tmp_path / "a", "seed=3")).name
+    w1, w2 = load_file(str(one / "model.safetensors")), load_file(str(other / "model.safetensors"))
+    assert w1.keys() == w2.keys()
+    assert all((w1[k] == w2[k]).all() for k in w1)
