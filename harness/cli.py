@@ -176,7 +176,13 @@ def cmd_demo(ns) -> int:
     from harness.demo import run_demo
     from reports.build import build_report
 
-    run_demo(Path(ns.out), progress=not ns.no_progress, workers=ns.workers)
+    results = run_demo(Path(ns.out), progress=not ns.no_progress, workers=ns.workers)
+    from reports.demo_verdict import demo_verdict
+
+    verdict = demo_verdict(Path(ns.out))
+    if verdict:  # the over-optimisation contrast with its interval and p (issue 12)
+        print(f"\n{verdict}\n", flush=True)
+        results.write_text(results.read_text() + f"\n{verdict}\n")
     print("[demo] building the report", flush=True)
     print(f"report: {build_report(Path(ns.out))}")
     return 0

@@ -1,0 +1,84 @@
+"""reports/demo_verdict.py: the demo's no-KL vs constant-KL contrast, on hand-counted fake arms."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from harness.evaluation import BLEU_COUNT_KEYS
+from reports.demo_verdict import contrast_text, selected_kl
+
+REF = [1, None, 1, 0, None, None, None, None, None, None, 1, None, None, None]
+
+
+def _row(i, hyp, rng):
+    counts = dict(zip(BLEU_COUNT_KEYS, [12.0 - k + rng.integers(0, 3) for k in range(4)] + [20.0, 19.0, 18.0, 17.0,
+                                                                                              20.0, 21.0], strict=True))
+    return {"id": f"r{i}", "nlg": counts, "hyp_labels": hyp, "ref_labels": REF}
+
+
+def _arm(tmp_path, name, hyps, kl_rows, selected):
+    ev, rl = tmp_path / name / "eval", tmp_path / name / "rl"
+    ev.mkdir(parents=True)
+    rl.mkdir(parents=True)
+    rng = np.random.default_rng(len(name))
+    rows = [_row(i, h, rng) for i, h in enumerate(hyps)]
+    (ev / "predictions_final_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (rl / "metrics.json").write_text(json.dumps({"selected_step": selected}))
+    (rl / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kl_rows))
+    return ev, rl
+
+
+def test_contrast_counts_gold_f1_by_hand(tmp_path):
+    # Reference arm: every report states findings 0 and 2 (2 TP of 3 positives, 0 FP) -> F1 = 4 / 5 per report.
+    good = [1, None, 1, None, None, None, None, None, None, None, None, None, None, None]
+    # Arm: finding 0 only, plus a false 5 -> per report TP 1, FP 1, FN 2 -> F1 = 2 / 5.
+    bad = [1, None, None, None, None, 1, None, None, None, None, None, None, None, None]
+    n = 7
+    ref_ev, ref_rl = _arm(tmp_path, "ckl", [good] * n, [{"step": 5, "kl_start_seq": 1.25},
+                                                         {"step": 10, "kl_start_seq": 2.7}], selected=5)
+    arm_ev, arm_rl = _arm(tmp_path, "no_kl", [bad] * (n - 1) + [good],
+                          [{"step": 5, "kl_start_seq": 9.0}, {"step": 10, "kl_start_seq": 15.3}], selected=10)
+    text = contrast_text(arm_ev, ref_ev, arm_rl, ref_rl, "no KL", "constant KL", B=500)
+    # Hand count, arm: TP 6 + 2 = 8, FP 6, FN 12 + 1 = 13 -> F1 = 16 / 35; reference: 28 / 35.
+    expected = 16 / 35 - 28 / 35
+    got = float(re.search(r"gold findings micro-F1: ([+-][0-9.]+)", text).group(1))
+    assert got == pytest.approx(expected, abs=5e-5)
+    assert "n = 7" in text and "no KL 15.30" in text and "constant KL 1.25" in text
+    assert "differ at 0.05" in text.split("\n")[1]
+
+
+def test_selected_kl_is_the_tested_step_and_absent_when_not_logged(tmp_path):
+    _, rl = _arm(tmp_path, "a", [REF], [{"step": 3, "kl_start_seq": 0.7}, {"step": 6, "BLEU_4": 0.2}], selected=6)
+    assert selected_kl(rl) is None
+    (rl / "metrics.json").write_text(json.dumps({"selected_step": 3}))
+    assert selected_kl(rl) == pytest.approx(0.7)
+
+
+def test_missing_predictions_are_named(tmp_path):
+    ev, rl = _arm(tmp_path, "a", [REF], [], selected=1)
+    (ev / "predictions_final_test.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="predictions_final_test.jsonl"):
+        contrast_text(ev, ev, rl, rl, "x", "y")
+
+
+def test_demo_takes_the_no_kl_arm_against_the_reference(tmp_path):
+    from harness.demo import DEMO_STUDY
+    from harness.experiments import load_study
+    from reports.demo_verdict import demo_verdict
+
+    study = load_study(DEMO_STUDY)
+    row = [1, None, 1, None, None, None, None, None, None, None, None, None, None, None]
+    runs = []
+    for arm in study.arms:
+        kl = 4.5 if arm.name == "no_kl" else 0.5
+        _arm(tmp_path, arm.name, [row] * 3, [{"step": 1, "kl_start_seq": kl}], selected=1)
+        runs.append({"arm": arm.name, "seed": 0, "eval_dir": f"{arm.name}/eval",
+                     "stages": {"rl": {"dir": f"{arm.name}/rl"}}})
+    (tmp_path / "index.json").write_text(json.dumps({"runs": runs}))
+    text = demo_verdict(tmp_path)
+    assert text.startswith("Verdict, no KL - constant KL (static reference)")
+    assert "no KL 4.50, constant KL (static reference) 0.50" in text
