@@ -147,7 +147,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                     raise ConfigError(f"{study.path.name}, arm '{arm.name}': stage sft needs 'classifier' in the "
                                       "pipeline or classifier.dir set")
                 key = config_key(stage, probe, inputs, tuple(runner_paths))
-                stage_dir = stages_root / f"{stage}-seed{seed}-{key}"
+                stage_dir = stages_root / f"{stage}-seed{probe.seed}-{key}"
                 cfg = probe
                 cfg.out_dir = str(stage_dir)
                 deps = support_nodes(cfg, needs_base, user) + deps

@@ -36,6 +36,7 @@ def stage_document(study: Study, arm: Arm, stage: str) -> dict:
 
 def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[str, Any] | None = None) -> RunConfig:
     """A validated RunConfig for (arm, seed, stage), `paths` (out_dir, init_from, ...) set on top."""
+    seed = study.stage_seeds.get(stage, seed)
     return build_config(stage_document(study, arm, stage), {"seed": seed, **(paths or {})},
                         source=f"{study.path.name}, arm '{arm.name}', stage '{stage}'")
 

@@ -21,7 +21,7 @@ MODEL_STAGES = ("warmup", "sft", "rl")
 OVERRIDE_SCOPES = ("all", *STAGES, "eval")
 
 _STUDY_KEYS = {"study", "title", "description", "reproduces", "reference", "seeds", "pipeline", "arms", "preset",
-               "common", "stages", "analyses", "published_dataset"}
+               "common", "stages", "analyses", "published_dataset", "stage_seeds"}
 _ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
 
@@ -65,6 +65,9 @@ class Study:
     analyses: dict | None = None
     # `published_dataset:` the data set whose published rows the report shows when ours is synthetic.
     published_dataset: str | None = None
+    # `stage_seeds:` {stage: seed}: these stages run with this seed for every study seed, so the seeds share
+    # them (e.g. one SFT model for all RL seeds, as a paper's RL runs start from one SFT checkpoint).
+    stage_seeds: dict[str, int] = field(default_factory=dict)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -194,4 +197,15 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
     return Study(name=name, title=str(doc.get("title", name)), path=path, preset=preset_name,
                  preset_file=preset_file, reproduces=doc.get("reproduces"), reference=reference, seeds=seeds,
                  arms=arms, common=doc.get("common") or {}, stages=doc.get("stages") or {}, analyses=analyses,
-                 published_dataset=doc.get("published_dataset"))
+                 published_dataset=doc.get("published_dataset"),
+                 stage_seeds=check_stage_seeds(doc.get("stage_seeds"), str(path)))
+
+
+def check_stage_seeds(value: Any, where: str) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(k in STAGES and isinstance(v, int) and not isinstance(v, bool)
+                                              for k, v in value.items()):
+        raise ConfigError(f"{where}: 'stage_seeds' must map stages ({', '.join(STAGES)}) to integer seeds, "
+                          f"got {value!r}")
+    return dict(value)

@@ -206,9 +206,9 @@ def test_expansion_and_shared_stage_keys(tmp_path):
     assert nodes[a0.stages["sft"]].config["classifier"]["dir"] == str(nodes[a0.stages["classifier"]].run_dir
                                                                       / "classifier")
     assert sorted(nodes[a0.stages["sft"]].users) == [("a", 0), ("b", 0)]
-    # One phantom data set for all; one tiny base per seed (stage 0 is seeded); evaluations per arm and seed.
+    # One phantom data set and one tiny base for all (stage 0 has its own seed); evaluations per arm and seed.
     assert len([n for n in nodes.values() if n.kind == "data"]) == 1
-    assert len([n for n in nodes.values() if n.kind == "pretrain"]) == 2
+    assert len([n for n in nodes.values() if n.kind == "pretrain"]) == 1
     assert len({r.eval_node for r in plan.runs.values()}) == 6
     # Keys do not depend on where the study runs.
     other = build_plan(study, tmp_path / "elsewhere")
