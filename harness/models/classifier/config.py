@@ -11,6 +11,8 @@ TINY_VIT_KWARGS: dict[str, Any] = {
     "patch_size": 16, "embed_dim": 64, "depth": 2, "num_heads": 2, "mlp_ratio": 2.0,
 }
 TINY_ARCH = "tiny_vit"
+# A small conv net for the tiny preset (harness/models/classifier/tiny_cnn.py; this project, issue 12).
+TINY_CNN_ARCH = "tiny_cnn"
 
 
 @dataclass
@@ -20,7 +22,8 @@ class ClassifierConfig:
     Use `ClassifierConfig.preset("mimic_cxr" | "iu_xray" | "tiny")` for the three presets.
     """
 
-    # "vit_base_patch16_224" (paper: Medical-MAE ViT-B/16) for real runs, "tiny_vit" for the tiny preset;
+    # "vit_base_patch16_224" (paper: Medical-MAE ViT-B/16) for real runs, "tiny_vit" or "tiny_cnn" for the tiny
+    # preset;
     # any other timm model name is passed to `timm.create_model` (always with pretrained=False).
     arch: str = "vit_base_patch16_224"
     # Classifier input size; the official code resizes to 224 for the classifier (112 for the tiny preset).

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from harness.constants import NUM_OBSERVATIONS
-from harness.models.classifier.config import TINY_ARCH, TINY_VIT_KWARGS, ClassifierConfig
+from harness.models.classifier.config import TINY_ARCH, TINY_CNN_ARCH, TINY_VIT_KWARGS, ClassifierConfig
 
 # The package's name, so log records keep the logger name they had before the module was split.
 logger = logging.getLogger(__package__)
@@ -31,6 +31,10 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
                 img_size=cfg.img_size, num_classes=NUM_OBSERVATIONS, global_pool=cfg.global_pool,
                 **TINY_VIT_KWARGS,
             )
+        elif cfg.arch == TINY_CNN_ARCH:
+            from harness.models.classifier.tiny_cnn import TinyCNN
+
+            model = TinyCNN(NUM_OBSERVATIONS)
         else:
             # pretrained=False always: weights only ever come from a local file.
             model = timm.create_model(

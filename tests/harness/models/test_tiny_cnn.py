@@ -1,0 +1,49 @@
+"""The tiny preset's conv classifier (`classifier.arch: tiny_cnn`): builds, learns, saves and loads."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from harness.constants import OBSERVATIONS
+from harness.models.classifier import (
+    build_classifier,
+    choose_thresholds,
+    classifier_targets,
+    load_classifier,
+    predict_labels,
+    predict_proba,
+    preprocess,
+    save_classifier,
+    train_classifier,
+)
+from harness.models.classifier.tiny_cnn import TinyCNN
+from tests.harness.models.test_classifier import CARDIOMEGALY, EFFUSION, IMG, square_images, tiny_cfg
+
+
+def _data(n, seed):
+    images, labels = square_images(n, seed)
+    return preprocess(images, IMG), torch.from_numpy(classifier_targets(labels))
+
+
+def test_tiny_cnn_learns_saves_and_loads(tmp_path):
+    cfg = tiny_cfg(arch="tiny_cnn", epochs=8)
+    model = build_classifier(cfg)
+    assert isinstance(model, TinyCNN)
+    assert model(torch.zeros(2, 3, IMG, IMG)).shape == (2, len(OBSERVATIONS))
+    # Seeded: the same config builds the same weights, another seed others.
+    assert torch.equal(build_classifier(cfg).head.weight, model.head.weight)
+    assert not torch.equal(build_classifier(tiny_cfg(arch="tiny_cnn", seed=9)).head.weight, model.head.weight)
+    (tx, ty), (vx, vy) = _data(96, 0), _data(48, 1)
+    train_classifier(model, tx, ty, vx, vy, cfg, progress=False)
+    probs = predict_proba(model, vx)
+    targets = vy.numpy()
+    thresholds = choose_thresholds(probs, targets)
+    pred = predict_labels(probs, thresholds)
+    for c in (CARDIOMEGALY, EFFUSION):
+        tp = int(((pred[:, c] == 1) & (targets[:, c] == 1)).sum())
+        assert 2 * tp / (pred[:, c].sum() + targets[:, c].sum()) >= 0.95, OBSERVATIONS[c]
+    save_classifier(model, cfg, thresholds, tmp_path / "clf")
+    loaded, cfg2, _ = load_classifier(tmp_path / "clf")
+    assert cfg2.arch == "tiny_cnn" and isinstance(loaded, TinyCNN)
+    np.testing.assert_array_equal(predict_proba(loaded, vx), probs)  # batch-norm statistics saved too
