@@ -144,7 +144,8 @@ class PromptConfig:
 class ClassifierConfigSection:
     dir: str | None = knob(None, "Folder written by `regbench classifier train` (classifier.safetensors + "
                                  "classifier.json).")
-    arch: str = knob("tiny_vit", "timm ViT architecture of the 14-observation classifier.")
+    arch: str = knob("tiny_vit", "Architecture of the 14-observation classifier: a timm ViT name, tiny_vit, or "
+                                 "tiny_cnn (a small conv net; docs/calibration.md).")
     img_size: int = knob(112, "Classifier input side in pixels, >= 1.")
     global_pool: str = knob("avg", 'Pooling of the ViT\'s tokens: "avg" (Medical-MAE fine-tuning, and it trains '
                                    'far better from scratch on the tiny preset) or "token" (CLS).')
