@@ -40,9 +40,10 @@ def test_a_built_base_is_found_and_build_base_reuses_it(tmp_path, no_build, caps
     assert base_path(cfg) == built
     assert pretrain.build_base(cfg, progress=False) == built
     assert "[stage 0] tiny base model: cached in" in capsys.readouterr().out
-    # another config (seed) has another stage 0, still unbuilt
+    # another run seed shares the base; another stage-0 seed is another stage 0, still unbuilt
+    assert base_path(_cfg(tmp_path, "seed=7")) == built
     with pytest.raises(FileNotFoundError, match="regbench train pretrain"):
-        base_path(_cfg(tmp_path, "seed=7"))
+        base_path(_cfg(tmp_path, "pretrain.seed=7"))
 
 
 def test_a_model_path_or_a_real_preset_needs_no_stage_0(tmp_path, no_build):
