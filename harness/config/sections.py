@@ -184,9 +184,6 @@ class PretrainConfig(StepConfig):
                                               "only.")
     hint_task_fraction: float = knob(1.0, "Share of extra report examples whose instruction names (noisy) "
                                           "findings, in stage 2's prompt format.")
-    seed: int = knob(0, "Seed of stage 0's init, task mix and data order (this project): fixed, not the run's "
-                        "seed, so every run seed starts from the one cached base, as every seed of a real run "
-                        "starts from the same Qwen checkpoint.")
 
     def train_config(self) -> TrainConfig:
         """The TrainConfig of stage 0's loop: these fields, a cosine schedule, checkpoints every 50 steps."""

@@ -5,7 +5,7 @@ reports, as Qwen2.5-VL does for real runs. Stage 0 trains every parameter of a f
 own synthetic image-report set (seed `pretrain.data_seed`, not the task data), with plain prompts (no disease
 hints). The folder it writes has the same layout as a real Qwen2.5-VL checkpoint and loads through the same
 code. It runs once per machine: a second call with the same settings returns the cached folder. Its seed is
-`pretrain.seed`, not the run's: every run seed starts from the one base, as real runs start from one checkpoint.
+`STAGE0_SEED`, not the run's: every run seed starts from the one base, as real runs start from one checkpoint.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ from harness.stages.lm_train import LMData, train_lm
 
 # Bump when the generator or this recipe changes in a way the config does not show.
 RECIPE_VERSION = 1
+
+# Seed of stage 0's init, task mix and data order: fixed, not the run's seed, so every run seed starts from the
+# one cached base, as every seed of a real study starts from the same Qwen checkpoint (this project, issue 12).
+STAGE0_SEED = 0
 
 
 FINDINGS_INSTRUCTION = "List the findings."
@@ -86,19 +90,17 @@ def with_hint_task(data: LMData, samples, fraction: float, seed: int, instructio
 
 def pretrain_key(cfg: RunConfig) -> str:
     m = cfg.model
-    pretrain = dataclasses.asdict(cfg.pretrain)
-    # The stage-0 seed sits where the run seed was before, so seed-0 bases keep their old key (and cache).
-    seed = pretrain.pop("seed")
     payload = {
         "recipe": RECIPE_VERSION,
-        "pretrain": pretrain,
+        "pretrain": dataclasses.asdict(cfg.pretrain),
         "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
                   m.tiny_vocab_size, m.image_size],
         "image_px": cfg.data.synth_image_size,
         "instruction": cfg.prompt.instruction,
         "disease_template": cfg.prompt.disease_template,
         "max_report_tokens": cfg.prompt.max_report_tokens,
-        "seed": seed,
+        # STAGE0_SEED sits where the run seed was before, so seed-0 bases keep their key (and cache).
+        "seed": STAGE0_SEED,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -151,7 +153,7 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     from harness.data.datasets import load_annotation
 
     p = cfg.pretrain
-    seed_everything(p.seed)
+    seed_everything(STAGE0_SEED)
     work = out.parent / f"{out.name}.work"
     data_ann = ensure_phantom(work / "data", p.n, p.data_seed, cfg.data.synth_image_size, progress)
     splits = load_annotation(data_ann, "phantom")
@@ -159,15 +161,15 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     corpus = [s.report for s in train] + [cfg.prompt.instruction] + [o.lower() for o in OBSERVATIONS]
     tokenizer = train_tokenizer(corpus, cfg.model.tiny_vocab_size)
     processor = build_processor(tokenizer, cfg.model.image_size)
-    model = build_tiny_model(tokenizer, seed=p.seed, text_hidden=cfg.model.tiny_text_hidden,
+    model = build_tiny_model(tokenizer, seed=STAGE0_SEED, text_hidden=cfg.model.tiny_text_hidden,
                              text_layers=cfg.model.tiny_text_layers, vision_hidden=cfg.model.tiny_vision_hidden,
                              vision_depth=cfg.model.tiny_vision_depth, image_size=cfg.model.image_size)
     set_trainable(model, "pretrain")
     size = cfg.model.image_size
     train_data = with_findings_task(
         LMData(load_images(train, size), [cfg.prompt.instruction] * len(train), [s.report for s in train]),
-        train, p.findings_task_fraction, p.seed)
-    train_data = with_hint_task(train_data, train, p.hint_task_fraction, p.seed, cfg.prompt.instruction,
+        train, p.findings_task_fraction, STAGE0_SEED)
+    train_data = with_hint_task(train_data, train, p.hint_task_fraction, STAGE0_SEED, cfg.prompt.instruction,
                                 cfg.prompt.disease_template)
     val_data = LMData(load_images(val, size), [cfg.prompt.instruction] * len(val), [s.report for s in val])
     tcfg = p.train_config()
@@ -175,7 +177,7 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     # The cached base must not depend on which command built it first: the weights depend on the thread
     # count, so stage 0 always trains on one thread (as in the experiment runner's worker processes).
     with torch_threads(1):
-        metrics = train_lm(model, processor, train_data, val_data, tcfg, run, seed=p.seed,
+        metrics = train_lm(model, processor, train_data, val_data, tcfg, run, seed=STAGE0_SEED,
                            max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 0 pretrain",
                            progress=progress)
     staging = out.parent / f"{out.name}.staging"

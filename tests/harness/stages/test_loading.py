@@ -32,7 +32,7 @@ def test_loading_an_unbuilt_tiny_base_says_how_to_build_it(tmp_path, no_build):
     assert not (tmp_path / "cache").exists()  # nothing was built or locked
 
 
-def test_a_built_base_is_found_and_build_base_reuses_it(tmp_path, no_build, capsys):
+def test_a_built_base_is_found_and_build_base_reuses_it(tmp_path, no_build, capsys, monkeypatch):
     cfg = _cfg(tmp_path)
     built = pretrain.base_dir(cfg)
     built.mkdir(parents=True)
@@ -42,8 +42,9 @@ def test_a_built_base_is_found_and_build_base_reuses_it(tmp_path, no_build, caps
     assert "[stage 0] tiny base model: cached in" in capsys.readouterr().out
     # another run seed shares the base; another stage-0 seed is another stage 0, still unbuilt
     assert base_path(_cfg(tmp_path, "seed=7")) == built
+    monkeypatch.setattr(pretrain, "STAGE0_SEED", 7)
     with pytest.raises(FileNotFoundError, match="regbench train pretrain"):
-        base_path(_cfg(tmp_path, "pretrain.seed=7"))
+        base_path(_cfg(tmp_path))
 
 
 def test_a_model_path_or_a_real_preset_needs_no_stage_0(tmp_path, no_build):

@@ -1,4 +1,4 @@
-"""Stage 0 is one pretrained base for every run seed (as one Qwen checkpoint is), keyed on `pretrain.seed`."""
+"""Stage 0 is one pretrained base for every run seed (as one Qwen checkpoint is), keyed on `STAGE0_SEED`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 from safetensors.torch import load_file
 
 from harness.config import load_config
+from harness.stages import pretrain
 from harness.stages.pretrain import RECIPE_VERSION, base_dir, pretrain_key, pretrain_tiny_base
 from tests.tiny_sizes import TINY
 
@@ -19,11 +20,9 @@ def _cfg(tmp_path, *extra):
 
 
 def _old_key(cfg, seed: int) -> str:
-    """The key as it was computed when the run seed was part of it (before `pretrain.seed`)."""
+    """The key as it was computed when the run seed was part of it (before `STAGE0_SEED`)."""
     m = cfg.model
-    pre = dataclasses.asdict(cfg.pretrain)
-    pre.pop("seed")
-    payload = {"recipe": RECIPE_VERSION, "pretrain": pre,
+    payload = {"recipe": RECIPE_VERSION, "pretrain": dataclasses.asdict(cfg.pretrain),
                "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
                          m.tiny_vocab_size, m.image_size],
                "image_px": cfg.data.synth_image_size, "instruction": cfg.prompt.instruction,
@@ -32,13 +31,14 @@ def _old_key(cfg, seed: int) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def test_key_ignores_the_run_seed_and_follows_the_stage0_seed(tmp_path):
+def test_key_ignores_the_run_seed_and_follows_the_stage0_seed(tmp_path, monkeypatch):
     keys = {pretrain_key(_cfg(tmp_path, f"seed={s}")) for s in (0, 1, 2, 17)}
     assert len(keys) == 1
-    assert pretrain_key(_cfg(tmp_path, "pretrain.seed=1")) not in keys
     # Seed-0 bases already cached keep their folder: the key equals the old one for run seed 0.
     assert keys == {_old_key(_cfg(tmp_path), 0)}
-    assert pretrain_key(_cfg(tmp_path, "pretrain.seed=3")) == _old_key(_cfg(tmp_path), 3)
+    monkeypatch.setattr(pretrain, "STAGE0_SEED", 3)
+    assert pretrain_key(_cfg(tmp_path)) not in keys
+    assert pretrain_key(_cfg(tmp_path)) == _old_key(_cfg(tmp_path), 3)
 
 
 def test_every_run_seed_gets_the_same_base_weights(tmp_path):
