@@ -31,12 +31,14 @@ def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:
 def _check_plugin_names(rl: RLConfig, need) -> None:
     """Names against the registries (regularizers/, regularizers/reference/, rewards/; the message lists the
     registered ones), so a typo fails when the config loads, before any stage runs."""
+    from harness.aggregation import available_aggregations
     from regularizers.registry import available_references, available_regularizers
     from rewards.registry import available_rewards
 
     for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
                               ("rl.reference", rl.reference, available_references()),
-                              ("rl.reward", rl.reward, available_rewards())):
+                              ("rl.reward", rl.reward, available_rewards()),
+                              ("rl.aggregation", rl.aggregation, available_aggregations())):
         need(value in names, key, value, f"is not registered; registered: {', '.join(names)}")
 
 
@@ -117,8 +119,6 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(rl.min_new_tokens <= rl.max_new_tokens, "rl.min_new_tokens", rl.min_new_tokens,
              "must be <= rl.max_new_tokens")
         need(rl.kl_estimator in ("k1", "k2", "k3"), "rl.kl_estimator", rl.kl_estimator, "must be k1, k2 or k3")
-        need(rl.aggregation in ("token_mean", "group_token_mean", "seq_mean_token_mean", "dr_grpo"), "rl.aggregation",
-             rl.aggregation, "must be token_mean, group_token_mean, seq_mean_token_mean or dr_grpo")
         need(rl.advantage_scale in ("std", "none"), "rl.advantage_scale", rl.advantage_scale, "must be std or none")
         need(rl.aggregation != "dr_grpo" or rl.advantage_scale == "none", "rl.advantage_scale", rl.advantage_scale,
              "must be none with rl.aggregation=dr_grpo (Liu et al.'s Dr. GRPO also drops the std division)")

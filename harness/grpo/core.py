@@ -16,6 +16,7 @@ from harness.grpo.aggregation import (
     aggregate,
     aggregation_normalizer,
     aggregation_weights,
+    get_aggregation,
     masked_mean,
     per_token,
     response_mean,
@@ -154,8 +155,7 @@ def policy_loss(
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
     if kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    get_aggregation(aggregation)  # an unknown name fails here, listing the registered ones
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
 
