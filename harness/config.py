@@ -119,6 +119,10 @@ class TrainConfig:
     log_every: int = 10
     # Checkpoint every k optimizer steps (0 = only at the end); a rerun of the same command resumes from it.
     checkpoint_every: int = 50
+    # Under a torchrun / accelerate launch (harness/distributed.py, this project): the timeout of the training
+    # collectives, and of the wait while rank 0 loads first (stage 0, data checks, the model). Seconds.
+    dist_timeout_s: float = 1800.0
+    dist_load_timeout_s: float = 86400.0
 
 
 @dataclass

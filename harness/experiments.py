@@ -303,7 +303,8 @@ def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[st
 # The graph
 
 
-_LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir", "model.device")  # where, not what
+_LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir", "model.device",  # where, not what
+              "train.dist_timeout_s", "train.dist_load_timeout_s")  # how long to wait, not what
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

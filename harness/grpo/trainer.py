@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 from harness.checkpoint_io import load_state
 from harness.config import RLConfig, TrainConfig
 from harness.distributed import Dist, shard
+from harness.engine import Engine, needs_scaler
 from harness.grpo.core import (
     aggregation_normalizer,
     aggregation_weights,
@@ -52,6 +53,7 @@ from harness.grpo.core import (
 from harness.grpo.rollout import Rollout, concat_rollouts, response_logits, sample_rollout
 from harness.grpo.selection import BestTracker
 from harness.grpo.validation import validation_score
+from harness.models.precision import base_dtype
 from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
 from harness.records import RunDir
 from harness.schedule import epoch_order, make_scheduler
@@ -79,7 +81,8 @@ class GRPOTrainer:
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("no trainable parameters: call set_trainable(model, 'rl') first")
-        self.dist.broadcast_parameters(self.params)  # every process starts from rank 0's values
+        # DDP under a launch (every process starts from rank 0's values); fp16 bases get a loss scale.
+        self.engine = Engine(model, self.params, self.dist, fp16_scaler=needs_scaler(base_dtype(model)))
         # Snapshots live beside the model (GPU memory holds them easily; swaps then never cross PCIe).
         self.store = SnapshotStore(model, device=self.params[0].device)
         self.regularizer = regularizer_from_config(rl)
@@ -124,7 +127,7 @@ class GRPOTrainer:
                  "store": self.store.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "regularizer": self.regularizer.state_dict(),
                  "reference": self.reference.state_dict(), "best": self.best.state_dict(),
-                 "nonfinite": dict(self.nonfinite)}
+                 "nonfinite": dict(self.nonfinite), "engine": self.engine.state_dict()}
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
         tmp.replace(path)
@@ -143,6 +146,7 @@ class GRPOTrainer:
         self.reference.load_state_dict(state["reference"])
         self.best.load_state_dict(state.get("best") or {})
         self.nonfinite = {**self.nonfinite, **(state.get("nonfinite") or {})}
+        self.engine.load_state_dict(state.get("engine") or {})  # the fp16 loss scale
         self.step = int(state["step"])
         self.run.truncate_logs_after(self.step)
         return True
@@ -274,7 +278,8 @@ class GRPOTrainer:
         kept, stats = [], {}
         for a, b in chunks if cause is None else []:
             sub = ro.rows(a, b)
-            logits = response_logits(self.model, sub)
+            with self.engine.no_sync():  # gradients averaged once per step (engine.sync, below)
+                logits = self.engine.forward(response_logits, sub)
             logp = token_logprobs(logits, sub.responses, self.lp_temp, rl.logprob_chunk_positions)
             ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=want_ent)
             del logits
@@ -293,18 +298,24 @@ class GRPOTrainer:
             if not torch.isfinite(loss):
                 cause = f"the loss is {float(loss.detach())} although rewards and logits are finite"
                 break
-            (loss * scale if self.dist.active else loss).backward()
+            with self.engine.no_sync():
+                self.engine.backward(loss * scale if self.dist.active else loss)
             kept.append((logp.detach(), lp_old, lp_ref, ent.detach()))
         if cause is None and not whole:  # the step's statistics, exactly as one batch would give them
             cat = [torch.cat(parts) if parts[0] is not None else None for parts in zip(*kept, strict=True)]
             with torch.no_grad():
                 _, stats = policy_loss(cat[0], cat[1], cat[2], advantages, beta, mask, entropy=cat[3], **loss_kw)
-        self.dist.average_gradients(self.params)
+        self.engine.sync()  # every process, also one that stopped early: DDP's all-reduce
         gnorm = None
+        scaler_skip = False
         if cause is None:
+            self.engine.unscale_(self.optimizer)
             grads = [p.grad for p in self.params if p.grad is not None]
             if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
-                cause = "the gradient is not finite although the loss is"
+                if self.engine.scaler is not None:  # fp16 overflow: the scaler skips the step, lowers the scale
+                    scaler_skip = True
+                else:
+                    cause = "the gradient is not finite although the loss is"
             elif self.tcfg.grad_clip > 0:
                 gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.tcfg.grad_clip)
                 if not torch.isfinite(gnorm):
@@ -315,12 +326,16 @@ class GRPOTrainer:
         lr = self.optimizer.param_groups[0]["lr"]
         if skip:
             self.optimizer.zero_grad(set_to_none=True)
+            self.engine.skip()
             stats = self._count_nonfinite(cause)
         else:
-            self.nonfinite["in_a_row"], self.nonfinite["first"] = 0, None
             if self.dist.active:
                 stats = self.dist.reduce_stats(stats, n_tokens)
-            self.optimizer.step()
+            stepped = self.engine.step(self.optimizer)
+            if not scaler_skip:
+                self.nonfinite["in_a_row"], self.nonfinite["first"] = 0, None
+            if self.engine.scaler is not None:  # not counted as non-finite: rl.max_nonfinite_steps is unaffected
+                stats = {**stats, "scaler_skipped": not stepped, "loss_scale": self.engine.loss_scale}
         with warnings.catch_warnings():
             # A skipped step still advances the schedule (the lr is a function of the step number); torch warns
             # when that happens before any optimizer step.

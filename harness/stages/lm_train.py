@@ -22,6 +22,8 @@ from harness.batching import IGNORE, encode_sft, lm_loss
 from harness.checkpoint_io import load_state, save_state
 from harness.config import TrainConfig
 from harness.distributed import Dist, shard
+from harness.engine import Engine, needs_scaler
+from harness.models.precision import base_dtype
 from harness.models.trainable import unwrap
 from harness.records import RunDir
 from harness.schedule import epoch_order, make_scheduler
@@ -114,7 +116,7 @@ def eval_loss(model, processor, data: LMData, batch_size: int, max_report_tokens
     return total / max(1.0, count)
 
 
-def _accumulate(model, processor, part: LMData, micro: int, max_report_tokens: int, device, dist: Dist,
+def _accumulate(engine: Engine, processor, part: LMData, micro: int, max_report_tokens: int, device, dist: Dist,
                 where: str) -> tuple[torch.Tensor, int]:
     """Backward of the token-mean loss of `part` in micro-batches of `micro` samples: each micro-batch's
     token mean is weighted by its share of the report tokens, so the summed gradient is that of one pass.
@@ -126,10 +128,11 @@ def _accumulate(model, processor, part: LMData, micro: int, max_report_tokens: i
     scale = dist.loss_scale(torch.tensor(float(total)))
     loss_sum = torch.zeros(())
     for batch in batches:
-        loss, n = lm_loss(model, {k: v.to(device) for k, v in batch.items()})
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"{where}: loss is {float(loss)}; lower train.lr?")
-        (loss * (n / max(total, 1)) * scale).backward()
+        with engine.no_sync():  # the gradients are averaged once, after the step's last micro-batch (sync)
+            loss, n = engine.forward(lm_loss, {k: v.to(device) for k, v in batch.items()})
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{where}: loss is {float(loss)}; lower train.lr?")
+            engine.backward(loss * (n / max(total, 1)) * scale)
         loss_sum += loss.detach().cpu() * n
     if len(batches) == 1:
         return loss.detach(), total  # as logged before micro-batches existed, to the last bit
@@ -159,7 +162,8 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     scheduler = make_scheduler(optimizer, cfg, total)
     step = load_checkpoint(run, model, optimizer, scheduler)
     run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
-    dist.broadcast_parameters(params)
+    # DDP under a launch (it starts every process from rank 0's values); fp16 bases get a loss scale.
+    engine = Engine(model, params, dist, fp16_scaler=needs_scaler(base_dtype(model)))
     device = next(model.parameters()).device
     model.train()
     t_start = time.time()
@@ -173,23 +177,27 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         optimizer.zero_grad(set_to_none=True)
         loss, ntok = None, 0
         if idx:  # the last batch of an epoch may leave a process without samples
-            loss, ntok = _accumulate(model, processor, train.take(idx), cfg.micro_batch_size or len(idx),
+            loss, ntok = _accumulate(engine, processor, train.take(idx), cfg.micro_batch_size or len(idx),
                                      max_report_tokens, device, dist, f"{desc}: step {step}")
         elif dist.active:
             dist.loss_scale(torch.tensor(0.0))  # take part in the collective the others are in
+        engine.sync()  # DDP's all-reduce of the gradients (no-op in one process)
         if dist.active:
-            dist.average_gradients(params)
             loss_sum, ntok = dist.sum(torch.tensor([float(loss.detach()) * ntok if loss is not None else 0.0,
                                                     float(ntok)]))
             loss, ntok = float(loss_sum) / max(float(ntok), 1.0), int(ntok)  # the batch's token mean
+        engine.unscale_(optimizer)
         gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip) if cfg.grad_clip > 0 else torch.tensor(0.)
         lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
+        stepped = engine.step(optimizer)
         scheduler.step()
         step += 1
         last_loss = float(loss.detach()) if torch.is_tensor(loss) else float(loss)
-        run.log_step({"step": step, "epoch": epoch, "loss": last_loss, "lr": lr, "grad_norm": float(gnorm),
-                      "tokens": ntok, "step_time": time.time() - t0})
+        row = {"step": step, "epoch": epoch, "loss": last_loss, "lr": lr, "grad_norm": float(gnorm),
+               "tokens": ntok, "step_time": time.time() - t0}
+        if engine.scaler is not None:  # fp16: an overflowed step is the scaler's to skip, not an error
+            row.update(loss_scale=engine.loss_scale, scaler_skipped=not stepped)
+        run.log_step(row)
         bar.update(1)
         bar.set_postfix(loss=f"{last_loss:.3f}")
         epoch_done = step % steps_per_epoch == 0 or step == total

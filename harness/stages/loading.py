@@ -84,7 +84,7 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     check_inputs(cfg, stage)
     if cfg.init_from:
         adopt_checkpoint_settings(cfg, cfg.init_from)  # the image size / dtype the checkpoint was trained with
-    dist = init_distributed()
+    dist = init_distributed(cfg.train.dist_timeout_s, cfg.train.dist_load_timeout_s)
     progress = progress and dist.main
     seed_everything(cfg.seed)
     with dist.main_first():
