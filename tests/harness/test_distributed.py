@@ -243,3 +243,49 @@ def test_two_process_warmup_takes_the_steps_of_one_process(tmp_path):
     assert evals_two[-1]["loss"] == pytest.approx(evals_one[-1]["loss"], rel=1e-5)  # sharded validation loss
     # ... and training moved the parameters (the comparison above is not between two untouched models).
     assert all(s["grad_norm"] > 0 for s in steps_one) and steps_one[0]["loss"] != steps_one[-1]["loss"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Timeouts: train.dist_timeout_s for the collectives, a long wait for rank-0-first loading
+
+
+def _timeout_worker(rank: int, world: int, port: int, out: str) -> None:
+    try:
+        _env(rank, world, port)
+        import time
+
+        from harness.distributed import finalize, init_distributed
+
+        d = init_distributed(timeout_s=2.0, load_timeout_s=120.0)
+        with d.main_first():
+            if d.main:
+                time.sleep(6.0)  # a slow model load: three times the collectives' timeout
+        total = float(d.sum(torch.ones(1))[0])  # the group still works afterwards
+        error = ""
+        if rank == 1:  # a barrier rank 0 never joins: the configured timeout ends it
+            try:
+                d.barrier()
+            except Exception as e:  # noqa: BLE001 - the error is the result
+                error = type(e).__name__
+        else:
+            time.sleep(8.0)  # stay in the group while rank 1 waits
+        (Path(out) / f"timeout{rank}.txt").write_text(f"{total} {error}")
+        finalize()
+    except BaseException:
+        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+def test_rank_zero_first_loading_outlasts_the_collective_timeout(tmp_path):
+    _launch(_timeout_worker, 2, str(tmp_path))
+    assert (tmp_path / "timeout0.txt").read_text() == "2.0 "
+    total, error = (tmp_path / "timeout1.txt").read_text().split(" ")
+    assert total == "2.0" and error  # rank 1 outlived rank 0's load, and the 2 s timeout is in force
+
+
+def test_timeouts_must_be_positive(monkeypatch):
+    from harness.distributed import init_distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"train.dist_timeout_s = 0.0"):
+        init_distributed(timeout_s=0.0)
