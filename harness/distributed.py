@@ -4,7 +4,7 @@ Launch any stage command with torchrun or accelerate, which set RANK, WORLD_SIZE
 MASTER_PORT (experiments/accelerate/README.md):
 
     torchrun --nproc_per_node 8 -m harness.cli train rl CONFIG init_from=.../model
-    accelerate launch --config_file experiments/accelerate/ddp_8gpu.yaml -m harness.cli train rl CONFIG ...
+    accelerate launch --config_file experiments/accelerate/ddp_gpus.yaml -m harness.cli train rl CONFIG ...
 
 The process group is accelerate's (`Accelerator`, NCCL on GPUs, gloo on CPUs) with `train.dist_timeout_s`; the
 gradients are averaged by accelerate's DDP (harness/engine.py). What stays here are the collectives of the
@@ -177,6 +177,10 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, load_timeout_s: float
     # and scale fp16 losses in harness/engine.py; an `accelerate launch --mixed_precision` is overridden.
     _ACCELERATOR = Accelerator(kwargs_handlers=handlers, cpu=not torch.cuda.is_available(), mixed_precision="no",
                                deepspeed_plugin=deepspeed_plugin, device_placement=False)
+    if deepspeed_plugin is None and _ACCELERATOR.distributed_type.value == "DEEPSPEED":
+        raise RuntimeError("this launch asks for DeepSpeed (accelerate launch --use_deepspeed / "
+                           "ACCELERATE_USE_DEEPSPEED), which the stages do not run under yet; launch with DDP "
+                           "(experiments/accelerate/README.md)")
     return Dist(rank=dist.get_rank(), world=dist.get_world_size(), load_timeout_s=load_timeout_s)
 
 
