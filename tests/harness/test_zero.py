@@ -6,7 +6,7 @@
   the restore (the negative control that shows the hook matters).
 
 Skipped where deepspeed is not installed (it is an optional extra; CI and the demo never need it). To run it:
-a venv with deepspeed (e.g. /tmp/dsvenv, README "Distributed training") and
+a venv with deepspeed (README, "Real models and data": several GPUs) and
 `PYTHONPATH=$PWD /tmp/dsvenv/bin/python -m pytest -q tests/harness/test_zero.py`.
 """
 
