@@ -116,11 +116,13 @@ def eval_loss(model, processor, data: LMData, batch_size: int, max_report_tokens
     return total / max(1.0, count)
 
 
-def _accumulate(engine: Engine, processor, part: LMData, micro: int, max_report_tokens: int, device, dist: Dist,
+def _accumulate(model, processor, part: LMData, micro: int, max_report_tokens: int, device, dist: Dist,
                 where: str) -> tuple[torch.Tensor, int]:
     """Backward of the token-mean loss of `part` in micro-batches of `micro` samples: each micro-batch's
     token mean is weighted by its share of the report tokens, so the summed gradient is that of one pass.
-    Returns (the token-mean loss, report tokens)."""
+    `model`: the stage's Engine (or a bare model: one process, plain backward). Returns (the token-mean loss,
+    report tokens)."""
+    engine = model if isinstance(model, Engine) else Engine(model, [p for p in model.parameters() if p.requires_grad])
     parts = [part.take(range(s, min(s + micro, len(part)))) for s in range(0, len(part), micro)]
     # Encoded up front (token ids and pixels, small next to activations): the weights need the total count.
     batches = [encode_sft(processor, p.images, p.instructions, p.reports, max_report_tokens) for p in parts]
