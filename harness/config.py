@@ -123,6 +123,10 @@ class TrainConfig:
     # collectives, and of the wait while rank 0 loads first (stage 0, data checks, the model). Seconds.
     dist_timeout_s: float = 1800.0
     dist_load_timeout_s: float = 86400.0
+    deepspeed: str = field(default="", metadata={"help": (
+        "DeepSpeed config JSON (e.g. experiments/deepspeed/zero1.json) for warm-up, SFT and RL under a launch: "
+        "ZeRO-1/2 through accelerate's DeepSpeedPlugin (harness/zero.py; the paper trains with DeepSpeed "
+        "ZeRO-1, Supp. D.2); its gradient_clipping is set to train.grad_clip. Empty = DDP (this project).")})
 
 
 @dataclass

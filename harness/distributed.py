@@ -175,11 +175,14 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, load_timeout_s: float
     global _ACCELERATOR
     # mixed_precision "no": the stages autocast to the base's dtype themselves (harness/models/precision.py)
     # and scale fp16 losses in harness/engine.py; an `accelerate launch --mixed_precision` is overridden.
-    _ACCELERATOR = Accelerator(kwargs_handlers=handlers, cpu=not torch.cuda.is_available(), mixed_precision="no",
+    # cpu=True would turn DeepSpeed off: on a CPU machine DeepSpeed runs on its CPU accelerator (harness/zero.py).
+    cpu = not torch.cuda.is_available() and deepspeed_plugin is None
+    _ACCELERATOR = Accelerator(kwargs_handlers=handlers, cpu=cpu, mixed_precision="no",
                                deepspeed_plugin=deepspeed_plugin, device_placement=False)
     if deepspeed_plugin is None and _ACCELERATOR.distributed_type.value == "DEEPSPEED":
         raise RuntimeError("this launch asks for DeepSpeed (accelerate launch --use_deepspeed / "
-                           "ACCELERATE_USE_DEEPSPEED), which the stages do not run under yet; launch with DDP "
+                           "ACCELERATE_USE_DEEPSPEED) but train.deepspeed is empty: set train.deepspeed to a "
+                           "config (experiments/deepspeed/zero1.json) or launch with DDP "
                            "(experiments/accelerate/README.md)")
     return Dist(rank=dist.get_rank(), world=dist.get_world_size(), load_timeout_s=load_timeout_s)
 

@@ -22,12 +22,23 @@ CPU and CUDA). The trainable parameters are fp32 masters (harness/models/precisi
 and step work on fp32 gradients. A step whose scaled gradients overflowed is skipped by the scaler and the scale
 lowered: that is the scaler working, not an error (`Engine.step` returns False, the RL trainer logs
 `scaler_skipped`). bf16 and fp32 need no scaler.
+
+DeepSpeed ZeRO-1/2 (`train.deepspeed`, a launch whose Accelerator has accelerate's DeepSpeedPlugin): `attach`
+hands the model and the optimizer to the DeepSpeed engine, which partitions the optimizer state (and, ZeRO-2, the
+gradients) over the processes and keeps an fp32 master partition of its own. Backwards then run through
+`DeepSpeedEngine.backward` outside the accumulation boundary; `sync` pads every process to the same number of
+backwards (ZeRO-2 reduces in each one, so a process that did fewer would leave the others waiting) and ends with
+a boundary backward of a zero loss (ZeRO-1 reduces there); `step` is `DeepSpeedEngine.step`, which clips to
+train.grad_clip (its config's gradient_clipping) and skips a step whose gradient is not finite (`step` returns
+False). Snapshots and VAPR resets stay exact through `master_sync` / `reset_view` (harness/zero.py); the optimizer
+state is checkpointed per process (`save_partition` / `load_partition`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -63,7 +74,14 @@ class Engine:
                  fp16_scaler: bool = False):
         self.model, self.params, self.dist = model, list(params), dist or Dist()
         self.ddp = None
-        if self.dist.active:
+        self.ds = None  # the DeepSpeedEngine, after attach
+        self.zero_optimizer = None  # what accelerate's prepare returned for the optimizer under DeepSpeed
+        self._backwards = 0  # under DeepSpeed: backwards since the last sync
+        self.deepspeed = self.dist.active and self.dist.accelerator().distributed_type.value == "DEEPSPEED"
+        if self.deepspeed and fp16_scaler:
+            raise ValueError("model.dtype float16 under train.deepspeed is not supported: DeepSpeed's fp16 would "
+                             "turn the fp32 trainable parameters into fp16; use bfloat16 or float32, or DDP")
+        if self.dist.active and not self.deepspeed:
             self.ddp = self.dist.accelerator().prepare_model(_Call(model), device_placement=False)
         self.scaler = None
         if fp16_scaler:
@@ -71,10 +89,22 @@ class Engine:
             self.scaler = torch.amp.GradScaler(device)
         self._unscaled = False
 
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        """Under DeepSpeed: build the DeepSpeed engine over the model and `optimizer` (a no-op otherwise). The
+        stage keeps using `optimizer` for its schedule and learning rate: ZeRO steps this same torch optimizer,
+        over flat fp32 partitions that it puts into the same param_groups."""
+        if not self.deepspeed or self.ds is not None:
+            return
+        self.ds, self.zero_optimizer = self.dist.accelerator().prepare(_Call(self.model), optimizer)
+
+    def _need_ds(self) -> None:
+        if self.ds is None:
+            raise RuntimeError("under DeepSpeed the Engine needs its optimizer: call engine.attach(optimizer)")
+
     # -- forward / backward ------------------------------------------------------------------------------
     def forward(self, fn: Callable, *args, **kwargs):
         """`fn(model, *args, **kwargs)` for a pass whose graph will be backpropagated."""
-        if self.ddp is None:
+        if self.ddp is None:  # one process, or ZeRO-1/2 (every process holds the whole model; no forward hooks)
             return fn(self.model, *args, **kwargs)
         return self.ddp(fn, *args, **kwargs)
 
@@ -83,11 +113,27 @@ class Engine:
         return self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
 
     def backward(self, loss: torch.Tensor) -> None:
+        if self.deepspeed:
+            self._ds_backward(loss, boundary=False)
+            return
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def _ds_backward(self, loss: torch.Tensor, boundary: bool) -> None:
+        self._need_ds()
+        self.ds.set_gradient_accumulation_boundary(boundary)
+        # The stages weigh their micro-batches themselves: no division by DeepSpeed's accumulation steps.
+        self.ds.backward(loss, scale_wrt_gas=False)
+        self._backwards += 1
 
     def sync(self) -> None:
         """Average the accumulated gradients over the processes (every process must call it once per step)."""
-        if self.ddp is not None:
+        if self.deepspeed:
+            most = max(self.dist.gather_objects(self._backwards))
+            while self._backwards < most:  # as many (zero) backwards as the busiest process
+                self._ds_backward(_zero_loss(self.model, self.params), boundary=False)
+            self._ds_backward(_zero_loss(self.model, self.params), boundary=True)
+            self._backwards = 0
+        elif self.ddp is not None:
             self.ddp(_zero_loss, self.params).backward()
 
     # -- the optimizer step ------------------------------------------------------------------------------
@@ -99,6 +145,11 @@ class Engine:
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """The optimizer step (through the scaler under fp16); False when the scaler skipped it (overflow)."""
+        if self.deepspeed:
+            self._need_ds()
+            self.ds.set_gradient_accumulation_boundary(True)
+            self.ds.step()
+            return self.ds.was_step_applied()
         if self.scaler is None:
             optimizer.step()
             return True
@@ -112,9 +163,56 @@ class Engine:
 
     def skip(self) -> None:
         """No optimizer step this time (a non-finite step the caller rejects): keep the scaler consistent."""
+        if self.deepspeed:
+            from harness.zero import discard_gradients
+
+            discard_gradients(self.zero_optimizer)
+            return
         if self.scaler is not None and self._unscaled:
             self.scaler.update()  # lowers the scale if the gradients overflowed
         self._unscaled = False
+
+    def grad_norm(self) -> float | None:
+        """Under DeepSpeed: the global gradient norm of the last step, before clipping (None otherwise)."""
+        return self.ds.get_global_grad_norm() if self.ds is not None else None
+
+    def master_sync(self) -> Callable[[], None] | None:
+        """The SnapshotStore hook that keeps a restore from being undone by ZeRO's fp32 master (None: no master)."""
+        if self.ds is None:
+            return None
+        from harness.zero import master_sync
+
+        return master_sync(self.zero_optimizer)
+
+    def reset_view(self, optimizer: torch.optim.Optimizer):
+        """What a reference strategy's optimizer reset (VAPR) is handed: the optimizer, or ZeRO's reset."""
+        if self.ds is None:
+            return optimizer
+        from harness.zero import ZeroReset
+
+        return ZeroReset(self.zero_optimizer)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer, folder: Path) -> dict | None:
+        """The optimizer state for a checkpoint in `folder`: the state dict, or under DeepSpeed None (every
+        process writes its own partition file into `folder`; call it on every process)."""
+        if self.ds is None:
+            return optimizer.state_dict()
+        from harness.zero import save_partition
+
+        save_partition(self.zero_optimizer, folder, self.dist.rank)
+        return None
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict | None, folder: Path) -> None:
+        """Back from `optimizer_state`, after the live weights were loaded."""
+        if self.ds is None:
+            if state is None:
+                raise ValueError(f"{folder}: the checkpoint has no optimizer state (written under DeepSpeed); "
+                                 f"resume it with the same train.deepspeed and number of processes")
+            optimizer.load_state_dict(state)
+            return
+        from harness.zero import load_partition
+
+        load_partition(self.zero_optimizer, folder, self.dist.world)
 
     @property
     def loss_scale(self) -> float | None:

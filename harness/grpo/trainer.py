@@ -93,6 +93,8 @@ class GRPOTrainer:
         total = math.ceil(train_cfg.epochs * self.steps_per_epoch)
         self.total_steps = min(total, train_cfg.max_steps) if train_cfg.max_steps else total
         self.optimizer = torch.optim.AdamW(self.params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+        self.engine.attach(self.optimizer)  # DeepSpeed ZeRO: its engine over the model and the optimizer
+        self.store.master_sync = self.engine.master_sync()  # a restore must also reach ZeRO's fp32 master
         self.scheduler = make_scheduler(self.optimizer, train_cfg, self.total_steps)
         self.weighter = None
         if rl.token_weighting != "none":
@@ -115,16 +117,19 @@ class GRPOTrainer:
         return self.run.path / "checkpoint" / "rl_state.pt"
 
     def save_checkpoint(self) -> None:
-        if self.dist.main:  # the state is identical on every process; rank 0 writes it
-            self._write_checkpoint()
+        # The state is identical on every process and rank 0 writes it; but for ZeRO's optimizer partitions,
+        # which every process writes beside it.
+        optimizer = self.engine.optimizer_state(self.optimizer, self.ckpt_path.parent)
+        if self.dist.main:
+            self._write_checkpoint(optimizer)
         self.dist.barrier()
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, optimizer: dict | None) -> None:
         path = self.ckpt_path
         path.parent.mkdir(parents=True, exist_ok=True)
         state = {"step": self.step, "live": {n: p.detach().cpu() for n, p in
                                              zip(self.store.param_names(), self.store.parameters(), strict=True)},
-                 "store": self.store.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "store": self.store.state_dict(), "optimizer": optimizer,
                  "scheduler": self.scheduler.state_dict(), "regularizer": self.regularizer.state_dict(),
                  "reference": self.reference.state_dict(), "best": self.best.state_dict(),
                  "nonfinite": dict(self.nonfinite), "engine": self.engine.state_dict()}
@@ -140,7 +145,7 @@ class GRPOTrainer:
             for n, p in zip(self.store.param_names(), self.store.parameters(), strict=True):
                 p.copy_(state["live"][n])
         self.store.load_state_dict(state["store"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.engine.load_optimizer_state(self.optimizer, state["optimizer"], self.ckpt_path.parent)
         self.scheduler.load_state_dict(state["scheduler"])
         self.regularizer.load_state_dict(state["regularizer"])
         self.reference.load_state_dict(state["reference"])
@@ -308,7 +313,7 @@ class GRPOTrainer:
         self.engine.sync()  # every process, also one that stopped early: DDP's all-reduce
         gnorm = None
         scaler_skip = False
-        if cause is None:
+        if cause is None and not self.engine.deepspeed:  # DeepSpeed checks and clips in its step (below)
             self.engine.unscale_(self.optimizer)
             grads = [p.grad for p in self.params if p.grad is not None]
             if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
@@ -332,7 +337,12 @@ class GRPOTrainer:
             if self.dist.active:
                 stats = self.dist.reduce_stats(stats, n_tokens)
             stepped = self.engine.step(self.optimizer)
-            if not scaler_skip:
+            if self.engine.deepspeed:
+                gnorm = self.engine.grad_norm()
+                if not stepped:  # DeepSpeed found the gradient not finite and did not step
+                    skip = True
+                    stats = self._count_nonfinite("the gradient is not finite although the loss is")
+            if not (scaler_skip or skip):
                 self.nonfinite["in_a_row"], self.nonfinite["first"] = 0, None
             if self.engine.scaler is not None:  # not counted as non-finite: rl.max_nonfinite_steps is unaffected
                 stats = {**stats, "scaler_skipped": not stepped, "loss_scale": self.engine.loss_scale}
@@ -410,7 +420,7 @@ class GRPOTrainer:
         score = validation_score(scores, self.rl.val_score, self.rl.val_lambda, scores.get("rg"))
         improved = self.best.observe(self.store, score, self.step, epoch, candidate=candidate)
         final = self.step >= self.schedule_steps
-        event = self.reference.after_validation(self.store, self.optimizer, epoch, self.step,
+        event = self.reference.after_validation(self.store, self.engine.reset_view(self.optimizer), epoch, self.step,
                                                 end_of_epoch=end_of_epoch, final=final)
         row = {"step": self.step, "epoch": epoch, "split": "val", "val_score": score, "end_of_epoch": end_of_epoch,
                "candidate": candidate and (self.step > 0 or self.best.include_start), "improved": improved,

@@ -59,25 +59,29 @@ def _ckpt_path(run: RunDir) -> Path:
     return run.path / "checkpoint" / "state.pt"
 
 
-def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: Dist | None = None) -> None:
-    """Rank 0 writes (the trainable state is the same on every process); the others wait for it."""
+def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: Dist | None = None,
+                    engine: Engine | None = None) -> None:
+    """Rank 0 writes (the trainable state is the same on every process); the others wait for it. Under
+    DeepSpeed every process also writes its ZeRO optimizer partition beside it (`engine`)."""
     dist = dist or Dist()
+    opt_state = engine.optimizer_state(optimizer, _ckpt_path(run).parent) if engine else optimizer.state_dict()
     if dist.main:
-        _write_checkpoint(run, model, optimizer, scheduler, step)
+        _write_checkpoint(run, model, opt_state, scheduler, step, engine.state_dict() if engine else {})
     dist.barrier()
 
 
-def _write_checkpoint(run: RunDir, model, optimizer, scheduler, step: int) -> None:
+def _write_checkpoint(run: RunDir, model, opt_state: dict | None, scheduler, step: int, engine_state: dict) -> None:
     path = _ckpt_path(run)
     path.parent.mkdir(parents=True, exist_ok=True)
     params = {n: p.detach().cpu() for n, p in unwrap(model).named_parameters() if p.requires_grad}
-    # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run.
-    state = {"params": params, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-             "step": step, "torch_rng": torch.get_rng_state()}
+    # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run; the engine's
+    # state is the fp16 loss scale (GradScaler), so that a resumed fp16 run scales as an uninterrupted one.
+    state = {"params": params, "optimizer": opt_state, "scheduler": scheduler.state_dict(),
+             "step": step, "torch_rng": torch.get_rng_state(), "engine": engine_state}
     save_state(state, path)
 
 
-def load_checkpoint(run: RunDir, model, optimizer, scheduler) -> int:
+def load_checkpoint(run: RunDir, model, optimizer, scheduler, engine: Engine | None = None) -> int:
     path = _ckpt_path(run)
     if not path.is_file():
         return 0
@@ -88,7 +92,11 @@ def load_checkpoint(run: RunDir, model, optimizer, scheduler) -> int:
             if n not in params:
                 raise ValueError(f"{path}: parameter '{n}' not in the model; was the config changed?")
             params[n].copy_(v)
-    optimizer.load_state_dict(state["optimizer"])
+    if engine is not None:
+        engine.load_optimizer_state(optimizer, state["optimizer"], path.parent)
+        engine.load_state_dict(state.get("engine") or {})
+    else:
+        optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if "torch_rng" in state:
         torch.set_rng_state(state["torch_rng"])
@@ -162,10 +170,12 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         total = min(total, cfg.max_steps)
     optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg, total)
-    step = load_checkpoint(run, model, optimizer, scheduler)
-    run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
-    # DDP under a launch (it starts every process from rank 0's values); fp16 bases get a loss scale.
+    # DDP under a launch (it starts every process from rank 0's values), or DeepSpeed ZeRO (train.deepspeed);
+    # fp16 bases get a loss scale.
     engine = Engine(model, params, dist, fp16_scaler=needs_scaler(base_dtype(model)))
+    engine.attach(optimizer)
+    step = load_checkpoint(run, model, optimizer, scheduler, engine)
+    run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
     device = next(model.parameters()).device
     model.train()
     t_start = time.time()
@@ -189,9 +199,13 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
                                                     float(ntok)]))
             loss, ntok = float(loss_sum) / max(float(ntok), 1.0), int(ntok)  # the batch's token mean
         engine.unscale_(optimizer)
-        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip) if cfg.grad_clip > 0 else torch.tensor(0.)
+        gnorm = torch.tensor(0.)
+        if cfg.grad_clip > 0 and not engine.deepspeed:  # DeepSpeed clips in its step (config gradient_clipping)
+            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         lr = optimizer.param_groups[0]["lr"]
         stepped = engine.step(optimizer)
+        if engine.deepspeed:
+            gnorm = torch.as_tensor(engine.grad_norm() or 0.0)
         scheduler.step()
         step += 1
         last_loss = float(loss.detach()) if torch.is_tensor(loss) else float(loss)
@@ -199,6 +213,8 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
                "tokens": ntok, "step_time": time.time() - t0}
         if engine.scaler is not None:  # fp16: an overflowed step is the scaler's to skip, not an error
             row.update(loss_scale=engine.loss_scale, scaler_skipped=not stepped)
+        elif not stepped:  # DeepSpeed skipped a step whose gradient was not finite
+            row.update(skipped=True)
         run.log_step(row)
         bar.update(1)
         bar.set_postfix(loss=f"{last_loss:.3f}")
@@ -212,9 +228,9 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
             run.log_eval(row)
         # After the epoch's validation row: a resume from this checkpoint keeps that row and never redoes it.
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint(run, model, optimizer, scheduler, step, dist)
+            save_checkpoint(run, model, optimizer, scheduler, step, dist, engine)
     bar.close()
-    save_checkpoint(run, model, optimizer, scheduler, step, dist)
+    save_checkpoint(run, model, optimizer, scheduler, step, dist, engine)
     final = {"steps": step, "train_loss": last_loss, "wall_time_s": time.time() - t_start}
     evals = [e for e in run.evals() if "loss" in e]
     if evals:
