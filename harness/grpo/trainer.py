@@ -329,6 +329,7 @@ class GRPOTrainer:
         skip = float(self.dist.sum(torch.tensor([float(cause is not None)]))[0]) > 0
         n_tokens = float(mask.sum())
         lr = self.optimizer.param_groups[0]["lr"]
+        stepped = False
         if skip:
             self.optimizer.zero_grad(set_to_none=True)
             self.engine.skip()
@@ -342,9 +343,14 @@ class GRPOTrainer:
                 if not stepped:  # DeepSpeed found the gradient not finite and did not step
                     skip = True
                     stats = self._count_nonfinite("the gradient is not finite although the loss is")
+            elif scaler_skip and self.engine.loss_scale < 1.0:
+                # Overflow at a loss scale below 1 is no fp16 range problem (the unscaled gradient is not finite
+                # either): counted, so that rl.max_nonfinite_steps stops a run the scaler cannot rescue.
+                skip = True
+                stats = self._count_nonfinite(f"the gradient is not finite at loss scale {self.engine.loss_scale}")
             if not (scaler_skip or skip):
                 self.nonfinite["in_a_row"], self.nonfinite["first"] = 0, None
-            if self.engine.scaler is not None:  # not counted as non-finite: rl.max_nonfinite_steps is unaffected
+            if self.engine.scaler is not None:  # an overflow the scaler skips is not counted as non-finite (above)
                 stats = {**stats, "scaler_skipped": not stepped, "loss_scale": self.engine.loss_scale}
         with warnings.catch_warnings():
             # A skipped step still advances the schedule (the lr is a function of the step number); torch warns
@@ -352,7 +358,7 @@ class GRPOTrainer:
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
             self.scheduler.step()
         self.step += 1
-        if not skip:
+        if stepped:  # once per optimizer step taken (not after a skipped one, also not one the fp16 scaler skipped)
             self.regularizer.after_step(stats.get("kl_mean"), B * G * self.dist.world)
         events = dict(self.reference.after_step(self.store, self.step) or {})
         if self._old_sync_due():

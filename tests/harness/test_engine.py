@@ -99,3 +99,86 @@ def test_a_scaler_skipped_rl_step_is_not_a_nonfinite_step(tiny_model, tiny_proce
     assert [r["loss_scale"] for r in rows[:2]] == [2.0 ** 7, 2.0 ** 7]
     assert steps == [2, 3, 4] and tr.nonfinite["total"] == 0 and not any(r.get("skipped") for r in rows)
     assert not all(torch.equal(a, b) for a, b in zip(start, _params(tr), strict=True))
+
+
+def test_the_regularizer_sees_only_steps_taken(tiny_model, tiny_processor, tmp_path, prompt_set):
+    """regularizer.after_step is "once per optimizer step": a step the fp16 scaler skipped moved no weight, so
+    the adaptive controller must not count it (its KL horizon is in steps taken)."""
+    from tests.harness.grpo.test_trainer import _fresh_copy, _trainer
+
+    tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path, prompt_set, epochs=2, select="final",
+                  regularizer="adaptive")
+    tr.engine.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+    calls = {"n": 0}
+
+    def overflow_once(g):
+        calls["n"] += 1
+        return g * float("inf") if calls["n"] == 1 else g
+
+    tr.params[0].register_hook(overflow_once)
+    updates = []
+    tr.regularizer.after_step = lambda kl, n: updates.append(tr.step)
+    tr.train()
+    assert [r["scaler_skipped"] for r in tr.run.steps()] == [True, False, False, False]
+    assert updates == [2, 3, 4]
+
+
+def test_a_gradient_the_scaler_cannot_rescue_is_counted(tiny_model, tiny_processor, tmp_path, prompt_set):
+    """A NaN gradient makes the scaler skip every step; once the scale is below 1 the skips are counted as
+    non-finite, so rl.max_nonfinite_steps stops the run (it would otherwise run on without ever stepping)."""
+    from tests.harness.grpo.test_trainer import _fresh_copy, _trainer
+
+    tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path, prompt_set, max_nonfinite_steps=2, epochs=5,
+                  select="final")
+    tr.engine.scaler = torch.amp.GradScaler("cpu", init_scale=3.0)
+    tr.params[0].register_hook(lambda g: g * float("nan"))
+    with pytest.raises(FloatingPointError, match=r"2 RL steps .* first: step 2: .* at loss scale 0.75"):
+        tr.train()
+    rows = tr.run.steps()
+    assert [r["loss_scale"] for r in rows] == [1.5, 0.75, 0.375]
+    assert [bool(r.get("skipped")) for r in rows] == [False, True, True]
+    assert all(r["scaler_skipped"] for r in rows)
+
+
+def test_warmup_resumes_with_the_loss_scale(tiny_tokenizer, tiny_processor, xray_images, tmp_path, monkeypatch):
+    """The GradScaler's state is in the warm-up / SFT checkpoint: a resumed fp16 run scales as an uninterrupted
+    one (a fresh scaler would start again from 2**16)."""
+    from harness.records import RunDir
+    from harness.stages import lm_train
+    from tests.harness.stages.test_lm_train import _data, _model
+
+    monkeypatch.setattr(lm_train, "needs_scaler", lambda dtype: True)  # as a float16 base gets (fp32 here)
+    data = _data(xray_images)
+    cfg = lm_train.TrainConfig(epochs=2, batch_size=2, lr=1e-2, scheduler="constant", max_steps=4,
+                               checkpoint_every=2)
+
+    def overflowing_model():
+        model, calls = _model(tiny_tokenizer), {"n": 0}
+
+        def overflow_once(g):
+            calls["n"] += 1
+            return g * float("inf") if calls["n"] == 1 else g
+
+        next(p for p in model.parameters() if p.requires_grad).register_hook(overflow_once)
+        return model
+
+    full = overflowing_model()
+    lm_train.train_lm(full, tiny_processor, data, None, cfg, RunDir(tmp_path / "full"), seed=3,
+                      max_report_tokens=10, progress=False)
+
+    class Interrupted(RunDir):
+        def log_step(self, row):
+            if row["step"] == 3:
+                raise KeyboardInterrupt
+            super().log_step(row)
+
+    with pytest.raises(KeyboardInterrupt):
+        lm_train.train_lm(overflowing_model(), tiny_processor, data, None, cfg, Interrupted(tmp_path / "part"),
+                          seed=3, max_report_tokens=10, progress=False)
+    resumed = _model(tiny_tokenizer)  # a fresh process
+    run = RunDir(tmp_path / "part")
+    lm_train.train_lm(resumed, tiny_processor, data, None, cfg, run, seed=3, max_report_tokens=10, progress=False)
+    expected = [r["loss_scale"] for r in RunDir(tmp_path / "full").steps()]
+    assert expected == [2.0 ** 15] * 4 and [r["loss_scale"] for r in run.steps()] == expected
+    a, b = dict(full.named_parameters()), dict(resumed.named_parameters())
+    assert all(torch.allclose(a[n], b[n], atol=1e-6) for n in a)

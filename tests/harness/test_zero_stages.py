@@ -168,7 +168,8 @@ def rl_reference(tmp_path_factory):
                      "train.epochs=2", "rl.prompts_per_step=2", "rl.group_size=2", "rl.max_new_tokens=8",
                      "rl.min_new_tokens=2", "rl.regularizer=rer", "rl.reference=vapr", "rl.reset_every_epochs=1",
                      "rl.val_every_steps=1", "rl.val_max_samples=4", "rl.entropy_coef=0.01", "rl.micro_batch_size=2",
-                     "train.lr=3e-2", "train.scheduler=constant", "train.grad_clip=0.5", "model.lora_r=4"]
+                     "train.lr=3e-2", "train.scheduler=constant", "train.grad_clip=0.5", "model.lora_r=4",
+                     "rl.select=final"]  # the saved model is the final policy, trained after the reset
     from harness.cli import main
 
     assert main(["train", "pretrain", *common, f"out_dir={root / 'pre'}", "--no-progress"]) == 0
