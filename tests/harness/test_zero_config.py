@@ -37,3 +37,22 @@ def test_one_process_or_no_config_means_no_deepspeed(capsys):
     assert plugin_for("", 1.0, world=8) is None
     assert plugin_for(str(REPO / "experiments" / "deepspeed" / "zero1.json"), 1.0, world=1) is None
     assert "one process" in capsys.readouterr().out
+
+
+def test_an_optimizer_with_its_own_reset_does_it():
+    """reset_optimizer_state hands the reset to an optimizer keyed by something else (ZeRO's flat partitions,
+    harness/zero.ZeroReset) and still runs the master sync."""
+    import torch
+
+    from harness.snapshots import reset_optimizer_state
+
+    calls = []
+
+    class OwnReset:
+        def reset_state(self, params):
+            calls.append(("reset", len(params)))
+            return 5
+
+    params = [torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.zeros(3))]
+    assert reset_optimizer_state(OwnReset(), params, master_sync=lambda: calls.append(("sync",))) == 5
+    assert calls == [("reset", 2), ("sync",)]
