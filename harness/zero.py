@@ -2,8 +2,8 @@
 
 DeepSpeed is an optional extra (`pip install -e .[deepspeed]`); nothing imports it unless asked, and the tests that
 need it skip with `unavailable()`'s reason. Configs: experiments/deepspeed/*.json (zero1 / zero2: the trainable
-parameters in fp32, as this project holds them; zero1_fp16: the paper's ZeRO-1 with DeepSpeed's own fp16 and
-dynamic loss scale).
+parameters in fp32, as this project holds them, for `train.deepspeed`; zero1_fp16: DeepSpeed's own fp16 and
+dynamic loss scale, which train.deepspeed refuses -- it would cast the fp32 trainable parameters to fp16).
 
 Why this module: a ZeRO-1/2 optimizer keeps its own fp32 copy of each process's partition of the trainable
 parameters (`single_partition_of_fp32_groups`), steps that copy and writes it back into the model. A snapshot
