@@ -1,10 +1,14 @@
-"""Data parallelism for the RL stage (one process per GPU), on torch.distributed.
+"""Data parallelism of the model stages (one process per GPU): the process group, sharding and statistics.
 
 Launch any stage command with torchrun or accelerate, which set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-MASTER_PORT:
+MASTER_PORT (experiments/accelerate/README.md):
 
     torchrun --nproc_per_node 8 -m harness.cli train rl CONFIG init_from=.../model
-    accelerate launch --num_processes 8 -m harness.cli train rl CONFIG init_from=.../model
+    accelerate launch --config_file experiments/accelerate/ddp_gpus.yaml -m harness.cli train rl CONFIG ...
+
+The process group is accelerate's (`Accelerator`, NCCL on GPUs, gloo on CPUs) with `train.dist_timeout_s`; the
+gradients are averaged by accelerate's DDP (harness/engine.py). What stays here are the collectives of the
+statistics (sums, gathers, broadcasts of validation scores), which are not gradients.
 
 Every process holds the whole model (the base is frozen and only merger + LoRA train, so a 7B model in bf16
 fits one GPU) and its own SnapshotStore. Per optimizer step the global batch of `rl.prompts_per_step` prompts
@@ -22,16 +26,27 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+# Timeouts (this project). Collectives of training: torch's NCCL default is 10 minutes, too short for a
+# validation pass of a 7B model on rank 0's share; 30 minutes. Rank-0-first loading (rank 0 builds stage 0,
+# the data set checks and loads the model while the others wait): a day, on a group of its own, so that a slow
+# load can never time the others out; a rank that dies ends the launch anyway (torchrun / accelerate stop all).
+DEFAULT_TIMEOUT_S = 1800.0
+LOAD_TIMEOUT_S = 86400.0
+_ACCELERATOR = None  # the process's accelerate.Accelerator under a launch (init_distributed)
 
 
 @dataclass
 class Dist:
     rank: int = 0
     world: int = 1
+    load_timeout_s: float = LOAD_TIMEOUT_S
+    _wait_group: object = field(default=None, repr=False)
 
     @property
     def active(self) -> bool:
@@ -45,14 +60,31 @@ class Dist:
         if self.active:
             dist.barrier()
 
+    def accelerator(self):
+        """The launch's `accelerate.Accelerator` (created once per process by init_distributed)."""
+        if _ACCELERATOR is None:
+            raise RuntimeError("no accelerate.Accelerator in this process: call init_distributed first")
+        return _ACCELERATOR
+
+    def _long_wait(self) -> None:
+        """A barrier with `load_timeout_s` (gloo: it waits on the CPU, also under NCCL)."""
+        if self._wait_group is None:
+            self._wait_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.load_timeout_s))
+        dist.barrier(group=self._wait_group)
+
     @contextlib.contextmanager
     def main_first(self):
-        """Rank 0 runs the block first (e.g. builds a cache or a data set), then the others (which read it)."""
+        """Rank 0 runs the block first (e.g. builds a cache or a data set), then the others (which read it).
+        The others wait with the long load timeout, not the training one."""
+        if not self.active:
+            yield
+            return
+        self._long_wait()  # creates the group on every rank (new_group is collective)
         if not self.main:
-            self.barrier()
+            self._long_wait()
         yield
         if self.main:
-            self.barrier()
+            self._long_wait()
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """Element-wise sum over processes (a new tensor; float64 on the CPU so that counts stay exact)."""
@@ -97,28 +129,6 @@ class Dist:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    @torch.no_grad()
-    def broadcast_parameters(self, params: list[torch.Tensor]) -> None:
-        """Copy rank 0's values into `params` on every process (identical starting points)."""
-        if self.active:
-            for p in params:
-                dist.broadcast(p.data, src=0)
-
-    @torch.no_grad()
-    def average_gradients(self, params: list[torch.Tensor]) -> None:
-        """p.grad <- mean over processes (a parameter without a gradient contributes zeros)."""
-        if not self.active:
-            return
-        handles = []
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            handles.append(dist.all_reduce(p.grad, async_op=True))
-        for h in handles:
-            h.wait()
-        for p in params:
-            p.grad.div_(self.world)
-
     def reduce_stats(self, stats: dict[str, float], weight: float) -> dict[str, float]:
         """Per-process statistics -> one value each: `*_min` / `*_max` by min / max, the rest as means
         weighted by `weight` (e.g. the process's response-token count, which makes token means exact)."""
@@ -146,18 +156,35 @@ class Dist:
         return torch.device("cpu")
 
 
-def init_distributed() -> Dist:
-    """The process group of a torchrun / accelerate launch (NCCL on GPUs, gloo on CPUs), or one process."""
+def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, load_timeout_s: float = LOAD_TIMEOUT_S,
+                     deepspeed_plugin=None) -> Dist:
+    """The process group of a torchrun / accelerate launch, joined through accelerate (NCCL on GPUs, gloo on
+    CPUs) with `timeout_s` for every collective; or one process (no accelerate state at all)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Dist()
-    if not dist.is_initialized():
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-            dist.init_process_group(backend="nccl")
-        else:
-            dist.init_process_group(backend="gloo")
-    return Dist(rank=dist.get_rank(), world=dist.get_world_size())
+    if timeout_s <= 0 or load_timeout_s <= 0:
+        raise ValueError(f"train.dist_timeout_s = {timeout_s} and train.dist_load_timeout_s = {load_timeout_s} "
+                         f"must be positive (seconds)")
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
+
+    # broadcast_buffers off: the buffers (rotary tables) are equal on every process and never change.
+    handlers = [InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s)),
+                DistributedDataParallelKwargs(broadcast_buffers=False)]
+    global _ACCELERATOR
+    # mixed_precision "no": the stages autocast to the base's dtype themselves (harness/models/precision.py)
+    # and scale fp16 losses in harness/engine.py; an `accelerate launch --mixed_precision` is overridden.
+    # cpu=True would turn DeepSpeed off: on a CPU machine DeepSpeed runs on its CPU accelerator (harness/zero.py).
+    cpu = not torch.cuda.is_available() and deepspeed_plugin is None
+    _ACCELERATOR = Accelerator(kwargs_handlers=handlers, cpu=cpu, mixed_precision="no",
+                               deepspeed_plugin=deepspeed_plugin, device_placement=False)
+    if deepspeed_plugin is None and _ACCELERATOR.distributed_type.value == "DEEPSPEED":
+        raise RuntimeError("this launch asks for DeepSpeed (accelerate launch --use_deepspeed / "
+                           "ACCELERATE_USE_DEEPSPEED) but train.deepspeed is empty: set train.deepspeed to a "
+                           "config (experiments/deepspeed/zero1.json) or launch with DDP "
+                           "(experiments/accelerate/README.md)")
+    return Dist(rank=dist.get_rank(), world=dist.get_world_size(), load_timeout_s=load_timeout_s)
 
 
 def finalize() -> None:

@@ -200,7 +200,15 @@ def reset_optimizer_state(
     copy of the weights (DeepSpeed, apex AMP O2) the master must also be re-synced to the live weights, or the
     next step copies the old weights back: pass ``master_sync`` (called after the reset). The learning-rate
     scheduler is deliberately left alone.
+
+    An optimizer whose state is not keyed by the model's parameters (DeepSpeed ZeRO: flat fp32 partitions) is
+    passed as an object with ``reset_state(params)`` (harness/zero.py, ZeroReset), which does the reset itself.
     """
+    if callable(getattr(optimizer, "reset_state", None)):
+        dropped = optimizer.reset_state(params)
+        if master_sync is not None:
+            master_sync()
+        return dropped
     targets = {id(p) for p in params} if params is not None else None
     dropped = 0
     for group in optimizer.param_groups:

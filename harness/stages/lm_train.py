@@ -22,6 +22,8 @@ from harness.batching import IGNORE, encode_sft, lm_loss
 from harness.checkpoint_io import load_state, save_state
 from harness.config import TrainConfig
 from harness.distributed import Dist, shard
+from harness.engine import Engine, needs_scaler
+from harness.models.precision import base_dtype
 from harness.models.trainable import unwrap
 from harness.records import RunDir
 from harness.schedule import make_scheduler
@@ -58,25 +60,29 @@ def _ckpt_path(run: RunDir) -> Path:
     return run.path / "checkpoint" / "state.pt"
 
 
-def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: Dist | None = None) -> None:
-    """Rank 0 writes (the trainable state is the same on every process); the others wait for it."""
+def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: Dist | None = None,
+                    engine: Engine | None = None) -> None:
+    """Rank 0 writes (the trainable state is the same on every process); the others wait for it. Under
+    DeepSpeed every process also writes its ZeRO optimizer partition beside it (`engine`)."""
     dist = dist or Dist()
+    opt_state = engine.optimizer_state(optimizer, _ckpt_path(run).parent) if engine else optimizer.state_dict()
     if dist.main:
-        _write_checkpoint(run, model, optimizer, scheduler, step)
+        _write_checkpoint(run, model, opt_state, scheduler, step, engine.state_dict() if engine else {})
     dist.barrier()
 
 
-def _write_checkpoint(run: RunDir, model, optimizer, scheduler, step: int) -> None:
+def _write_checkpoint(run: RunDir, model, opt_state: dict | None, scheduler, step: int, engine_state: dict) -> None:
     path = _ckpt_path(run)
     path.parent.mkdir(parents=True, exist_ok=True)
     params = {n: p.detach().cpu() for n, p in unwrap(model).named_parameters() if p.requires_grad}
-    # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run.
-    state = {"params": params, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-             "step": step, "torch_rng": torch.get_rng_state()}
+    # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run; the engine's
+    # state is the fp16 loss scale (GradScaler), so that a resumed fp16 run scales as an uninterrupted one.
+    state = {"params": params, "optimizer": opt_state, "scheduler": scheduler.state_dict(),
+             "step": step, "torch_rng": torch.get_rng_state(), "engine": engine_state}
     save_state(state, path)
 
 
-def load_checkpoint(run: RunDir, model, optimizer, scheduler) -> int:
+def load_checkpoint(run: RunDir, model, optimizer, scheduler, engine: Engine | None = None) -> int:
     path = _ckpt_path(run)
     if not path.is_file():
         return 0
@@ -87,7 +93,11 @@ def load_checkpoint(run: RunDir, model, optimizer, scheduler) -> int:
             if n not in params:
                 raise ValueError(f"{path}: parameter '{n}' not in the model; was the config changed?")
             params[n].copy_(v)
-    optimizer.load_state_dict(state["optimizer"])
+    if engine is not None:
+        engine.load_optimizer_state(optimizer, state["optimizer"], path.parent)
+        engine.load_state_dict(state.get("engine") or {})
+    else:
+        optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if "torch_rng" in state:
         torch.set_rng_state(state["torch_rng"])
@@ -119,23 +129,27 @@ def _accumulate(model, processor, part: LMData, micro: int, max_report_tokens: i
                 where: str) -> tuple[torch.Tensor, int]:
     """Backward of the token-mean loss of `part` in micro-batches of `micro` samples: each micro-batch's
     token mean is weighted by its share of the report tokens, so the summed gradient is that of one pass.
-    Returns (the token-mean loss, report tokens)."""
+    `model`: the stage's Engine (or a bare model: one process, plain backward). Returns (the token-mean loss,
+    report tokens)."""
+    engine = model if isinstance(model, Engine) else Engine(model, [p for p in model.parameters() if p.requires_grad])
     parts = [part.take(range(s, min(s + micro, len(part)))) for s in range(0, len(part), micro)]
     # Encoded up front (token ids and pixels, small next to activations): the weights need the total count.
     batches = [encode_sft(processor, p.images, p.instructions, p.reports, max_report_tokens) for p in parts]
-    return _backward(model, batches, device, dist, where)
+    return _backward(engine, batches, device, dist, where)
 
 
-def _backward(model, batches: list[dict], device, dist: Dist, where: str) -> tuple[torch.Tensor, int]:
-    """_accumulate's backward over micro-batches already encoded (by the step loader, lm_batches.py)."""
+def _backward(engine: Engine, batches: list[dict], device, dist: Dist, where: str) -> tuple[torch.Tensor, int]:
+    """_accumulate's backward over micro-batches already encoded (by the step loader, lm_batches.py), through the
+    stage's Engine (plain backward in one process, DDP / DeepSpeed under a launch)."""
     total = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in batches)
     scale = dist.loss_scale(torch.tensor(float(total)))
     loss_sum = torch.zeros(())
     for batch in batches:
-        loss, n = lm_loss(model, {k: v.to(device, non_blocking=True) for k, v in batch.items()})
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"{where}: loss is {float(loss)}; lower train.lr?")
-        (loss * (n / max(total, 1)) * scale).backward()
+        with engine.no_sync():  # the gradients are averaged once, after the step's last micro-batch (sync)
+            loss, n = engine.forward(lm_loss, {k: v.to(device, non_blocking=True) for k, v in batch.items()})
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{where}: loss is {float(loss)}; lower train.lr?")
+            engine.backward(loss * (n / max(total, 1)) * scale)
         loss_sum += loss.detach().cpu() * n
     if len(batches) == 1:
         return loss.detach(), total  # as logged before micro-batches existed, to the last bit
@@ -163,9 +177,12 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         total = min(total, cfg.max_steps)
     optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg, total)
-    step = load_checkpoint(run, model, optimizer, scheduler)
+    # DDP under a launch (it starts every process from rank 0's values), or DeepSpeed ZeRO (train.deepspeed);
+    # fp16 bases get a loss scale.
+    engine = Engine(model, params, dist, fp16_scaler=needs_scaler(base_dtype(model)))
+    engine.attach(optimizer)
+    step = load_checkpoint(run, model, optimizer, scheduler, engine)
     run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
-    dist.broadcast_parameters(params)
     device = next(model.parameters()).device
     # Steps step..total-1, each this process's encoded micro-batches, decoded by train.num_workers workers.
     loader = iter(step_loader(StepBatches(train, processor, batch_size=cfg.batch_size,
@@ -184,22 +201,32 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         optimizer.zero_grad(set_to_none=True)
         loss, ntok = None, 0
         if batches:  # the last batch of an epoch may leave a process without samples
-            loss, ntok = _backward(model, batches, device, dist, f"{desc}: step {step}")
+            loss, ntok = _backward(engine, batches, device, dist, f"{desc}: step {step}")
         elif dist.active:
             dist.loss_scale(torch.tensor(0.0))  # take part in the collective the others are in
+        engine.sync()  # DDP's all-reduce of the gradients (no-op in one process)
         if dist.active:
-            dist.average_gradients(params)
             loss_sum, ntok = dist.sum(torch.tensor([float(loss.detach()) * ntok if loss is not None else 0.0,
                                                     float(ntok)]))
             loss, ntok = float(loss_sum) / max(float(ntok), 1.0), int(ntok)  # the batch's token mean
-        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip) if cfg.grad_clip > 0 else torch.tensor(0.)
+        engine.unscale_(optimizer)
+        gnorm = torch.tensor(0.)
+        if cfg.grad_clip > 0 and not engine.deepspeed:  # DeepSpeed clips in its step (config gradient_clipping)
+            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
+        stepped = engine.step(optimizer)
+        if engine.deepspeed:
+            gnorm = torch.as_tensor(engine.grad_norm() or 0.0)
         scheduler.step()
         step += 1
         last_loss = float(loss.detach()) if torch.is_tensor(loss) else float(loss)
-        run.log_step({"step": step, "epoch": epoch, "loss": last_loss, "lr": lr, "grad_norm": float(gnorm),
-                      "tokens": ntok, "step_time": time.time() - t0})
+        row = {"step": step, "epoch": epoch, "loss": last_loss, "lr": lr, "grad_norm": float(gnorm),
+               "tokens": ntok, "step_time": time.time() - t0}
+        if engine.scaler is not None:  # fp16: an overflowed step is the scaler's to skip, not an error
+            row.update(loss_scale=engine.loss_scale, scaler_skipped=not stepped)
+        elif not stepped:  # DeepSpeed skipped a step whose gradient was not finite
+            row.update(skipped=True)
+        run.log_step(row)
         bar.update(1)
         bar.set_postfix(loss=f"{last_loss:.3f}")
         epoch_done = step % steps_per_epoch == 0 or step == total
@@ -212,9 +239,9 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
             run.log_eval(row)
         # After the epoch's validation row: a resume from this checkpoint keeps that row and never redoes it.
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint(run, model, optimizer, scheduler, step, dist)
+            save_checkpoint(run, model, optimizer, scheduler, step, dist, engine)
     bar.close()
-    save_checkpoint(run, model, optimizer, scheduler, step, dist)
+    save_checkpoint(run, model, optimizer, scheduler, step, dist, engine)
     final = {"steps": step, "train_loss": last_loss, "wall_time_s": time.time() - t_start}
     evals = [e for e in run.evals() if "loss" in e]
     if evals:

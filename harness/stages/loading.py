@@ -12,6 +12,7 @@ from harness.config import RunConfig
 from harness.distributed import Dist, init_distributed
 from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model
 from harness.models.presets import get_preset
+from harness.zero import plugin_for
 
 
 def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
@@ -95,7 +96,8 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     check_inputs(cfg, stage)
     if cfg.init_from:
         adopt_checkpoint_settings(cfg, cfg.init_from)  # the image size / dtype the checkpoint was trained with
-    dist = init_distributed()
+    plugin = plugin_for(cfg.train.deepspeed, cfg.train.grad_clip, int(os.environ.get("WORLD_SIZE", "1")))
+    dist = init_distributed(cfg.train.dist_timeout_s, cfg.train.dist_load_timeout_s, deepspeed_plugin=plugin)
     progress = progress and dist.main
     seed_everything(cfg.seed)
     with dist.main_first():

@@ -1,7 +1,8 @@
-"""Data-parallel RL (harness/distributed.py) with two CPU processes on gloo.
+"""Data parallelism (harness/distributed.py, harness/engine.py: accelerate's DDP) with two CPU processes on gloo.
 
-- The scaled per-process losses, with gradients averaged over processes, give exactly the gradient of the
-  whole batch's loss in one process, for every aggregation (hand-made tensors).
+- The scaled per-process losses, with gradients averaged by DDP (each process's share in two micro-batches under
+  no_sync, then sync), give the gradient of the whole batch's loss in one process, for every aggregation
+  (hand-made tensors); a process without any sample this step still takes part.
 - A 2-process `regbench train rl` on the tiny model: both processes end with identical trainable parameters
   (equal to the saved model's), rank 0 alone writes the run records, once per step.
 """
@@ -19,7 +20,7 @@ import torch.multiprocessing as mp
 
 from harness.config import load_config
 from harness.distributed import Dist, shard
-from harness.grpo.core import AGGREGATIONS, aggregation_normalizer, policy_loss
+from harness.grpo.core import AGGREGATIONS, aggregation_normalizer, aggregation_weights, policy_loss
 from harness.records import read_jsonl
 from tests.tiny_sizes import TINY
 
@@ -62,11 +63,12 @@ def _batch(seed: int = 0, n: int = 8, t: int = 6):
 AGG = {"group_size": 2, "max_len": 6}  # rows are 4 groups of G = 2 (group_token_mean); dr_grpo's budget
 
 
-def _loss(theta: torch.Tensor, rows: list[int], aggregation: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _loss(theta: torch.Tensor, rows: list[int], aggregation: str,
+          token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     x, logp_old, logp_ref, adv, beta, mask = (v[rows] for v in _batch())
     logp = -torch.nn.functional.softplus(x * theta[0] + theta[1])  # a policy with two shared parameters
     loss, _ = policy_loss(logp, logp_old, logp_ref, adv, beta, mask, aggregation=aggregation,
-                          entropy=-logp, entropy_coef=0.01, **AGG)
+                          entropy=-logp, entropy_coef=0.01, token_weights=token_weights, **AGG)
     return loss, mask
 
 
@@ -74,21 +76,40 @@ def _gradient_worker(rank: int, world: int, port: int, out: str) -> None:
     try:
         _env(rank, world, port)
         from harness.distributed import init_distributed
+        from harness.engine import Engine
 
         d = init_distributed()
+        assert d.accelerator().distributed_type.value == "MULTI_CPU"
         results = {}
         for aggregation in AGGREGATIONS:
-            theta = torch.tensor([0.7, -0.2], requires_grad=True)
-            full, _ = _loss(theta, list(range(8)), aggregation)
-            (expected,) = torch.autograd.grad(full, theta)
-            theta.grad = None
+            policy = torch.nn.Module()
+            policy.theta = torch.nn.Parameter(torch.tensor([0.7, -0.2]))
+            engine = Engine(policy, [policy.theta], d)
+            assert isinstance(engine.ddp, torch.nn.parallel.DistributedDataParallel)
+            full, _ = _loss(policy.theta, list(range(8)), aggregation)
+            (expected,) = torch.autograd.grad(full, policy.theta)
             # Each process takes whole groups (its prompts), as the trainer does.
             rows = [r for g in shard(list(range(4)), d) for r in (2 * g, 2 * g + 1)]
-            loss, mask = _loss(theta, rows, aggregation)
-            loss = loss * d.loss_scale(aggregation_normalizer(mask, aggregation, **AGG))  # as the trainer does
-            loss.backward()
-            d.average_gradients([theta])
-            results[aggregation] = (theta.grad.clone(), expected)
+            _, mask = _loss(policy.theta, rows, aggregation)
+            scale = d.loss_scale(aggregation_normalizer(mask, aggregation, **AGG))  # as the trainer does
+            weights = aggregation_weights(mask, aggregation, **AGG)
+            for part in (rows[:2], rows[2:]):  # two micro-batches (a group each), weighted by the share's normalisers
+                at = [rows.index(r) for r in part]
+                with engine.no_sync():
+                    loss, _ = engine.forward(lambda m, rs, w, a: _loss(m.theta, rs, a, w), part, weights[at],
+                                             aggregation)
+                    engine.backward(loss * scale)
+            engine.sync()
+            results[aggregation] = (policy.theta.grad.clone(), expected)
+        # Rank 1 without samples (the last batch of an epoch): its sync still meets rank 0's; mean of (g, 0).
+        policy = torch.nn.Module()
+        policy.theta = torch.nn.Parameter(torch.tensor([0.7, -0.2]))
+        engine = Engine(policy, [policy.theta], d)
+        if d.rank == 0:
+            with engine.no_sync():
+                engine.backward(engine.forward(lambda m: (m.theta * torch.tensor([3.0, -5.0])).sum()))
+        engine.sync()
+        results["empty_share"] = (policy.theta.grad.clone(), torch.tensor([1.5, -2.5]))
         torch.save(results, Path(out) / f"grads{rank}.pt")
         from harness.distributed import finalize
 
@@ -106,11 +127,18 @@ def test_scaled_losses_with_averaged_gradients_equal_the_whole_batch(tmp_path):
 
 
 def test_a_single_process_is_a_no_op():
+    from harness.engine import Engine
+
     d = Dist()
-    p = torch.nn.Parameter(torch.ones(3))
-    p.grad = torch.full((3,), 2.0)
-    d.average_gradients([p])
-    assert torch.equal(p.grad, torch.full((3,), 2.0))
+    model = torch.nn.Linear(3, 1)
+    engine = Engine(model, list(model.parameters()), d)
+    assert engine.ddp is None and engine.scaler is None and engine.loss_scale is None
+    x = torch.tensor([[0.3, -1.7, 2.9]])
+    with engine.no_sync():
+        engine.backward(engine.forward(lambda m, v: m(v).sum(), x))
+    engine.sync()
+    assert torch.equal(model.weight.grad, x)  # plain torch: nothing averaged, nothing scaled
+    assert engine.step(torch.optim.SGD(model.parameters(), lr=0.1))
     assert d.reduce_stats({"kl_mean": 0.5, "beta_min": 0.1}, 10.0) == {"kl_mean": 0.5, "beta_min": 0.1}
     assert d.broadcast_object({"a": 1}) == {"a": 1} and d.gather_objects(3) == [3]
     assert shard(list(range(5)), d) == [0, 1, 2, 3, 4]
@@ -215,3 +243,49 @@ def test_two_process_warmup_takes_the_steps_of_one_process(tmp_path):
     assert evals_two[-1]["loss"] == pytest.approx(evals_one[-1]["loss"], rel=1e-5)  # sharded validation loss
     # ... and training moved the parameters (the comparison above is not between two untouched models).
     assert all(s["grad_norm"] > 0 for s in steps_one) and steps_one[0]["loss"] != steps_one[-1]["loss"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Timeouts: train.dist_timeout_s for the collectives, a long wait for rank-0-first loading
+
+
+def _timeout_worker(rank: int, world: int, port: int, out: str) -> None:
+    try:
+        _env(rank, world, port)
+        import time
+
+        from harness.distributed import finalize, init_distributed
+
+        d = init_distributed(timeout_s=2.0, load_timeout_s=120.0)
+        with d.main_first():
+            if d.main:
+                time.sleep(6.0)  # a slow model load: three times the collectives' timeout
+        total = float(d.sum(torch.ones(1))[0])  # the group still works afterwards
+        error = ""
+        if rank == 1:  # a barrier rank 0 never joins: the configured timeout ends it
+            try:
+                d.barrier()
+            except Exception as e:  # noqa: BLE001 - the error is the result
+                error = type(e).__name__
+        else:
+            time.sleep(8.0)  # stay in the group while rank 1 waits
+        (Path(out) / f"timeout{rank}.txt").write_text(f"{total} {error}")
+        finalize()
+    except BaseException:
+        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+def test_rank_zero_first_loading_outlasts_the_collective_timeout(tmp_path):
+    _launch(_timeout_worker, 2, str(tmp_path))
+    assert (tmp_path / "timeout0.txt").read_text() == "2.0 "
+    total, error = (tmp_path / "timeout1.txt").read_text().split(" ")
+    assert total == "2.0" and error  # rank 1 outlived rank 0's load, and the 2 s timeout is in force
+
+
+def test_timeouts_must_be_positive(monkeypatch):
+    from harness.distributed import init_distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"train.dist_timeout_s = 0.0"):
+        init_distributed(timeout_s=0.0)
