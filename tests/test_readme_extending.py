@@ -1,0 +1,65 @@
+"""The README's "Extending" examples are real code: each one registers its plug-in, and a config naming it loads."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from harness.aggregation import aggregate, available_aggregations
+from harness.aggregation import registry as aggregation_registry
+from harness.config import load_config
+from regularizers.registry import (
+    REFERENCES,
+    REGULARIZERS,
+    available_references,
+    available_regularizers,
+    build_reference,
+    build_regularizer,
+)
+from rewards.registry import REWARDS, available_rewards, get_reward
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _extending_examples() -> list[str]:
+    text = README.read_text()
+    section = text.split("## Extending", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+
+
+@pytest.fixture
+def registered():
+    """Run every example; take what they registered out of the registries again afterwards."""
+    available_aggregations(), available_regularizers(), available_references(), available_rewards()  # built-ins in
+    before = (dict(REGULARIZERS), dict(REFERENCES), dict(REWARDS), dict(aggregation_registry._REGISTRY))
+    names = []
+    for i, code in enumerate(_extending_examples()):
+        module = types.ModuleType(f"readme_example_{i}")  # dataclasses look their module up in sys.modules
+        sys.modules[module.__name__] = module
+        names.append(module.__name__)
+        exec(compile(code, str(README), "exec"), module.__dict__)  # noqa: S102 - our own README
+    yield
+    for name in names:
+        del sys.modules[name]
+    for table, old in zip((REGULARIZERS, REFERENCES, REWARDS, aggregation_registry._REGISTRY), before, strict=True):
+        table.clear()
+        table.update(old)
+
+
+def test_every_extending_example_registers_a_working_plugin(registered):
+    assert len(_extending_examples()) == 4
+    cfg = load_config(None, ["rl.regularizer=scaled", "rl.regularizer_args={scale: 0.5}", "rl.reference=periodic",
+                             "rl.reference_args={period: 20}", "rl.reward=words", "rl.aggregation=row_sum_mean"])
+    reg = build_regularizer("scaled", beta_base=cfg.rl.beta_base, scale=0.5)
+    assert reg.betas(torch.zeros(2, 3)).flatten().tolist() == pytest.approx([cfg.rl.beta_base * 0.5] * 6)
+    assert build_reference("periodic", period=20).period == 20
+    # "the heart is normal" vs "the heart size is normal": 4 of the reference's 5 words are shared.
+    assert get_reward("words")(["the heart is normal"], ["the heart size is normal"]) == pytest.approx(np.array([0.8]))
+    x = torch.tensor([[0.3, 0.7], [0.2, 0.0]], dtype=torch.float64)
+    assert aggregate(x, torch.tensor([[1, 1], [1, 0]]), "row_sum_mean").item() == pytest.approx(0.6)
