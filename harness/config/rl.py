@@ -62,7 +62,7 @@ class RLConfig:
     dual_clip: float | None = knob(10.0, "Surrogate: the official code's dual clip c = 10 for negative advantages, "
                                          "> 1 or null (off).")
     kl_estimator: str = knob("k3", "KL estimator per token: k1, k2 or k3 (k3 = Eq. 6).")
-    aggregation: str = knob("token_mean", "Loss aggregation (harness/grpo/aggregation.py aggregate): token_mean (all "
+    aggregation: str = knob("token_mean", "Loss aggregation (harness/aggregation/, aggregate): token_mean (all "
                                           "tokens of the step; the official code, DAPO), group_token_mean (Eq. 3 "
                                           "as written: per group, then the mean over groups), seq_mean_token_mean "
                                           "(original GRPO), dr_grpo (Liu et al. 2025: token sum / (N x "

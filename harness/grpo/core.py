@@ -11,17 +11,15 @@ import torch
 
 # The chunked log-prob / entropy kernels and the loss aggregations live in their own modules; they are
 # re-exported here because the loss is built from them and callers know them as part of the core.
-from harness.grpo.aggregation import (
+from harness.aggregation import (
     AGGREGATIONS,
     aggregate,
     aggregation_normalizer,
     aggregation_weights,
     get_aggregation,
-    masked_mean,
-    per_token,
-    response_mean,
 )
 from harness.grpo.logprobs import DEFAULT_CHUNK_ROWS, token_entropy, token_logprobs
+from harness.grpo.masked import masked_mean, per_token, response_mean
 
 __all__ = [
     "AGGREGATIONS",

@@ -1,20 +1,9 @@
-"""Masked means and per-token broadcasting for the GRPO loss; the aggregation rules themselves are plug-ins in
-harness/aggregation/ (re-exported here because the loss and its callers know them from the GRPO package)."""
+"""Masked means and per-token broadcasting for the GRPO loss (the aggregation rules are plug-ins in
+harness/aggregation/)."""
 
 from __future__ import annotations
 
 import torch
-
-from harness.aggregation import (  # noqa: F401 - re-exported: the loss and its callers know them from here
-    AGGREGATIONS,
-    Aggregation,
-    aggregate,
-    aggregation_normalizer,
-    aggregation_weights,
-    available_aggregations,
-    get_aggregation,
-    register_aggregation,
-)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
