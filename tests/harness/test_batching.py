@@ -53,3 +53,62 @@ def test_encode_repeated_equals_encoding_the_repeated_prompts(tiny_processor, xr
     assert len(set(want["image_grid_thw"][:, 1:].prod(-1).tolist())) > 1
     for key in want:
         assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+
+
+def _full_logits_loss(model, batch):
+    """Eq. 1 as main computed it before issue 14: fp32 logits at every position, then cross-entropy."""
+    from harness.batching import model_inputs
+
+    logits = model(**model_inputs(batch), use_cache=False).logits[:, :-1].float()
+    labels = batch["labels"][:, 1:]
+    mask = labels != IGNORE
+    return torch.nn.functional.cross_entropy(logits[mask], labels[mask], reduction="mean")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_lm_loss_on_the_scored_tail_equals_full_logit_cross_entropy(tiny_model, tiny_processor, xray_images, dtype):
+    from harness.batching import lm_loss
+
+    model = tiny_model.to(dtype)
+    # Reports of different lengths: the shorter row has IGNORE labels inside the kept tail.
+    batch = encode_sft(tiny_processor, [[xray_images[0]], [xray_images[1]], [xray_images[2]]],
+                       ["a", "b", "a longer instruction"],
+                       ["mild cardiomegaly .", "the heart size is normal . no pleural effusion .", "normal ."], 50)
+    loss, n = lm_loss(model, batch)
+    assert n == int((batch["labels"] != IGNORE).sum())
+    (g_new,) = torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad][:1])
+    ref = _full_logits_loss(model, batch)
+    (g_ref,) = torch.autograd.grad(ref, [p for p in model.parameters() if p.requires_grad][:1])
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(loss, ref.to(loss.dtype), rtol=tol, atol=tol)
+    torch.testing.assert_close(g_new, g_ref, rtol=tol, atol=tol)
+    assert float(loss.detach()) > 0
+
+
+def test_lm_loss_keeps_only_the_tail_logits(tiny_model, tiny_processor, xray_images, monkeypatch):
+    from harness.batching import lm_loss
+
+    batch = encode_sft(tiny_processor, [[xray_images[0]], [xray_images[1]]], ["a", "b"],
+                       ["mild cardiomegaly .", "the heart size is normal ."], 50)
+    seen = {}
+    forward = type(tiny_model).forward
+
+    def spy(self, *args, **kwargs):
+        seen["keep"] = kwargs.get("logits_to_keep")
+        out = forward(self, *args, **kwargs)
+        seen["positions"] = out.logits.shape[1]
+        return out
+
+    monkeypatch.setattr(type(tiny_model), "forward", spy)
+    lm_loss(tiny_model, batch)
+    longest = int((batch["labels"] != IGNORE).sum(dim=1).max())
+    assert seen["positions"] == longest + 1 < batch["input_ids"].shape[1]
+
+
+def test_lm_loss_without_labels_names_the_problem(tiny_model, tiny_processor, xray_images):
+    from harness.batching import lm_loss
+
+    batch = encode_sft(tiny_processor, [[xray_images[0]]], ["a"], ["normal ."], 50)
+    batch["labels"][:] = IGNORE
+    with pytest.raises(ValueError, match="no labelled token"):
+        lm_loss(tiny_model, batch)
