@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from harness.grpo.logprobs import token_logprobs
+from harness.models.logit_positions import last_positions
 from harness.models.precision import autocast_for
 
 IGNORE = -100
@@ -132,7 +133,9 @@ def lm_loss(model, batch: dict) -> tuple[torch.Tensor, int]:
     first = int(mask.any(dim=0).nonzero()[0])  # first shifted position any row scores
     keep = labels.shape[1] - first + 1  # logits of positions first..L-1; the last one predicts nothing
     with autocast_for(model):
-        out = model(**model_inputs(batch), use_cache=False, logits_to_keep=keep)  # a loss: no KV cache to keep
+        # a loss: no KV cache to keep
+        out = model(**model_inputs(batch), use_cache=False,
+                    logits_to_keep=last_positions(keep, labels.shape[1] + 1, labels.device))
     logits = out.logits[:, :-1]
     labels, mask = labels[:, first:], mask[:, first:]
     logp = token_logprobs(logits, labels.masked_fill(~mask, 0))

@@ -41,6 +41,7 @@ from transformers import (
 
 from harness.lean_prefill import prefill, prefill_supported
 from harness.lean_topp import SortFreeTopP
+from harness.models.logit_positions import last_positions
 
 SUPPORTED_ATTENTION = ("eager", "sdpa")
 # generation_config fields whose non-default values would make `generate` add processors or stopping rules
@@ -195,12 +196,12 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     slots = SlotCache(len(layers), capacity)
     if prefill_supported(hf, batch):
         logits = prefill(hf, batch, slots, dedupe_images=dedupe_images)
-    else:  # generate's first step, verbatim (positions, rope_deltas, vision features, logits_to_keep=1)
+    else:  # generate's first step, verbatim (positions, rope_deltas, vision features, logits of the last position)
         cache = DynamicCache(config=hf.config.get_text_config())
         extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
         inputs = hf.prepare_inputs_for_generation(input_ids, past_key_values=cache, attention_mask=attention_mask,
                                                   cache_position=torch.arange(P, device=device), use_cache=True,
-                                                  logits_to_keep=1, **extra)
+                                                  logits_to_keep=last_positions(1, P, device), **extra)
         logits = hf(**inputs, return_dict=True).logits[:, -1, :].to(copy=True, dtype=torch.float32)
         for i, layer in enumerate(cache.layers):
             slots.update(layer.keys, layer.values, i)

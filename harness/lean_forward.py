@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from harness.lean_prefill import image_features, prefill_mask
+from harness.models.logit_positions import last_positions
 
 
 def _supported(hf) -> bool:
@@ -25,9 +26,11 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     from harness.models.trainable import unwrap
 
     hf = unwrap(model)
+    # An index tensor, not the int: see harness/models/logit_positions.py (one lm_head copy per row otherwise).
+    keep = last_positions(logits_to_keep, input_ids.shape[1], input_ids.device)
     if not _supported(hf):
         return model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
-                     image_grid_thw=image_grid_thw, logits_to_keep=logits_to_keep, use_cache=False).logits
+                     image_grid_thw=image_grid_thw, logits_to_keep=keep, use_cache=False).logits
     if dedupe_images is None:
         dedupe_images = input_ids.device.type == "cpu" and not torch.is_grad_enabled()
     inner = hf.model
@@ -40,4 +43,4 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     inner.rope_deltas = rope_deltas
     mask = prefill_mask(attention_mask, hf.config._attn_implementation, embeds.dtype)
     return model(input_ids=None, inputs_embeds=embeds, position_ids=positions,
-                 attention_mask={"full_attention": mask}, logits_to_keep=logits_to_keep, use_cache=False).logits
+                 attention_mask={"full_attention": mask}, logits_to_keep=keep, use_cache=False).logits

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.models.logit_positions import last_hidden
+
 HANDLED = frozenset({"input_ids", "attention_mask", "pixel_values", "image_grid_thw"})
 
 
@@ -101,5 +103,7 @@ def prefill(hf, batch: dict, cache, *, dedupe_images: bool) -> torch.Tensor:
     out = model.language_model(input_ids=None, position_ids=positions, attention_mask={"full_attention": mask},
                                past_key_values=cache, inputs_embeds=embeds, use_cache=True,
                                cache_position=torch.arange(P, device=input_ids.device), return_dict=True)
-    logits = hf.lm_head(out.last_hidden_state[:, -1:, :])
-    return logits[:, -1, :].to(copy=True, dtype=torch.float32)
+    # [B, H], not the [B, 1, H] view: a 3-D non-contiguous input copies the lm_head weight per row
+    # (harness/models/logit_positions.py).
+    logits = hf.lm_head(last_hidden(out.last_hidden_state))
+    return logits.to(copy=True, dtype=torch.float32)
