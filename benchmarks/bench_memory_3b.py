@@ -45,7 +45,8 @@ IMAGE_PX = 336  # the 3B / 7B presets' image size (harness/models/presets.py)
 SETTINGS = [
     ("sft", 4, 1, False), ("sft", 4, 2, False), ("sft", 4, 4, False), ("sft", 2, 2, False), ("sft", 8, 2, False),
     ("sft", 4, 4, True),
-    ("rl", 4, 1, False), ("rl", 4, 2, False), ("rl", 4, 4, False), ("rl", 2, 1, False), ("rl", 4, 4, True),
+    ("rl", 4, 1, False), ("rl", 4, 2, False), ("rl", 4, 4, False), ("rl", 2, 1, False), ("rl", 8, 2, False),
+    ("rl", 4, 4, True),
 ]
 GROUP = 2  # candidates per prompt in the RL setting (the smallest group; keeps the run short on one core)
 NEW_TOKENS = 32  # RL: every response decodes exactly this many tokens

@@ -14,7 +14,7 @@ frozen forward passes of the old and reference policies, and the rest = current 
 /proc/self/clear_refs + VmHWM, reset before every step). The goal: RER within 5% of constant.
 
 RER needs the reference policy's entropy: the reference forward pass that `constant` already runs gives the
-logits, and `token_entropy` adds one more pass over them (harness/grpo/trainer.py, `_frozen_logprobs`).
+logits, and `token_entropy` adds one more pass over them (harness/grpo/trainer.py, `_frozen_pass`).
 """
 
 from __future__ import annotations
@@ -124,17 +124,18 @@ def _timed(bucket: dict, key: str, sync):
 def instrument(trainer, sync) -> dict:
     """Wrap the trainer's pieces (instance attributes only; the class is untouched) to time them per step."""
     parts: dict = {}
-    rollout, frozen = trainer._rollout, trainer._frozen_logprobs
+    rollout, frozen = trainer._rollout, trainer._frozen_pass
 
     def timed_rollout(idx):
         with _timed(parts, "rollout", sync):
             return rollout(idx)
 
-    def timed_frozen(name, ro, want_entropy):
-        with _timed(parts, f"{name}_fwd", sync):
-            return frozen(name, ro, want_entropy)
+    def timed_frozen(name, ro, chunks, want_entropy):
+        # name None: the live parameters' no-grad pass for the reference entropies (part of the ref pass cost)
+        with _timed(parts, f"{name or 'ref'}_fwd", sync):
+            return frozen(name, ro, chunks, want_entropy)
 
-    trainer._rollout, trainer._frozen_logprobs = timed_rollout, timed_frozen
+    trainer._rollout, trainer._frozen_pass = timed_rollout, timed_frozen
     trainer._bench_parts = parts
     return parts
 
@@ -258,9 +259,11 @@ def main(argv: list[str] | None = None) -> int:
               + " ".join(f"{statistics.median(r[p]) * 1e3:9.1f}" for p in PARTS) + f" {peak}")
     ratio = med["rer"] / med["constant"]
     paired = [a / b for a, b in zip(results["rer"]["time"], results["constant"]["time"], strict=True)]
-    ref_ratio = statistics.median(results["rer"]["ref_fwd"]) / statistics.median(results["constant"]["ref_fwd"])
+    ref = [statistics.median(results[v]["ref_fwd"]) for v in ("rer", "constant")]
+    # No reference pass at all while the reference equals the live policy (e.g. no warm-up steps): no ratio.
+    ref_ratio = f"{ref[0] / ref[1]:.3f}" if ref[1] > 0 else "n/a (no reference pass ran)"
     print(f"rer / constant: median step {ratio:.3f} (median of paired per-step ratios {statistics.median(paired):.3f});"
-          f" reference forward pass {ref_ratio:.3f}; goal: step ratio <= 1.05")
+          f" reference forward pass {ref_ratio}; goal: step ratio <= 1.05")
     print(f"memory: {meter.method} (max over measured steps); parts are medians, so they need not add up to the"
           " median step")
     return 0
