@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -158,6 +159,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["sft", "rl"])
     ap.add_argument("--child", nargs=4, metavar=("STAGE", "GLOBAL", "MICRO", "GC"))
+    ap.add_argument("--settings", help="comma-separated STAGE:GLOBAL:MICRO:GC settings instead of the table's, "
+                    "e.g. sft:2:2:0,sft:4:2:0")
     ap.add_argument("--jobs", type=int, default=1, help="settings run at the same time (each its own process; "
                     "the peak RSS of each is its own, so only the wall time changes)")
     args = ap.parse_args()
@@ -166,7 +169,11 @@ def main() -> None:
         print(json.dumps(child(stage, int(g), int(m), bool(int(gc)))))
         return
     t0 = time.time()
-    todo = [s for s in SETTINGS if not args.only or s[0] == args.only]
+    settings = SETTINGS
+    if args.settings:
+        settings = [(st, int(g), int(m), bool(int(gc))) for st, g, m, gc in
+                    (item.split(":") for item in args.settings.split(","))]
+    todo = [s for s in settings if not args.only or s[0] == args.only]
 
     def run(setting) -> dict:
         stage, g, m, gc = setting
@@ -180,7 +187,11 @@ def main() -> None:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(run, todo))
-    print(f"\n{len(rows)} settings in {time.time() - t0:.0f} s wall ({args.jobs} at a time), "
+    # glibc keeps freed heap memory in the process, so RSS also counts memory no tensor holds any more; with
+    # MALLOC_MMAP_THRESHOLD_ set (e.g. 65536), every large tensor is its own mapping, returned when freed, and the
+    # peak RSS follows the live tensors (RESULTS.md reports both).
+    print(f"\nMALLOC_MMAP_THRESHOLD_={os.environ.get('MALLOC_MMAP_THRESHOLD_', 'unset (glibc default)')}")
+    print(f"{len(rows)} settings in {time.time() - t0:.0f} s wall ({args.jobs} at a time), "
           f"{sum(r['child_cpu_s'] for r in rows):.0f} s CPU; peak RSS of the step (model included), MB")
     print("| stage | global batch | micro-batch | grad. checkpointing | RSS before step | peak RSS "
           "| step peak - before | step wall (s) | child CPU (s) |")

@@ -12,6 +12,8 @@ import pytest
 
 from harness.cli import main
 from harness.records import read_json
+from harness.records_schema import analysis_file
+from harness.stages.analyze import KINDS
 from reports.experiment import load_experiment, read_jsonl
 from reports.overoptimization import END_METRICS, contrast_arm, end_table, final_values
 from reports.stats import holm, paired_comparison, summarize
@@ -26,7 +28,7 @@ REDUCED = [
     "stages.sft.model.lora_alpha=8", "stages.rl.data.max_train=4",
     "stages.rl.train.max_steps=4", "stages.rl.train.epochs=2", "stages.rl.rl.prompts_per_step=2",
     "stages.rl.rl.group_size=2", "stages.rl.rl.max_new_tokens=8", "stages.rl.rl.min_new_tokens=2",
-    "stages.rl.rl.val_max_samples=4",
+    "stages.rl.rl.val_max_samples=4", "analyses.n_prompts=2",
 ]
 
 
@@ -61,6 +63,10 @@ def test_reduced_study_runs_and_logs_gold_proxy_and_kl(study_dir):
         rl_cfg = read_json(study_dir / r["dir"] / "rl" / "manifest.json")["config"]["rl"]
         assert rl_cfg["reward"] == ("entity_f1" if r["arm"].endswith("entity") else "bleu4")
         assert rl_cfg["select"] == "final"
+        # Supp. A before vs after RL for the arms the study lists (the BLEU-4 contrast and REVA-PO), not the others
+        analysed = r["arm"] in ("no_kl_bleu4", "ckl_bleu4")
+        for kind in KINDS:
+            assert (study_dir / r["dir"] / "rl" / analysis_file(kind)).is_file() == analysed
 
 
 def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
