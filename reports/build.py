@@ -52,10 +52,10 @@ def _fmt_ci(s, digits: int = 3) -> str:
 
 
 def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[list[Table], pd.DataFrame]:
-    """Supp. A.3 (P_sign, P_top1) and A.1 (mean within-group std) over the seeds of the analysed arm."""
+    """Supp. A.3 (P_sign, P_top1) and A.1 (mean within-group std) over the seeds of each analysed arm (the
+    reference arm first): a study may analyse several arms, e.g. each side of a contrast."""
     tables, records = [], []
-    arm = F.analysis_arm(exp, "sign-alignment")
-    if arm:
+    for arm in F.analysis_arms(exp, "sign-alignment"):
         vals = F.alignment_values(exp, arm)
         per_seed = F.alignment_stats(exp, arm)
         pub = {r["arm"]: r for r in published_table("revapo_supp_a3")["rows"]}
@@ -90,8 +90,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
              "candidate is also F1-best, ties scored fractionally; its denominator is the groups where both "
              "rewards vary (the counts are summed over seeds; reports/analyses.py). Paper: MIMIC-CXR "
              "validation set, |D_val| = 2130, G = 4."]))
-    arm = F.analysis_arm(exp, "reward-variance")
-    if arm:
+    for arm in F.analysis_arms(exp, "reward-variance"):
         found = [(r, r.analysis("reward-variance")) for r in exp.runs_of(arm)]
         found = [(r, d) for r, d in found if d]
         names = list(dict.fromkeys(k for _, d in found for p in d["policies"].values() for k in p["rewards"]))

@@ -36,6 +36,7 @@ from reports.figures.supplement import (
     alignment_stats,
     alignment_values,
     analysis_arm,
+    analysis_arms,
     fig_a3_alignment,
     fig_s5_reward_std,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "alignment_stats",
     "alignment_values",
     "analysis_arm",
+    "analysis_arms",
     "band",
     "curves_figure",
     "default_window",

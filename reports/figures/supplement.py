@@ -15,13 +15,16 @@ def _analyses(exp: Experiment, kind: str, arm: str | None = None) -> list[tuple[
     return [(r, d) for r in runs for d in [r.analysis(kind)] if d]
 
 
+def analysis_arms(exp: Experiment, kind: str) -> list[str]:
+    """The arms with analyses of `kind`: the reference arm first, then the study's order."""
+    order = ([exp.reference_arm] if exp.reference_arm else []) + [a.name for a in exp.arms]
+    return [arm for arm in dict.fromkeys(order) if arm and _analyses(exp, kind, arm)]
+
+
 def analysis_arm(exp: Experiment, kind: str) -> str | None:
     """The arm whose runs' analyses the Supp. A figures use: the reference arm if it has any, else the first."""
-    order = ([exp.reference_arm] if exp.reference_arm else []) + [a.name for a in exp.arms]
-    for arm in order:
-        if arm and _analyses(exp, kind, arm):
-            return arm
-    return None
+    arms = analysis_arms(exp, kind)
+    return arms[0] if arms else None
 
 
 def fig_s5_reward_std(exp: Experiment, out_dir, arm: str | None = None) -> list[Path] | None:

@@ -75,6 +75,11 @@ def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
     assert (report / "figures" / "fig_overoptimization.png").is_file()
     md = (report / "tables" / "overoptimization.md").read_text()
     assert "no_kl_bleu4" in md and "ckl_bleu4" in md
+    # Supp. A before vs after RL: one A.3 and one A.1 table per analysed arm, the reference arm first
+    supp = (report / "tables" / "supp_a.md").read_text()
+    titles = re.findall(r"^### (Supp\. A\.[13]).*\(arm (\w+)\)$", supp, flags=re.M)
+    assert titles == [("Supp. A.3", "ckl_bleu4"), ("Supp. A.3", "no_kl_bleu4"),
+                      ("Supp. A.1", "ckl_bleu4"), ("Supp. A.1", "no_kl_bleu4")]
     exp = load_experiment(study_dir)
     # Contrast: constant KL with the same reward; none exists in this reduced set for the entity reward, so
     # the study's reference arm.
