@@ -51,6 +51,10 @@ def _fmt_ci(s, digits: int = 3) -> str:
     return f"{s.mean:.{digits}f}" + (f" [{s.lo:.{digits}f}, {s.hi:.{digits}f}]" if s.n > 1 else "") + f" (n={s.n})"
 
 
+SHARED_POLICY_NOTE = ("A policy that several seeds share (the SFT model before RL, when a study's stage_seeds gives "
+                      "every seed one SFT model) counts once: its n is the number of distinct models.")
+
+
 def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[list[Table], pd.DataFrame]:
     """Supp. A.3 (P_sign, P_top1) and A.1 (mean within-group std) over the seeds of each analysed arm (the
     reference arm first): a study may analyse several arms, e.g. each side of a contrast."""
@@ -62,8 +66,9 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
         rows = []
         for pol in ("before", "after"):
             cells = [pol + " RL"]
+            own = F.distinct_policy_seeds(exp, "sign-alignment", arm, pol)
             for stat, pkey in (("p_sign", "P_sign"), ("p_sign_nonzero", None), ("p_top1", "P_top1")):
-                by_seed = vals.get(pol, {}).get(stat, {})
+                by_seed = {k: v for k, v in vals.get(pol, {}).get(stat, {}).items() if k in own}
                 s = summarize(list(by_seed.values()))
                 cells.append(_fmt_ci(s))
                 published = pub[f"{pol}_rl"][pkey] if pkey else None
@@ -72,7 +77,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
                 records.append({"table": "supp_a3", "arm": arm, "policy": pol, "stat": stat, "mean": s.mean,
                                 "ci_lo": s.lo, "ci_hi": s.hi, "n": s.n,
                                 "seeds": " ".join(map(str, sorted(by_seed))), "published": published})
-            stats = per_seed.get(pol, {}).values()
+            stats = [st for k, st in per_seed.get(pol, {}).items() if k in own]
             used = sum(int(st.get("p_top1", {}).get("n_groups_used", 0)) for st in stats)
             total = sum(int(st.get("p_top1", {}).get("n_groups", 0)) for st in stats)
             cands = sum(int(st.get("p_sign", {}).get("n_counted", 0)) for st in stats)
@@ -89,7 +94,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
              "advantages are both non-zero. P_top1 (no formula in the paper): share of groups whose BLEU-4-best "
              "candidate is also F1-best, ties scored fractionally; its denominator is the groups where both "
              "rewards vary (the counts are summed over seeds; reports/analyses.py). Paper: MIMIC-CXR "
-             "validation set, |D_val| = 2130, G = 4."]))
+             "validation set, |D_val| = 2130, G = 4.", SHARED_POLICY_NOTE]))
     for arm in F.analysis_arms(exp, "reward-variance"):
         found = [(r, r.analysis("reward-variance")) for r in exp.runs_of(arm)]
         found = [(r, d) for r, d in found if d]
@@ -98,9 +103,10 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
         for name in names:
             cells = [name]
             for pol in ("before", "after"):
+                own = F.distinct_policy_seeds(exp, "reward-variance", arm, pol)
                 # recomputed from the stored rewards (reports/analyses.py), not from any summary in the file
                 by_seed = {r.seed: float(within_group_std(d["policies"][pol]["rewards"][name]).mean()) for r, d in found
-                           if name in d["policies"].get(pol, {}).get("rewards", {})}
+                           if name in d["policies"].get(pol, {}).get("rewards", {}) and r.seed in own}
                 s = summarize(list(by_seed.values()))
                 cells.append(_fmt_ci(s, 4))
                 records.append({"table": "supp_a1", "arm": arm, "policy": pol, "stat": f"mean_std_{name}",
@@ -111,7 +117,7 @@ def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[l
         tables.append(Table(
             f"Supp. A.1 / Fig. S5: mean within-group reward std (arm {arm})", ["Reward", "before RL", "after RL"],
             rows, [f"Seeds {seeds} (n = {len(seeds)}): per seed, the mean over validation prompts of the population "
-                   f"std of the G rewards of a prompt; then mean [95% t-interval] over seeds."]))
+                   f"std of the G rewards of a prompt; then mean [95% t-interval] over seeds.", SHARED_POLICY_NOTE]))
     return tables, pd.DataFrame.from_records(records)
 
 

@@ -37,6 +37,7 @@ from reports.figures.supplement import (
     alignment_values,
     analysis_arm,
     analysis_arms,
+    distinct_policy_seeds,
     fig_a3_alignment,
     fig_s5_reward_std,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "alignment_values",
     "analysis_arm",
     "analysis_arms",
+    "distinct_policy_seeds",
     "band",
     "curves_figure",
     "default_window",

@@ -54,6 +54,17 @@ def fig_s5_reward_std(exp: Experiment, out_dir, arm: str | None = None) -> list[
     return save_figure(fig, out_dir, "fig_s5_reward_std")
 
 
+def distinct_policy_seeds(exp: Experiment, kind: str, arm: str, policy: str) -> set[int]:
+    """The seeds whose `policy` ("before" / "after") is a model of its own: with a shared SFT model (a study's
+    `stage_seeds`) every seed's "before" policy is the same model, analysed with the same seed, so it counts
+    once (the first seed), not as independent repeats with a zero-width interval."""
+    seen: dict[str, int] = {}
+    for run, d in sorted(_analyses(exp, kind, arm), key=lambda rd: rd[0].seed):
+        model = (d.get("policies", {}).get(policy) or {}).get("model")
+        seen.setdefault(str(model) if model else f"seed {run.seed}", run.seed)
+    return set(seen.values())
+
+
 def alignment_stats(exp: Experiment, arm: str | None = None) -> dict:
     """{policy: {seed: sign_alignment(...)}} of the arm's analysis_sign-alignment.json files, recomputed from the
     stored rewards with the current definitions (reports/analyses.py) where the file holds them."""

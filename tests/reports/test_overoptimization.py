@@ -80,6 +80,10 @@ def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
     titles = re.findall(r"^### (Supp\. A\.[13]).*\(arm (\w+)\)$", supp, flags=re.M)
     assert titles == [("Supp. A.3", "ckl_bleu4"), ("Supp. A.3", "no_kl_bleu4"),
                       ("Supp. A.1", "ckl_bleu4"), ("Supp. A.1", "no_kl_bleu4")]
+    # stage_seeds: both seeds start RL from one SFT model, so "before RL" is one policy (n=1), "after" two
+    before = re.findall(r"^\| before RL \| [^|]*\((n=\d)\)", supp, flags=re.M)
+    after = re.findall(r"^\| after RL \| [^|]*\((n=\d)\)", supp, flags=re.M)
+    assert before == ["n=1"] * 2 and after == ["n=2"] * 2
     exp = load_experiment(study_dir)
     # Contrast: constant KL with the same reward; none exists in this reduced set for the entity reward, so
     # the study's reference arm.
