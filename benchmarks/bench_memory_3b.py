@@ -97,62 +97,73 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS (Linux)
 
 
-def child(stage: str, global_batch: int, micro: int, gc: bool) -> dict:
+def prepare(stage: str, global_batch: int, micro: int, gc: bool, out: Path):
+    """The model and one step of `stage` ready to run: (step function, trainable + frozen parameter count).
+    `out` holds the step's run records."""
     import torch
-    from proc_status import status_kb
 
     from harness.config import PromptConfig, RLConfig, TrainConfig
     from harness.records import RunDir
 
-    torch.set_num_threads(1)
     model, processor, n_params = build(gc, stage)
     n_samples = global_batch if stage == "sft" else global_batch // GROUP
     images, reports = phantom(n_samples, seed=0)
     instruction = PromptConfig().instruction
+    run = RunDir(out)
+    if stage == "sft":
+        from harness.stages.lm_train import LMData, train_lm
+
+        data = LMData(images, [instruction] * n_samples, reports)
+        cfg = TrainConfig(epochs=1, batch_size=global_batch, micro_batch_size=micro, lr=1e-4, max_steps=1,
+                          checkpoint_every=0, scheduler="constant")
+        return (lambda: train_lm(model, processor, data, None, cfg, run, seed=0,
+                                 max_report_tokens=PromptConfig().max_report_tokens, progress=False)), n_params
+    from harness.grpo.trainer import GRPOTrainer
+    from harness.models.trainable import unwrap
+    from harness.prompts import PromptSet
+
+    prompts = PromptSet([f"s{i}" for i in range(n_samples)], images, [instruction] * n_samples, reports)
+    rl = RLConfig(regularizer="rer", reference="static", reward="bleu4", group_size=GROUP,
+                  prompts_per_step=n_samples, micro_batch_size=micro, max_new_tokens=NEW_TOKENS,
+                  min_new_tokens=NEW_TOKENS, samples_every=0)
+    tc = TrainConfig(epochs=1, lr=3e-6, scheduler="constant", checkpoint_every=0)
+    trainer = GRPOTrainer(model, processor, rl, tc, run, prompts, None, seed=0, progress=False)
+    trainer.generation_backend = "lean"
+    trainer.reference.on_start(trainer.store)
+    trainer.store.capture("old")
+    with torch.no_grad():  # live LoRA != snapshots, so the old and reference passes both run (mid-run)
+        for name, p in unwrap(model).named_parameters():
+            if "lora_B" in name:
+                p.add_(1e-3)
+    return trainer.train_step, n_params
+
+
+def child(stage: str, global_batch: int, micro: int, gc: bool) -> dict:
+    import torch
+    from proc_status import status_kb
+
+    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as out:
-        run = RunDir(Path(out))
-        if stage == "sft":
-            from harness.stages.lm_train import LMData, train_lm
-
-            data = LMData(images, [instruction] * n_samples, reports)
-            cfg = TrainConfig(epochs=1, batch_size=global_batch, micro_batch_size=micro, lr=1e-4, max_steps=1,
-                              checkpoint_every=0, scheduler="constant")
-            rss_before = status_kb("VmRSS")
-            reset_peak()
-            t0 = time.perf_counter()
-            train_lm(model, processor, data, None, cfg, run, seed=0,
-                     max_report_tokens=PromptConfig().max_report_tokens, progress=False)
-            tokens = run.steps()[-1]["tokens"]
-        else:
-            from harness.grpo.trainer import GRPOTrainer
-            from harness.models.trainable import unwrap
-            from harness.prompts import PromptSet
-
-            prompts = PromptSet([f"s{i}" for i in range(n_samples)], images, [instruction] * n_samples, reports)
-            rl = RLConfig(regularizer="rer", reference="static", reward="bleu4", group_size=GROUP,
-                          prompts_per_step=n_samples, micro_batch_size=micro, max_new_tokens=NEW_TOKENS,
-                          min_new_tokens=NEW_TOKENS, samples_every=0)
-            tc = TrainConfig(epochs=1, lr=3e-6, scheduler="constant", checkpoint_every=0)
-            trainer = GRPOTrainer(model, processor, rl, tc, run, prompts, None, seed=0, progress=False)
-            trainer.generation_backend = "lean"
-            trainer.reference.on_start(trainer.store)
-            trainer.store.capture("old")
-            with torch.no_grad():  # live LoRA != snapshots, so the old and reference passes both run (mid-run)
-                for name, p in unwrap(model).named_parameters():
-                    if "lora_B" in name:
-                        p.add_(1e-3)
-            rss_before = status_kb("VmRSS")
-            reset_peak()
-            t0 = time.perf_counter()
-            trainer.train_step()
-            tokens = None
-    step_s = time.perf_counter() - t0
+        step, n_params = prepare(stage, global_batch, micro, gc, Path(out))
+        rss_before = status_kb("VmRSS")
+        reset_peak()
+        t0 = time.perf_counter()
+        step()
+        step_s = time.perf_counter() - t0
+        tokens = sft_step_tokens(Path(out)) if stage == "sft" else None
     peak = status_kb("VmHWM")
     cpu_s = resource.getrusage(resource.RUSAGE_SELF).ru_utime
     return {"stage": stage, "global": global_batch, "micro": micro, "gc": gc, "params": n_params,
             "rss_before_mb": rss_before / 1024, "peak_rss_mb": peak / 1024,
             "step_peak_minus_before_mb": (peak - rss_before) / 1024, "step_s": step_s, "child_cpu_s": cpu_s,
             "report_tokens": tokens}
+
+
+def sft_step_tokens(out: Path) -> int:
+    """Report tokens of the SFT step (its steps.jsonl record)."""
+    from harness.records import RunDir
+
+    return RunDir(out).steps()[-1]["tokens"]
 
 
 def main() -> None:
