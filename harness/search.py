@@ -59,7 +59,15 @@ from harness.grpo.validation import ValidationCallback, ValidationEvent
 from harness.records import atomic_write_json, read_json
 from harness.search_file import experiment_study, load_search, trial_arm
 from harness.search_objective import run_objective
-from harness.search_optuna import CHECKED_ATTR, INVALID_ATTR, SURPLUS_ATTR, _finished, _position, _sampler, open_study
+from harness.search_optuna import (
+    CHECKED_ATTR,
+    INVALID_ATTR,
+    SURPLUS_ATTR,
+    counted_trials,
+    open_study,
+    trial_position,
+    trial_sampler,
+)
 from harness.search_space import Search, suggest
 from harness.search_storage import HEARTBEAT, Heartbeat, fail_stale, heartbeats, retried_numbers, stamp, storage_url
 from harness.search_summary import SearchResult, search_summary
@@ -145,7 +153,7 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
     failures_in_a_row = 0
     while True:
         fail_stale(study, store, heartbeat, lambda s: log(f"{name} {s}"))
-        finished = len(_finished(study))
+        finished = len(counted_trials(study))
         if finished >= target:
             break
         running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
@@ -160,12 +168,12 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
                 warnings.filterwarnings("ignore", message="Heartbeat of storage")
                 trial = study.ask()
             tid = stamp(store, study, trial.number)
-            position = _position(study, trial.number)
+            position = trial_position(study, trial.number)
             if position >= target:  # another driver asked for the last trial at the same time
                 trial.set_user_attr(SURPLUS_ATTR, True)
                 study.tell(trial, state=TrialState.FAIL)
                 continue
-            study.sampler = _sampler(search, position, parallel)  # the proposal depends on the history only
+            study.sampler = trial_sampler(search, position, parallel)  # the proposal depends on the history only
             arm = trial_arm(search, trial.number, suggest(trial, search.params))
             error = _plan_error(search, arm, out, stages_dir)
             if error:

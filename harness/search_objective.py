@@ -19,7 +19,7 @@ VAL_OBJECTIVES = {
 # ... or `test:<metric>` from the arm's test evaluation (eval/metrics.json), e.g. test:BLEU_4.
 TEST_PREFIX = "test:"
 
-def _number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 def objective_from_evals(rows: list[dict], metric: str) -> float:
@@ -42,14 +42,14 @@ def run_objective(out: Path, run: dict, metric: str) -> float:
     if metric.startswith(TEST_PREFIX):
         key = metric[len(TEST_PREFIX):]
         scores = read_json(out / run["metrics"])
-        if not _number(scores.get(key)):
+        if not is_number(scores.get(key)):
             raise ValueError(f"{out / run['metrics']}: no numeric '{key}' (objective {metric})")
         return float(scores[key])
     if metric == "val_selected":
         # The policy the RL stage saved: its score as recorded with the selection (metrics.json).
         path = out / run["stages"]["rl"]["dir"] / "metrics.json"
         value = read_json(path).get("selected_score")
-        if not _number(value):
+        if not is_number(value):
             raise ValueError(f"{path}: no numeric 'selected_score' (objective val_selected)")
         return float(value)
     evals = out / run["stages"]["rl"]["dir"] / "evals.jsonl"

@@ -14,7 +14,7 @@ from harness.search_storage import HEARTBEAT, Heartbeat, retried_numbers, storag
 # Trial attributes: why a proposed point was not run; the driver checked the point (its arm can be planned).
 INVALID_ATTR, SURPLUS_ATTR, CHECKED_ATTR = "invalid", "surplus", "regbench_checked"
 
-def _sampler(search: Search, position: int = 0, parallel: bool = False):
+def trial_sampler(search: Search, position: int = 0, parallel: bool = False):
     """The file's sampler for the trial at `position` (its number not counting trials enqueued again), seeded
     with seed + position: a trial's proposal depends on the history only, not on how often the search was
     resumed or how many drivers share it. Parallel trials use TPE's constant liar (running trials count as
@@ -65,8 +65,8 @@ def open_study(out: Path, search: Search | None = None, *, create: bool = True, 
     store = open_storage(url, heartbeat)
     if create:
         study = optuna.create_study(study_name=search.name, storage=store, load_if_exists=True,
-                                    direction=search.objective.direction, sampler=_sampler(search, parallel=parallel),
-                                    pruner=_pruner(search))
+                                    direction=search.objective.direction,
+                                    sampler=trial_sampler(search, parallel=parallel), pruner=_pruner(search))
         _check_same_search(study, search, url)
     else:
         names = optuna.get_all_study_names(store)
@@ -105,7 +105,7 @@ def _check_same_search(study, search: Search, url: str) -> None:
                           f"search ({shown}). Give this search another name (--set search=NAME), another --out "
                           "or --storage")
 
-def _finished(study) -> list:
+def counted_trials(study) -> list:
     """The finished trials that count towards n_trials (not the ones enqueued again, nor surplus asks)."""
     from optuna.trial import TrialState
 
@@ -115,7 +115,7 @@ def _finished(study) -> list:
             and t.number not in retried and not t.user_attrs.get(SURPLUS_ATTR)]
 
 
-def _position(study, number: int) -> int:
+def trial_position(study, number: int) -> int:
     """Trial `number`'s place in the search: its number less the earlier trials enqueued again or surplus."""
     trials = study.get_trials(deepcopy=False)
     retried = retried_numbers(trials)

@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.config import ConfigError
 from harness.experiments import STAGES
-from harness.search_objective import TEST_PREFIX, VAL_OBJECTIVES, _number
+from harness.search_objective import TEST_PREFIX, VAL_OBJECTIVES, is_number
 
 _SEARCH_KEYS = {"search", "title", "description", "seeds", "pipeline", "n_trials", "objective", "sampler",
                 "pruner", "fixed", "space", "preset", "common", "stages", "storage"}
@@ -95,14 +95,14 @@ def _parse_param(key: str, spec: Any, earlier: dict[str, Param], where: str) -> 
                                   f"before it (earlier: {', '.join(earlier) or 'none'})")
             if earlier[value].type == "categorical":
                 raise ConfigError(f"{where}: space.{key}.{side} names the categorical parameter '{value}'")
-        elif not _number(value):
+        elif not is_number(value):
             raise ConfigError(f"{where}: space.{key}.{side} must be a number or an earlier parameter's key, "
                               f"got {value!r}")
-    if _number(param.low) and _number(param.high) and param.low > param.high:
+    if is_number(param.low) and is_number(param.high) and param.low > param.high:
         raise ConfigError(f"{where}: space.{key}: low {param.low} is above high {param.high}")
-    if param.log and _number(param.low) and param.low <= 0:
+    if param.log and is_number(param.low) and param.low <= 0:
         raise ConfigError(f"{where}: space.{key}: a log-scale parameter needs low > 0, got {param.low}")
-    if param.step is not None and (not _number(param.step) or param.step <= 0 or param.log):
+    if param.step is not None and (not is_number(param.step) or param.step <= 0 or param.log):
         raise ConfigError(f"{where}: space.{key}.step must be a positive number (and not with log: true)")
     return param
 
