@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from harness.grpo.logprobs import token_logprobs
+from harness.logprobs import token_logprobs
 from harness.models.logit_positions import last_positions
 from harness.models.precision import autocast_for
 
@@ -121,7 +121,7 @@ def lm_loss(model, batch: dict) -> tuple[torch.Tensor, int]:
 
     Only the positions that predict a labelled token get logits: the model's `logits_to_keep` keeps the tail
     from the first labelled position on (the report is the tail of every row, batching's left padding), and the
-    log-softmax is upcast to fp32 a chunk of positions at a time (harness/grpo/logprobs.py). A full
+    log-softmax is upcast to fp32 a chunk of positions at a time (harness/logprobs.py). A full
     `[B, L, V]` fp32 copy would cost 134 MB per 220-token sample at Qwen2.5's 151,936-token vocabulary, most of
     it on image and prompt positions that no label scores (benchmarks/RESULTS.md, issue 14).
     """

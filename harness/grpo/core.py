@@ -18,8 +18,8 @@ from harness.aggregation import (
     aggregation_weights,
     get_aggregation,
 )
-from harness.grpo.logprobs import DEFAULT_CHUNK_ROWS, token_entropy, token_logprobs
 from harness.grpo.masked import masked_mean, per_token, response_mean
+from harness.logprobs import DEFAULT_CHUNK_ROWS, token_entropy, token_logprobs
 
 __all__ = [
     "AGGREGATIONS",
