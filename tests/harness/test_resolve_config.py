@@ -40,7 +40,9 @@ def _flatten(data: dict, prefix: str = "") -> list[str]:
 
 
 def old_resolve(study, arm, stage, seed, paths=None):
-    """The old resolve_config body: a text round trip through load_config."""
+    """The old resolve_config body: a text round trip through load_config (with the study's `stage_seeds`, which
+    came later and replace the seed of the stages they name, on both paths)."""
+    seed = study.stage_seeds.get(stage, seed)
     overrides = _flatten(stage_document(study, arm, stage)) + [f"seed={seed}"]
     overrides += [f"{k}={_yaml_scalar(v)}" for k, v in (paths or {}).items()]
     try:
