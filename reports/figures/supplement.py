@@ -109,8 +109,9 @@ def fig_a3_alignment(exp: Experiment, out_dir, arm: str | None = None) -> list[P
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     width = 0.35
     for j, pol in enumerate(("before", "after")):
+        own = distinct_policy_seeds(exp, "sign-alignment", arm, pol)  # a shared SFT model counts once
         for i, stat in enumerate(("p_sign", "p_top1")):
-            s = summarize(list(vals.get(pol, {}).get(stat, {}).values()))
+            s = summarize([v for k, v in vals.get(pol, {}).get(stat, {}).items() if k in own])
             x = i + (j - 0.5) * width
             if s.n:
                 err = [[s.mean - s.lo], [s.hi - s.mean]] if s.n > 1 else None

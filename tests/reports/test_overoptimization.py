@@ -109,3 +109,13 @@ def test_rl_runs_print_progress_lines(study_dir):
                      r"kl_sft [\d.]+ val [\d.]+ ETA ([\d.]+ min|\?)$")
     assert len(lines) == 18 and all(pat.match(ln) for ln in lines), lines[:3]
     assert sorted(int(pat.match(ln).group(1)) for ln in lines) == [0] * 6 + [2] * 6 + [4] * 6
+
+
+def test_alignment_figure_counts_the_shared_sft_policy_once(study_dir, monkeypatch):
+    import reports.figures.supplement as supplement
+
+    captured = []
+    monkeypatch.setattr(supplement, "save_figure", lambda fig, out_dir, name: captured.append(fig) or [])
+    supplement.fig_a3_alignment(load_experiment(study_dir), study_dir / "unused")
+    labels = [t.get_text() for t in captured[0].axes[0].get_legend().get_texts()]
+    assert "ours, before RL (n=1)" in labels and "ours, after RL (n=2)" in labels
