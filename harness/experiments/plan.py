@@ -78,6 +78,16 @@ def _pretrain_node(cfg: RunConfig) -> tuple[str, str] | None:
     return "pretrain:" + hashlib.sha256(where.encode()).hexdigest()[:10], where
 
 
+def _base_key(cfg: RunConfig) -> str | None:
+    """The cache key of the tiny stage-0 base a run starts from (its recipe version included), None for a
+    model given by path (the path is in the config already)."""
+    if cfg.model.preset != "tiny" or cfg.model.path:
+        return None
+    from harness.stages.pretrain import pretrain_key
+
+    return pretrain_key(cfg)
+
+
 def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                stages_dir: str | Path | None = None) -> Plan:
     """Every (arm, seed) of the study with its stage nodes (shared where the keys agree) and its eval node.
@@ -143,6 +153,9 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                     if probe.init_from:
                         init_from[stage] = "path"
                     needs_base = not probe.init_from
+                    base = _base_key(probe) if needs_base else None
+                    if base:  # the stage-0 base it starts from: a rebuilt base (new recipe) means new runs
+                        inputs["base"] = base
                 if stage == "sft" and clf is None and not probe.classifier.dir:
                     raise ConfigError(f"{study.path.name}, arm '{arm.name}': stage sft needs 'classifier' in the "
                                       "pipeline or classifier.dir set")
@@ -160,7 +173,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
             # Test evaluation of the final model stage (or of the base model when the arm trains none).
             eval_dir = run_dir / "eval"
             probe = resolve_config(study, arm, "eval", seed, {**base_paths, "out_dir": "<out>"})
-            final_key = prev_model.id if prev_model is not None else "base"
+            final_key = prev_model.id if prev_model is not None else f"base:{_base_key(probe)}"
             ekey = config_key("eval", probe, {"model": final_key})
             cfg = probe
             cfg.out_dir = str(eval_dir)
