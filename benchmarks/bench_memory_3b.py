@@ -182,8 +182,12 @@ def main() -> None:
     t0 = time.time()
     settings = SETTINGS
     if args.settings:
-        settings = [(st, int(g), int(m), bool(int(gc))) for st, g, m, gc in
-                    (item.split(":") for item in args.settings.split(","))]
+        settings = []
+        for item in args.settings.split(","):
+            parts = item.split(":")
+            if len(parts) != 4 or parts[0] not in ("sft", "rl") or not all(p.isdigit() for p in parts[1:]):
+                ap.error(f"--settings: '{item}' is not STAGE:GLOBAL:MICRO:GC (e.g. sft:4:2:0)")
+            settings.append((parts[0], int(parts[1]), int(parts[2]), bool(int(parts[3]))))
     todo = [s for s in settings if not args.only or s[0] == args.only]
 
     def run(setting) -> dict:

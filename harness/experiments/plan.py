@@ -69,8 +69,13 @@ def _data_node(cfg: RunConfig) -> tuple[str, str] | None:
     return "data:" + hashlib.sha256(where.encode()).hexdigest()[:10], where
 
 
+def _uses_tiny_base(cfg: RunConfig) -> bool:
+    """Whether the run starts from the cached tiny stage-0 base (not from a model given by path)."""
+    return cfg.model.preset == "tiny" and not cfg.model.path
+
+
 def _pretrain_node(cfg: RunConfig) -> tuple[str, str] | None:
-    if cfg.model.preset != "tiny" or cfg.model.path:
+    if not _uses_tiny_base(cfg):
         return None
     from harness.stages.pretrain import base_dir
 
@@ -81,7 +86,7 @@ def _pretrain_node(cfg: RunConfig) -> tuple[str, str] | None:
 def _base_key(cfg: RunConfig) -> str | None:
     """The cache key of the tiny stage-0 base a run starts from (its recipe version included), None for a
     model given by path (the path is in the config already)."""
-    if cfg.model.preset != "tiny" or cfg.model.path:
+    if not _uses_tiny_base(cfg):
         return None
     from harness.stages.pretrain import pretrain_key
 
