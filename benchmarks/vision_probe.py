@@ -7,14 +7,13 @@ set synthesized with seed 1000 (stage 0's data seed), and prints test micro-F1 /
 tuned on val) every 10 epochs. `qwen`: the tiny preset's Qwen2.5-VL vision tower (harness/models/tiny.py settings:
 2 heads, MLP 2x, 2x2 merge), mean-pooled; `--base DIR` starts it from a stage-0 base, `--freeze` trains the head
 only (a linear probe of what stage 0 learned). `cnn`: a 5-block conv net with batch norm (what the pixels carry
-at this size). `--phantom-module FILE`: a copy of harness/data/phantom.py with other rendering settings
-(docs/calibration.md lists the edits measured). One torch thread. Scratch data under /tmp/regbench_probe.
+at this size). The set is cached under /tmp/regbench_probe per size and phantom generator version, so a
+run at two commits compares their renderings. One torch thread.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -28,17 +27,11 @@ CLIP_STD = np.array([0.26862954, 0.26130258, 0.27577711])
 ROOT = Path("/tmp/regbench_probe")
 
 
-def phantom_set(n: int, px: int, module: str | None) -> Path:
-    if module is None:
-        from harness.stages.common import ensure_phantom
+def phantom_set(n: int, px: int) -> Path:
+    from harness.data.phantom import GENERATOR_VERSION
+    from harness.stages.common import ensure_phantom
 
-        return ensure_phantom(ROOT / f"n{n}-s1000-px{px}", n, 1000, px, False)
-    spec = importlib.util.spec_from_file_location("phantom_variant", module)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    out = ROOT / f"{Path(module).stem}-n{n}-s1000-px{px}"
-    ann = out / "annotation.json"
-    return ann if ann.is_file() else Path(mod.synthesize(out, mod.PhantomConfig(n=n, seed=1000, image_size=px)))
+    return ensure_phantom(ROOT / f"n{n}-s1000-px{px}-g{GENERATOR_VERSION}", n, 1000, px, False)
 
 
 def load_split(ann: Path, split: str, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -120,12 +113,11 @@ def main() -> None:
     ap.add_argument("--arch", choices=("qwen", "cnn"), default="qwen")
     ap.add_argument("--base", default=None)
     ap.add_argument("--freeze", action="store_true")
-    ap.add_argument("--phantom-module", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     t0 = time.time()
-    ann = phantom_set(args.n, args.px, args.phantom_module)
+    ann = phantom_set(args.n, args.px)
     tower, feats, dim, to_input = (qwen_tower if args.arch == "qwen" else cnn_tower)(args)
     data = {s: load_split(ann, s, args.size) for s in ("train", "val", "test")}
     xs = {s: to_input(v[0]) for s, v in data.items()}

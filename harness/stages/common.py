@@ -28,8 +28,12 @@ def default_cache_dir(cfg: RunConfig) -> Path:
 
 
 def phantom_dir(cfg: RunConfig) -> Path:
+    """Folder of the configured phantom set; the generator's version is part of the name (a set drawn by an
+    older generator is never reused)."""
+    from harness.data.phantom import GENERATOR_VERSION
+
     d = cfg.data
-    return Path(d.synth_dir) / f"n{d.synth_n}-seed{d.synth_seed}-px{d.synth_image_size}"
+    return Path(d.synth_dir) / f"n{d.synth_n}-seed{d.synth_seed}-px{d.synth_image_size}-g{GENERATOR_VERSION}"
 
 
 @contextlib.contextmanager

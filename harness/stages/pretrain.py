@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
+from harness.data import phantom
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
 from harness.prompts import load_images
@@ -98,6 +99,7 @@ def pretrain_key(cfg: RunConfig) -> str:
         "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
                   m.tiny_vocab_size, m.image_size],
         "image_px": cfg.data.synth_image_size,
+        "phantom": phantom.GENERATOR_VERSION,  # stage 0 trains on its own phantom set
         "instruction": cfg.prompt.instruction,
         "disease_template": cfg.prompt.disease_template,
         "max_report_tokens": cfg.prompt.max_report_tokens,

@@ -67,7 +67,8 @@ def test_shipped_tiny_preset_resolves_for_every_stage():
     from pathlib import Path
 
     tiny = Path(__file__).resolve().parents[2] / "experiments" / "presets" / "tiny.yaml"
-    assert load_config(tiny, [], stage="sft").model.lora_r == 8
+    assert load_config(tiny, [], stage="sft").model.lora_r == 64
+    assert load_config(tiny, [], stage="classifier").classifier.arch == "tiny_cnn"
     assert load_config(tiny, [], stage="rl").rl.regularizer == "constant"
 
 

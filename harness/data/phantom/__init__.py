@@ -13,7 +13,7 @@ Modules, from the bottom up: ``vocabulary`` (findings, attributes, their frequen
 """
 
 from harness.data.phantom.case import Case, sample_case
-from harness.data.phantom.config import PhantomConfig
+from harness.data.phantom.config import GENERATOR_VERSION, PhantomConfig
 from harness.data.phantom.render import draw_image
 from harness.data.phantom.report import Report, compose_report, write_report
 from harness.data.phantom.vocabulary import (
@@ -33,6 +33,7 @@ __all__ = [
     "DEVICES",
     "FINDINGS",
     "FRACTURE_RIBS",
+    "GENERATOR_VERSION",
     "GRADED",
     "LATERAL",
     "SEVERITIES",

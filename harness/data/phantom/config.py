@@ -6,6 +6,13 @@ from dataclasses import dataclass, field
 
 from harness.data.phantom.vocabulary import FINDINGS, default_rates
 
+# What the generator draws for a given config and seed. Bump it with any change to the cases, reports or images
+# (the cached sets and the stage-0 bases are keyed on it, so a changed generator never reuses a stale set).
+# 2: small findings drawn 1.5-4x larger (nodules, pleural thickening, rib fractures, atelectasis, thin device
+#    lines, mild effusion, mild pneumothorax; opacity brighter): at 128 px they were 1-3 px wide (issue 12,
+#    docs/calibration.md).
+GENERATOR_VERSION = 2
+
 
 @dataclass
 class PhantomConfig:

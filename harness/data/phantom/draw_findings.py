@@ -39,7 +39,7 @@ def pneumothorax(
     if "Pneumothorax" not in case.findings:
         return img, markings
     x, y = c.x, c.y
-    gap = {"mild": 0.025, "moderate": 0.055, "severe": 0.1}[case.severity["Pneumothorax"]] * p.scale
+    gap = {"mild": 0.05, "moderate": 0.08, "severe": 0.12}[case.severity["Pneumothorax"]] * p.scale
     gap *= strength(case, "Pneumothorax") * rng.uniform(0.85, 1.15)
     for s in signs(case.laterality["Pneumothorax"]):
         lx, ly = c.centre[s]
@@ -75,7 +75,7 @@ def lung_opacity(dense: np.ndarray, case: Case, p: Patient, c: Canvas, rng: np.r
     """Two to four soft blobs in the finding's zone."""
     if "Lung Opacity" in case.findings:
         x, y = c.x, c.y
-        amp = {"mild": 0.08, "moderate": 0.14, "severe": 0.22}[case.severity["Lung Opacity"]]
+        amp = {"mild": 0.14, "moderate": 0.2, "severe": 0.26}[case.severity["Lung Opacity"]]
         for s in signs(case.laterality["Lung Opacity"]):
             lx, _ = c.centre[s]
             zy = c.zone_y(case.zone["Lung Opacity"])
@@ -112,7 +112,7 @@ def atelectasis(dense: np.ndarray, case: Case, p: Patient, c: Canvas, rng: np.ra
     """A tilted plate-like band at the lung base."""
     if "Atelectasis" in case.findings:
         x, y = c.x, c.y
-        thick = {"mild": 0.008, "moderate": 0.014, "severe": 0.024}[case.severity["Atelectasis"]] * p.scale
+        thick = {"mild": 0.022, "moderate": 0.03, "severe": 0.04}[case.severity["Atelectasis"]] * p.scale
         for s in signs(case.laterality["Atelectasis"]):
             lx, _ = c.centre[s]
             bx, by = lx + rng.uniform(-0.15, 0.15) * c.semi[0], c.zone_y("lower") + rng.uniform(0.0, 0.04)
@@ -140,7 +140,7 @@ def lung_lesion(dense: np.ndarray, case: Case, p: Patient, c: Canvas, rng: np.ra
             lx, _ = c.centre[s]
             zy = c.zone_y(case.zone["Lung Lesion"]) if k == 0 else c.zone_y(str(rng.choice(ZONES)))
             bx, by = lx + rng.uniform(-0.4, 0.4) * c.semi[0], zy + rng.uniform(-0.03, 0.03)
-            r = rng.uniform(0.012, 0.035) * p.scale
+            r = rng.uniform(0.025, 0.045) * p.scale
             dense += 0.24 * strength(case, "Lung Lesion") * c.lung[s] * ramp(np.hypot(x - bx, y - by) - r, 0.006)
     return dense
 
@@ -153,7 +153,7 @@ def pleural_effusion(img: np.ndarray, case: Case, p: Patient, c: Canvas, rng: np
     """Fluid at the base, its surface climbing the lateral wall (meniscus)."""
     if "Pleural Effusion" in case.findings:
         x, y = c.x, c.y
-        height = {"mild": 0.06, "moderate": 0.18, "severe": 0.34}[case.severity["Pleural Effusion"]]
+        height = {"mild": 0.14, "moderate": 0.22, "severe": 0.34}[case.severity["Pleural Effusion"]]
         height *= (p.base - p.top) * strength(case, "Pleural Effusion")
         for s in signs(case.laterality["Pleural Effusion"]):
             lx, _ = c.centre[s]
@@ -171,7 +171,7 @@ def pleural_thickening(img: np.ndarray, case: Case, p: Patient, c: Canvas, rng: 
         x, y = c.x, c.y
         for s in signs(case.laterality["Pleural Other"]):
             lx, ly = c.centre[s]
-            thick = rng.uniform(0.015, 0.025) * p.scale
+            thick = rng.uniform(0.035, 0.05) * p.scale
             band = c.lung[s] * ramp((1.0 - c.rim[s]) * c.semi[0] - thick, c.edge)
             band *= ramp(-(x - lx) * s, 0.03) * ramp(np.abs(y - ly - rng.uniform(-0.05, 0.1)) - 0.12, 0.04)
             img += 0.22 * strength(case, "Pleural Other") * band
@@ -205,8 +205,8 @@ def break_rib(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fracture: a gap in the rib and a step between its two ends."""
     uf = rng.uniform(0.14, 0.26) * p.scale
-    gap = rng.uniform(0.008, 0.014) * strength(case, "Fracture")
-    step = rng.choice((-1.0, 1.0)) * rng.uniform(0.006, 0.012) * strength(case, "Fracture")
+    gap = rng.uniform(0.03, 0.04) * strength(case, "Fracture")
+    step = rng.choice((-1.0, 1.0)) * rng.uniform(0.015, 0.025) * strength(case, "Fracture")
     centre = centre + step / (1 + np.exp(-(u - uf) / 0.003))
     rib = rib * (1 - ramp(np.abs(u - uf) - gap / 2, c.edge))
     return centre, rib

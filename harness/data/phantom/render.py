@@ -107,21 +107,21 @@ def _devices(img: np.ndarray, case: Case, p: Patient, c: Canvas, rng: np.random.
             bx, by = p.cx + 0.24 * p.scale, p.top + 0.02
             box = ramp(np.maximum(np.abs(x - bx) - 0.028, np.abs(y - by) - 0.018), c.edge)
             leads = curve((bx - 0.02, by), (p.cx - 0.05, p.top + 0.05), (p.cx + 0.02, p.base - 0.12))
-            metal = np.maximum(metal, np.maximum(box, ramp(segments_distance(x, y, leads) - 0.003, c.edge)))
+            metal = np.maximum(metal, np.maximum(box, ramp(segments_distance(x, y, leads) - 0.010, c.edge)))
             continue
         if device == "endotracheal tube":
-            path, width = np.array([[p.cx, 0.0], [p.cx + 0.005, _carina(p) - rng.uniform(0.03, 0.06)]]), 0.007
+            path, width = np.array([[p.cx, 0.0], [p.cx + 0.005, _carina(p) - rng.uniform(0.03, 0.06)]]), 0.012
         elif device == "nasogastric tube":
             path = curve((p.cx - 0.005, 0.0), (p.cx, p.base), (p.cx + 0.15 * p.scale, p.base + 0.08))
-            width = 0.004
+            width = 0.010
         elif device == "central venous catheter":
             path = curve((p.cx - 0.12, 0.02), (p.cx - 0.06, p.top), (p.cx - 0.03, p.top + 0.15))
-            width = 0.003
+            width = 0.010
         else:  # chest tube
             s = -1 if device.startswith("right") else 1
             lx, ly = c.centre[s]
             path = curve((lx + s * 0.9 * c.semi[0], p.base), (lx + s * 0.6 * c.semi[0], ly), (lx, p.top + 0.04))
-            width = 0.006
+            width = 0.011
         metal = np.maximum(metal, ramp(segments_distance(x, y, path) - width, c.edge))
     return img * (1 - metal) + 0.97 * metal
 

@@ -9,6 +9,7 @@ import json
 from safetensors.torch import load_file
 
 from harness.config import load_config
+from harness.data.phantom import GENERATOR_VERSION
 from harness.stages import pretrain
 from harness.stages.pretrain import RECIPE_VERSION, base_dir, pretrain_key, pretrain_tiny_base
 from tests.tiny_sizes import TINY
@@ -25,7 +26,8 @@ def _old_key(cfg, seed: int) -> str:
     payload = {"recipe": RECIPE_VERSION, "pretrain": dataclasses.asdict(cfg.pretrain),
                "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
                          m.tiny_vocab_size, m.image_size],
-               "image_px": cfg.data.synth_image_size, "instruction": cfg.prompt.instruction,
+               "image_px": cfg.data.synth_image_size, "phantom": GENERATOR_VERSION,
+               "instruction": cfg.prompt.instruction,
                "disease_template": cfg.prompt.disease_template, "max_report_tokens": cfg.prompt.max_report_tokens,
                "seed": seed}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
@@ -48,3 +50,17 @@ def test_every_run_seed_gets_the_same_base_weights(tmp_path):
     w1, w2 = load_file(str(one / "model.safetensors")), load_file(str(other / "model.safetensors"))
     assert w1.keys() == w2.keys()
     assert all((w1[k] == w2[k]).all() for k in w1)
+
+
+def test_a_new_phantom_generator_means_a_new_data_folder_and_a_new_base(tmp_path, monkeypatch):
+    """A set or a base drawn by an older generator is never reused: both are keyed on `GENERATOR_VERSION`
+    (before, the data folder was named by n / seed / size only and kept serving the old images)."""
+    from harness.data import phantom
+    from harness.stages.common import phantom_dir
+
+    cfg = _cfg(tmp_path)
+    folder, key = phantom_dir(cfg), pretrain_key(cfg)
+    assert folder.name.endswith(f"-g{phantom.GENERATOR_VERSION}")
+    monkeypatch.setattr(phantom, "GENERATOR_VERSION", phantom.GENERATOR_VERSION + 1)
+    assert phantom_dir(cfg) != folder
+    assert pretrain_key(cfg) != key
