@@ -26,7 +26,8 @@ from harness.records import RunDir, atomic_write_json
 from harness.stages.common import default_cache_dir, ensure_phantom, seed_everything, torch_threads
 from harness.stages.lm_train import LMData, train_lm
 
-# Bump when the generator or this recipe changes in a way the config does not show.
+# Bump when this recipe changes in a way the config does not show (a new phantom generator is keyed by its own
+# GENERATOR_VERSION).
 # 2: the LM loss scores only the report positions, with a chunked fp32 log-softmax (issue 14): the same loss up
 #    to rounding, so a base built before differs in its last bits and every number downstream with it.
 RECIPE_VERSION = 2
