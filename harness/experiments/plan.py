@@ -93,6 +93,31 @@ def _base_key(cfg: RunConfig) -> str | None:
     return pretrain_key(cfg)
 
 
+def test_split_leak(train: RunConfig, test: RunConfig) -> str | None:
+    """Why `test`'s phantom test split would hold studies that `train` trains or validates on, else None.
+
+    A phantom study depends only on its seed and index (harness/data/phantom/writer.py), and the splits are
+    index ranges (train, then val, then test). An evaluation may read a larger set of the same seed (a larger
+    test split, issue 12) as long as its test range starts after the training set's train and val ranges."""
+    a, b = train.data, test.data
+    if "phantom" not in (a.dataset, b.dataset) or a.dataset != b.dataset or a.annotation or b.annotation:
+        return None
+    if a.synth_seed != b.synth_seed or a.synth_n == b.synth_n:
+        return None
+    from harness.data.phantom import PhantomConfig, split_counts
+
+    fractions = PhantomConfig().split_fractions
+    n_train, n_val, _ = split_counts(a.synth_n, fractions)
+    b_train, b_val, b_test = split_counts(b.synth_n, fractions)
+    start = b_train + b_val
+    if start >= n_train + n_val:
+        return None
+    return (f"the test split of its phantom set (data.synth_n {b.synth_n}, seed {b.synth_seed}) is studies "
+            f"{start}-{start + b_test - 1}, but studies 0-{n_train + n_val - 1} of the same seed are the train and "
+            f"val splits of the set it was trained on (data.synth_n {a.synth_n}); give the evaluation a "
+            f"data.synth_n of at least {a.synth_n}, or another data.synth_seed")
+
+
 def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                stages_dir: str | Path | None = None) -> Plan:
     """Every (arm, seed) of the study with its stage nodes (shared where the keys agree) and its eval node.
@@ -132,6 +157,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
             prev_model: Node | None = None
             clf: Node | None = None
             stage_ids: dict[str, str] = {}
+            trained_on: dict[str, RunConfig] = {}
             init_from: dict[str, str | None] = {}
             for stage in arm.pipeline:
                 paths = dict(base_paths)
@@ -164,6 +190,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                 if stage == "sft" and clf is None and not probe.classifier.dir:
                     raise ConfigError(f"{study.path.name}, arm '{arm.name}': stage sft needs 'classifier' in the "
                                       "pipeline or classifier.dir set")
+                trained_on[stage] = probe
                 key = config_key(stage, probe, inputs, tuple(runner_paths))
                 stage_dir = stages_root / f"{stage}-seed{probe.seed}-{key}"
                 cfg = probe
@@ -178,6 +205,11 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
             # Test evaluation of the final model stage (or of the base model when the arm trains none).
             eval_dir = run_dir / "eval"
             probe = resolve_config(study, arm, "eval", seed, {**base_paths, "out_dir": "<out>"})
+            for stage, stage_cfg in trained_on.items():
+                leak = test_split_leak(stage_cfg, probe)
+                if leak:
+                    raise ConfigError(f"{study.path.name}, arm '{arm.name}': the test evaluation would test on "
+                                      f"studies stage '{stage}' learned from: {leak}")
             final_key = prev_model.id if prev_model is not None else f"base:{_base_key(probe)}"
             ekey = config_key("eval", probe, {"model": final_key})
             cfg = probe

@@ -72,12 +72,22 @@ def test_every_study_resolves_with_every_preset(study_file, preset, tmp_path):
     assert not (tmp_path / "out").exists()  # planning writes nothing
 
 
+POWERED = ("table4_rl_ablation", "regularizer_matrix", "overoptimization")
+
+
 @pytest.mark.parametrize("study_file", STUDIES, ids=lambda p: p.stem)
 def test_studies_as_written(study_file):
     study = load_study(study_file)
     doc = load_yaml(study_file)
     # The demo's study runs one seed (issue: "the five-arm RL ablation ... with 1 seed"); the others at least 3.
-    assert study.preset == "tiny-bench" and len(study.seeds) >= (1 if study.name.startswith("demo") else 3)
+    assert study.preset in ("tiny-bench", "tiny-power")
+    assert len(study.seeds) >= (1 if study.name.startswith("demo") else 3)
+    if study.name in POWERED:  # issue 12: the regularizer comparisons run in the power setting
+        arm = study.arms[0]
+        rl, ev = resolve_config(study, arm, "rl", 0), resolve_config(study, arm, "eval", 0)
+        assert study.preset == "tiny-power" and study.stage_seeds == {"warmup": 0, "classifier": 0, "sft": 0}
+        assert (rl.rl.prompts_per_step, rl.data.max_train, ev.data.synth_n) == (32, 160, 20000)
+        assert ev.data.synth_n * 0.2 >= 4000 and ev.data.synth_seed == rl.data.synth_seed
     assert study.reproduces == doc.get("reproduces")
     for arm in study.arms:
         for stage in arm.pipeline:
@@ -233,6 +243,42 @@ def test_a_new_stage0_recipe_gives_new_stage_runs(tmp_path, monkeypatch):
         assert after.runs["a", 0].stages[stage] != before.runs["a", 0].stages[stage]
     assert after.runs["a", 0].stages["classifier"] == before.runs["a", 0].stages["classifier"]  # images only
     assert after.nodes[after.runs["a", 0].eval_node].key != before.nodes[before.runs["a", 0].eval_node].key
+
+
+def test_split_leak_by_hand():
+    """Phantom splits are index ranges, 70/10/20: a 4,000-study set trains and validates on studies 0-3199."""
+    from harness.config import build_config
+    from harness.experiments.plan import test_split_leak
+
+    def cfg(n, seed=0):
+        return build_config({"data": {"synth_n": n, "synth_seed": seed}})
+
+    assert test_split_leak(cfg(4000), cfg(4000)) is None
+    assert test_split_leak(cfg(4000), cfg(20000)) is None  # tests studies 16000-19999
+    assert test_split_leak(cfg(4000), cfg(4000, seed=1)) is None  # other draws altogether
+    assert test_split_leak(cfg(4000), cfg(4001)) is None  # 2801 + 400 = 3201: starts after 3199
+    why = test_split_leak(cfg(4000), cfg(3000))  # 2100 + 300: studies 2400-2999, inside train
+    assert "studies 2400-2999" in why and "studies 0-3199" in why and "at least 4000" in why
+    why = test_split_leak(cfg(4000), cfg(3999))  # 2799 + 400: one study short (round(399.9) = 400, round(799.8) = 800)
+    assert why and "studies 3199-3998" in why
+
+
+def test_a_larger_test_set_of_the_same_seed_keeps_every_stage_run(tmp_path):
+    """issue 12: a study may evaluate on a larger phantom set (more test reports) without retraining; a set whose
+    test split overlaps the training studies is refused before anything runs (before: it ran and scored the
+    model on studies it was trained on)."""
+    study = load_study(write_study(tmp_path, ARMS))
+    plan = build_plan(study, tmp_path / "out")
+    larger = build_plan(load_study(write_study(tmp_path, ARMS, extra="stages: {eval: {data: {synth_n: 20000}}}\n")),
+                        tmp_path / "out")
+    assert {n.key for n in larger.stage_nodes()} == {n.key for n in plan.stage_nodes()}
+    ev = larger.nodes[larger.runs["a", 0].eval_node]
+    assert ev.config["data"]["synth_n"] == 20000 and ev.key != plan.nodes[plan.runs["a", 0].eval_node].key
+    assert len([n for n in larger.nodes.values() if n.kind == "data"]) == 2  # the training set and the test set
+    smaller = load_study(write_study(tmp_path, ARMS, extra="stages: {eval: {data: {synth_n: 1500}}}\n"))
+    with pytest.raises(ConfigError, match=r"arm 'a': the test evaluation would test on studies stage 'warmup'.*"
+                                          r"studies 1200-1499"):
+        build_plan(smaller, tmp_path / "out")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -416,7 +462,7 @@ def test_parallel_spawned_workers(tmp_path, calls):
 def test_experiment_list_cli(tmp_path, capsys):
     assert main(["experiment", "list", str(EXPERIMENTS / "table4_rl_ablation.yaml"), "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "rer_vapr" in text and "no_vapr" in text and "12 runs; 21 distinct stage runs" in text
+    assert "rer_vapr" in text and "no_vapr" in text and "12 runs; 15 distinct stage runs" in text
 
 
 # ---------------------------------------------------------------------------------------------------------

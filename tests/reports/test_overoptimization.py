@@ -29,6 +29,7 @@ REDUCED = [
     "stages.rl.train.max_steps=4", "stages.rl.train.epochs=2", "stages.rl.rl.prompts_per_step=2",
     "stages.rl.rl.group_size=2", "stages.rl.rl.max_new_tokens=8", "stages.rl.rl.min_new_tokens=2",
     "stages.rl.rl.val_max_samples=4", "analyses.n_prompts=2",
+    "stages.eval.data.synth_n=40",  # the preset's 20,000-study test set, cut back to the tiny data set
 ]
 
 
