@@ -93,7 +93,7 @@ def _base_key(cfg: RunConfig) -> str | None:
     return pretrain_key(cfg)
 
 
-def test_split_leak(train: RunConfig, test: RunConfig) -> str | None:
+def overlapping_test_split(train: RunConfig, test: RunConfig) -> str | None:
     """Why `test`'s phantom test split would hold studies that `train` trains or validates on, else None.
 
     A phantom study depends only on its seed and index (harness/data/phantom/writer.py), and the splits are
@@ -206,7 +206,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
             eval_dir = run_dir / "eval"
             probe = resolve_config(study, arm, "eval", seed, {**base_paths, "out_dir": "<out>"})
             for stage, stage_cfg in trained_on.items():
-                leak = test_split_leak(stage_cfg, probe)
+                leak = overlapping_test_split(stage_cfg, probe)
                 if leak:
                     raise ConfigError(f"{study.path.name}, arm '{arm.name}': the test evaluation would test on "
                                       f"studies stage '{stage}' learned from: {leak}")

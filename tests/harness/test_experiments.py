@@ -248,18 +248,18 @@ def test_a_new_stage0_recipe_gives_new_stage_runs(tmp_path, monkeypatch):
 def test_split_leak_by_hand():
     """Phantom splits are index ranges, 70/10/20: a 4,000-study set trains and validates on studies 0-3199."""
     from harness.config import build_config
-    from harness.experiments.plan import test_split_leak
+    from harness.experiments.plan import overlapping_test_split
 
     def cfg(n, seed=0):
         return build_config({"data": {"synth_n": n, "synth_seed": seed}})
 
-    assert test_split_leak(cfg(4000), cfg(4000)) is None
-    assert test_split_leak(cfg(4000), cfg(20000)) is None  # tests studies 16000-19999
-    assert test_split_leak(cfg(4000), cfg(4000, seed=1)) is None  # other draws altogether
-    assert test_split_leak(cfg(4000), cfg(4001)) is None  # 2801 + 400 = 3201: starts after 3199
-    why = test_split_leak(cfg(4000), cfg(3000))  # 2100 + 300: studies 2400-2999, inside train
+    assert overlapping_test_split(cfg(4000), cfg(4000)) is None
+    assert overlapping_test_split(cfg(4000), cfg(20000)) is None  # tests studies 16000-19999
+    assert overlapping_test_split(cfg(4000), cfg(4000, seed=1)) is None  # other draws altogether
+    assert overlapping_test_split(cfg(4000), cfg(4001)) is None  # 2801 + 400 = 3201: starts after 3199
+    why = overlapping_test_split(cfg(4000), cfg(3000))  # 2100 + 300: studies 2400-2999, inside train
     assert "studies 2400-2999" in why and "studies 0-3199" in why and "at least 4000" in why
-    why = test_split_leak(cfg(4000), cfg(3999))  # 2799 + 400: one study short (round(399.9) = 400, round(799.8) = 800)
+    why = overlapping_test_split(cfg(4000), cfg(3999))  # 2799 + 400 (round(399.9), round(799.8))
     assert why and "studies 3199-3998" in why
 
 
