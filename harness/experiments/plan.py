@@ -100,9 +100,8 @@ def overlapping_test_split(train: RunConfig, test: RunConfig) -> str | None:
     index ranges (train, then val, then test). An evaluation may read a larger set of the same seed (a larger
     test split, issue 12) as long as its test range starts after the training set's train and val ranges."""
     a, b = train.data, test.data
-    if "phantom" not in (a.dataset, b.dataset) or a.dataset != b.dataset or a.annotation or b.annotation:
-        return None
-    if a.synth_seed != b.synth_seed or a.synth_n == b.synth_n:
+    drawn_alike = a.dataset == b.dataset == "phantom" and not (a.annotation or b.annotation)
+    if not drawn_alike or a.synth_seed != b.synth_seed or a.synth_n == b.synth_n:
         return None
     from harness.data.phantom import PhantomConfig, split_counts
 
