@@ -8,7 +8,7 @@ as stage 3 trains them), sdpa attention, 336 px phantom chest X-rays (the preset
 
 1. bf16 matmul rate: an 8192^3 product timed on the same GPU (the MFU denominator);
 2. rollout tokens/s of the project's rollout call (harness.grpo.rollout.sample_rollout: encoding + decoding),
-   backends "lean" (harness/lean_decode.py) and "hf" (transformers' generate), alternated, medians;
+   backends "lean" (harness/sampling/lean_decode.py) and "hf" (transformers' generate), alternated, medians;
    8 prompts x G = 4 = 32 responses x 160 new tokens (min = max, so every row decodes 160);
 3. one RL step (harness.grpo.trainer.GRPOTrainer.train_step; rer, static reference, bleu4 reward, lean
    rollouts, RLConfig's defaults otherwise: 8 prompts x G = 4, 80..160 new tokens): update tokens/s = tokens
@@ -193,7 +193,7 @@ def bench_step(model, processor, prompts, rl, w, device, steps: int, tmp: Path) 
     from harness.config import TrainConfig
     from harness.grpo.trainer import GRPOTrainer
     from harness.models.trainable import unwrap
-    from harness.records import RunDir
+    from harness.runs.records import RunDir
 
     tc = TrainConfig(epochs=1000, lr=3e-6, scheduler="constant", checkpoint_every=0)
     trainer = GRPOTrainer(model, processor, rl, tc, RunDir(tmp), prompts, None, seed=0, progress=False)

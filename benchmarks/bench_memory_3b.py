@@ -103,7 +103,7 @@ def prepare(stage: str, global_batch: int, micro: int, gc: bool, out: Path):
     import torch
 
     from harness.config import PromptConfig, RLConfig, TrainConfig
-    from harness.records import RunDir
+    from harness.runs.records import RunDir
 
     model, processor, n_params = build(gc, stage)
     n_samples = global_batch if stage == "sft" else global_batch // GROUP
@@ -161,7 +161,7 @@ def child(stage: str, global_batch: int, micro: int, gc: bool) -> dict:
 
 def sft_step_tokens(out: Path) -> int:
     """Report tokens of the SFT step (its steps.jsonl record)."""
-    from harness.records import RunDir
+    from harness.runs.records import RunDir
 
     return RunDir(out).steps()[-1]["tokens"]
 

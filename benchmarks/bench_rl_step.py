@@ -148,7 +148,7 @@ def make_trainer(variant: str, model_state, model, processor, mcfg, prompts, arg
     from harness.config import RLConfig, TrainConfig
     from harness.grpo.trainer import GRPOTrainer
     from harness.models.trainable import add_lora, set_trainable
-    from harness.records import RunDir
+    from harness.runs.records import RunDir
 
     model = copy.deepcopy(model)
     model.load_state_dict(model_state)

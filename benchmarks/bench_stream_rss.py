@@ -55,7 +55,7 @@ def child(n: int, mode: str, folder: Path, steps: int) -> dict:
     from harness.models.tiny import build_processor, build_tiny_model, train_tokenizer
     from harness.models.trainable import set_trainable
     from harness.prompts import load_images
-    from harness.records import RunDir
+    from harness.runs.records import RunDir
     from harness.stages.lm_train import LMData, train_lm
 
     torch.set_num_threads(1)

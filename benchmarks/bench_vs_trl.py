@@ -83,7 +83,7 @@ def load_policy(model_dir: Path):
 def regbench_trainer(model_dir: Path, processor, prompts, args, run_dir: Path):
     from harness.config import RLConfig, TrainConfig
     from harness.grpo.trainer import GRPOTrainer
-    from harness.records import RunDir
+    from harness.runs.records import RunDir
 
     rl = RLConfig(regularizer="constant", beta_base=BETA, reference="static", reward="bleu4",
                   group_size=args.group_size, prompts_per_step=args.prompts, max_new_tokens=args.max_new_tokens,

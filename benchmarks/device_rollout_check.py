@@ -1,8 +1,8 @@
 """Prepared GPU check for issue 15 (NOT RUN YET: no GPU was lent to the session that wrote it).
 
 One command, under 8 minutes on one H200: (1) the CUDA token-equality tests of the lean loop
-(tests/harness/test_lean_decode.py -k cuda), (2) tokens/s of transformers' `generate`, the lean loop and, where
-vllm imports, the vLLM backend (harness/vllm_rollout.py) for a Qwen2.5-VL of the 3B's shape with random weights
+(tests/harness/sampling/test_lean_decode.py -k cuda), (2) tokens/s of transformers' `generate`, the lean loop and, where
+vllm imports, the vLLM backend (harness/sampling/vllm_rollout.py) for a Qwen2.5-VL of the 3B's shape with random weights
 (text 2048 x 36 layers, 16 heads / 2 KV heads, MLP 11008, vocabulary 151936; vision 1280 x 32 blocks), bf16,
 sdpa, 64 prompts x 160 new tokens (min = max, so every row decodes 160), images 224 px, T 0.7 / top-p 0.9 /
 repetition penalty 1.03. Repeats alternate the backends; the median is printed.
@@ -14,14 +14,14 @@ pins transformers 4.57.6, so carry its wheels (prepared here, ~16 MB):
         huggingface_hub==0.36.2
     # device command (wheels/ travels with the working tree; add it to carry if it is git-ignored):
     pip install -q --no-deps --target /tmp/tf wheels/*.whl && export PYTHONPATH=/tmp/tf:$PWD && \
-        python3 -m pytest -q -p no:cacheprovider tests/harness/test_lean_decode.py -k cuda && \
+        python3 -m pytest -q -p no:cacheprovider tests/harness/sampling/test_lean_decode.py -k cuda && \
         python3 benchmarks/device_rollout_check.py --out $OUT
 
 vLLM cannot be carried (its wheel and CUDA dependencies exceed what a run may carry), so on this workplace's
 machines the vLLM leg prints "skipped: vllm not importable"; on a GPU machine with vllm installed it runs.
 Printed and written to OUT/device_rollout.json: per backend the median seconds per batch and new tokens/s, and
 for lean vs generate whether the greedy tokens are equal (on CUDA the lean loop keeps finished rows, see
-harness/lean_decode.py).
+harness/sampling/lean_decode.py).
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness.batching import END, encode_prompts, suppressed_token_ids
     from harness.data.phantom import draw_image, sample_case
-    from harness.decoding import decode_tokens
     from harness.models.tiny import build_processor, tiny_model_config, train_tokenizer
     from harness.models.trainable import add_lora, set_trainable
+    from harness.sampling.decoding import decode_tokens
 
     device, dtype = ("cpu", torch.float32) if args.smoke else ("cuda", torch.bfloat16)
     report: dict = {"torch": torch.__version__, "transformers": transformers.__version__,

@@ -55,7 +55,7 @@ def _add_config_args(p: argparse.ArgumentParser, restart: bool = True) -> None:
 
 def _cfg(ns, stage: str | None = None):
     from harness.preflight import check_names
-    from harness.runstate import request_restart
+    from harness.runs.state import request_restart
 
     config, overrides = _split_config_args(ns.args)
     cfg = load_config(config, overrides, stage=stage)
@@ -107,7 +107,7 @@ def cmd_train(ns) -> int:
 
 def cmd_eval(ns) -> int:
     from harness.preflight import check_split
-    from harness.records import RunDir
+    from harness.runs.records import RunDir
     from harness.stages.evaluate import evaluate_model
 
     check_split(ns.split, "--split")
@@ -225,7 +225,7 @@ def cmd_search(ns) -> int:
         print(f"search report: {dest / 'README.md'}")
         return 0
     if ns.search_command == "confirm":
-        from harness.search import run_confirmation
+        from harness.search.run import run_confirmation
 
         result = run_confirmation(Path(ns.out), ns.top, _int_list(ns.seeds), workers=ns.workers,
                                   launcher=ns.launcher)
@@ -234,8 +234,8 @@ def cmd_search(ns) -> int:
 
             print(f"report: {build_report(result.index_path.parent)}")
         return 0 if result.ok else 1
-    from harness.search import run_search
-    from harness.search_file import load_search
+    from harness.search.file import load_search
+    from harness.search.run import run_search
 
     search = load_search(ns.file, preset=ns.preset, sets=ns.set)
     out = Path(ns.out) if ns.out else Path("runs") / f"{search.name}-{search.preset}"
@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         if "torch.distributed" in sys.modules:  # a torchrun / accelerate launch: leave the process group
-            from harness.distributed import finalize
+            from harness.parallel.distributed import finalize
 
             finalize()
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from harness.records import RunDir, atomic_write_text, read_json
-from harness.records_schema import METRICS_FILE, IndexKey, RunKey, StageKey
+from harness.runs.records import RunDir, atomic_write_text, read_json
+from harness.runs.schema import METRICS_FILE, IndexKey, RunKey, StageKey
 
 DEMO_STUDY = Path(__file__).resolve().parent.parent / "experiments" / "demo_rl_ablation.yaml"
 COLUMNS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "findings_acc", "findings_exact",

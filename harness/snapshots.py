@@ -202,7 +202,7 @@ def reset_optimizer_state(
     scheduler is deliberately left alone.
 
     An optimizer whose state is not keyed by the model's parameters (DeepSpeed ZeRO: flat fp32 partitions) is
-    passed as an object with ``reset_state(params)`` (harness/zero.py, ZeroReset), which does the reset itself.
+    passed as an object with ``reset_state(params)`` (harness/parallel/zero.py, ZeroReset), which does the reset itself.
     """
     if callable(getattr(optimizer, "reset_state", None)):
         dropped = optimizer.reset_state(params)

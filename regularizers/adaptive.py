@@ -71,7 +71,7 @@ class AdaptiveKL(Regularizer):
         self.num_updates += 1
 
     def state_dict(self) -> dict[str, Any]:
-        # plain floats/ints: checkpoints are read with weights_only=True (harness/checkpoint_io.py)
+        # plain floats/ints: checkpoints are read with weights_only=True (harness/runs/checkpoint_io.py)
         return {"beta": float(self.beta), "last_error": float(self.last_error), "num_updates": int(self.num_updates)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

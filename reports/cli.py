@@ -26,7 +26,7 @@ def cmd_report(ns) -> int:
 
 
 def cmd_analyze(ns) -> int:
-    from harness.records import read_json
+    from harness.runs.records import read_json
     from harness.stages.analyze import run_analysis
     from reports.analyses import summary_lines
 

@@ -56,8 +56,8 @@ def demo_verdict(out: Path) -> str:
     """The verdict of a finished demo folder: its no-KL arm against its reference arm ("" when it has none)."""
     from harness.demo import DEMO_STUDY
     from harness.experiments import load_study
-    from harness.records import read_json
-    from harness.records_schema import IndexKey, RunKey, StageKey
+    from harness.runs.records import read_json
+    from harness.runs.schema import IndexKey, RunKey, StageKey
 
     study = load_study(DEMO_STUDY)
     no_kl = next((a for a in study.arms if a.factors.get("regularizer") == "none"), None)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.records_schema import ArmKey, IndexKey
+from harness.runs.schema import ArmKey, IndexKey
 from reports.experiment import Experiment, read_jsonl
 
 STAGE_ORDER = ("base", "warmup", "sft", "rl")

@@ -1,5 +1,5 @@
 """Loading an experiment folder: its index.json (experiments/README.md; its format, layout and the run
-directory's file names: harness/records_schema.py) and the run records it points to. Reports read nothing else.
+directory's file names: harness/runs/schema.py) and the run records it points to. Reports read nothing else.
 
 An `Experiment` is a list of `ArmRecord`s (a study arm as index.json records it: name, label, published_row,
 factors) and runs (arm, seed, test scores,
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from harness.records_schema import (
+from harness.runs.schema import (
     EVALS_FILE,
     FINAL_TEST_PREDICTIONS,
     INDEX_FILE,

@@ -81,7 +81,7 @@ def render_page(title: str, meta: list[str], sections: list[tuple[str, list[Tabl
 
 
 def write_page(path: str | Path, title: str, meta: list[str], sections) -> Path:
-    from harness.records import atomic_write_text
+    from harness.runs.records import atomic_write_text
 
     path = Path(path)
     atomic_write_text(path, render_page(title, meta, sections))

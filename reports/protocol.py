@@ -14,7 +14,7 @@ from __future__ import annotations
 from reports.experiment import Experiment, Run
 
 # Settings that change the decoded tokens (batch size and backend do not: decoding is per row and the lean
-# backend equals transformers' generate, tests/harness/test_lean_decode.py).
+# backend equals transformers' generate, tests/harness/sampling/test_lean_decode.py).
 DECODING_KEYS = ("greedy", "max_new_tokens", "min_new_tokens", "repetition_penalty")
 
 

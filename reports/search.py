@@ -1,4 +1,4 @@
-"""The report of an Optuna search folder (harness/search.py): the trials table and Optuna's plots.
+"""The report of an Optuna search folder (harness/search/run.py): the trials table and Optuna's plots.
 
     regbench search report runs/rer_bounds-tiny-bench [--dest DIR]
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.records import atomic_write_json, atomic_write_text, read_json
+from harness.runs.records import atomic_write_json, atomic_write_text, read_json
 
 MIN_TRIALS_FOR_IMPORTANCE = 3
 
@@ -89,7 +89,7 @@ def build_search_report(out: str | Path, dest: str | Path | None = None, storage
     from optuna.trial import TrialState
     from optuna.visualization import matplotlib as ovm
 
-    from harness.search_optuna import open_study
+    from harness.search.optuna_study import open_study
 
     out = Path(out)
     summary_path = out / "search.json"

@@ -1,9 +1,9 @@
 """The stage table of an experiment: per arm and seed, each pipeline stage's status, time and sharing, from the
-`stages` entries of index.json (harness/experiments/index.py writes them; layout: harness/records_schema.py)."""
+`stages` entries of index.json (harness/experiments/index.py writes them; layout: harness/runs/schema.py)."""
 
 from __future__ import annotations
 
-from harness.records_schema import IndexKey, RunKey, StageKey
+from harness.runs.schema import IndexKey, RunKey, StageKey
 from reports.experiment import Experiment
 from reports.html import Table
 

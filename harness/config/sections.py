@@ -129,15 +129,16 @@ class TrainConfig(StepConfig):
     log_every: int = knob(10, "Log training metrics every k optimizer steps, >= 1.")
     checkpoint_every: int = knob(50, "Checkpoint every k optimizer steps (0 = only at the end); a rerun of the "
                                      "same command resumes from it.")
-    dist_timeout_s: float = knob(1800.0, "Timeout of the training collectives under a torchrun / accelerate launch "
-                                         "(harness/distributed.py; this project), seconds; not part of a run's key.")
+    dist_timeout_s: float = knob(1800.0, "Timeout of the training collectives under a torchrun / accelerate "
+                                         "launch (harness/parallel/distributed.py; this project), seconds; not part of "
+                                         "a run's key.")
     dist_load_timeout_s: float = knob(86400.0, "How long the other processes wait while rank 0 loads first (stage 0, "
                                                "data checks, the model) under a launch (this project), seconds; not "
                                                "part of a run's key.")
     deepspeed: str = knob("", "DeepSpeed config JSON (e.g. experiments/deepspeed/zero1.json) for warm-up, SFT and RL "
-                              "under a launch: ZeRO-1/2 through accelerate's DeepSpeedPlugin (harness/zero.py; the "
-                              "paper trains with DeepSpeed ZeRO-1, Supp. D.2); its gradient_clipping is set to "
-                              "train.grad_clip. Empty = DDP (this project).")
+                              "under a launch: ZeRO-1/2 through accelerate's DeepSpeedPlugin "
+                              "(harness/parallel/zero.py; the paper trains with DeepSpeed ZeRO-1, Supp. D.2); its "
+                              "gradient_clipping is set to train.grad_clip. Empty = DDP (this project).")
 
 
 @dataclass
@@ -207,11 +208,12 @@ class GenerationConfig:
     repetition_penalty: float = knob(1.0, "Evaluation repetition penalty, > 0 (1 = none).")
     batch_size: int = knob(32, "Prompts per decoding batch, >= 1.")
     backend: str = knob("lean", 'Decoding loop of RL rollouts, validation and test (issue 15): "hf" = '
-                                "transformers' `generate`; \"lean\" = harness/lean_decode.py, the same tokens "
-                                "(tests/harness/test_lean_decode.py: every sampling setting of experiments/, eager "
-                                "and sdpa, fp32 and bf16; on CPU) without generate's per-step overhead; \"vllm\" = "
-                                "harness/vllm_rollout.py, a colocated vLLM engine on a GPU (other tokens; not yet "
-                                "run on a GPU).")
+                                "transformers' `generate`; \"lean\" = harness/sampling/lean_decode.py, the same tokens "
+                                "(tests/harness/sampling/test_lean_decode.py: every sampling setting of "
+                                "experiments/, eager and sdpa, fp32 and bf16; on CPU) without generate's per-step "
+                                "overhead; \"vllm\" = "
+                                "harness/sampling/vllm_rollout.py, a colocated vLLM engine on a GPU (other tokens; "
+                                "not yet run on a GPU).")
 
 
 @dataclass

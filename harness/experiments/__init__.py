@@ -52,7 +52,7 @@ from harness.experiments.workers import (
     gpu_slots,
     launch_stage,
 )
-from harness.runlock import LOCK_NAME  # the lock file's name, for callers
+from harness.runs.lock import LOCK_NAME  # the lock file's name, for callers
 
 __all__ = [
     "DEFAULT_FUNCTIONS",

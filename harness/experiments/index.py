@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from harness.experiments.plan import Plan, RunPlan
-from harness.records import git_commit
-from harness.records_schema import (
+from harness.runs.records import git_commit
+from harness.runs.schema import (
     ANALYSIS_STAGE,
     INDEX_FORMAT,
     METRICS_FILE,
@@ -47,7 +47,7 @@ def run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
 
 
 def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None = None) -> dict:
-    """index.json's content (layout: harness/records_schema.py)."""
+    """index.json's content (layout: harness/runs/schema.py)."""
     study = plan.study
     runs, summary = [], dict.fromkeys(RUN_STATUSES, 0)
     for (arm, seed), rp in plan.runs.items():

@@ -34,7 +34,7 @@ def prepare_data(cfg: RunConfig, progress: bool = False) -> Path:
 
 def evaluate_final(cfg: RunConfig, model_dir: str | None, progress: bool = False) -> dict:
     """Test evaluation of an arm's final model into cfg.out_dir (stale files of an earlier try removed)."""
-    from harness.records import RunDir
+    from harness.runs.records import RunDir
     from harness.stages.evaluate import evaluate_model
     from harness.stages.loading import base_path
 

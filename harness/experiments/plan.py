@@ -13,8 +13,8 @@ from typing import Any
 from harness.config import ConfigError, RunConfig, from_dict, to_dict
 from harness.experiments.resolve import config_key, resolve_config
 from harness.experiments.study import MODEL_STAGES, STAGES, Study
-from harness.records import read_json
-from harness.records_schema import EVAL_KEY, METRICS_FILE
+from harness.runs.records import read_json
+from harness.runs.schema import EVAL_KEY, METRICS_FILE
 
 NODE_ORDER = ("data", "pretrain", *STAGES, "eval", "analysis")
 

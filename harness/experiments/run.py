@@ -20,8 +20,8 @@ from harness.experiments.nodes import DEFAULT_FUNCTIONS
 from harness.experiments.plan import NODE_ORDER, Node, Plan, build_plan, link_stages, node_done, node_label
 from harness.experiments.study import STAGES, Study, load_study
 from harness.experiments.workers import LOCK_POLL_S, acquire_lock, execute_node, make_executor, release_lock
-from harness.records import atomic_write_json, read_json
-from harness.records_schema import (
+from harness.runs.records import atomic_write_json, read_json
+from harness.runs.schema import (
     EVAL_FINAL_STAGE,
     EVAL_KEY,
     EVAL_MODEL_DIR,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError, apply_overrides, load_yaml, read_yaml_mapping
-from harness.records_schema import ArmKey
+from harness.runs.schema import ArmKey
 
 STAGES = ("warmup", "classifier", "sft", "rl")
 MODEL_STAGES = ("warmup", "sft", "rl")

@@ -14,13 +14,13 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 from harness.config import RunConfig, from_dict, to_dict
-from harness.records import atomic_write_text
+from harness.runs.records import atomic_write_text
 
 
 def acquire_lock(run_dir: Path) -> str | None:
-    """Mark a stage run as being executed by this runner (harness/runlock.py); None, or why another live process
+    """Mark a stage run as being executed by this runner (harness/runs/lock.py); None, or why another live process
     holds it. The stage itself, in a worker or under a launcher, joins the lock as a co-holder."""
-    from harness.runlock import RunLocked, acquire
+    from harness.runs.lock import RunLocked, acquire
 
     try:
         acquire(run_dir)
@@ -30,7 +30,7 @@ def acquire_lock(run_dir: Path) -> str | None:
 
 
 def release_lock(run_dir: Path) -> None:
-    from harness.runlock import release
+    from harness.runs.lock import release
 
     release(run_dir)
 
@@ -116,7 +116,7 @@ LAUNCHED_STAGES = ("warmup", "sft", "rl")
 
 def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
     """Run a model stage as `<launcher> -m harness.cli train <stage> <out_dir>/launch_config.yaml`, e.g. under
-    torchrun over the machine's GPUs (harness/distributed.py); its output goes to <out_dir>/launch.log.
+    torchrun over the machine's GPUs (harness/parallel/distributed.py); its output goes to <out_dir>/launch.log.
 
     The launcher dies with this process (parent-death signal), and its ranks with the launcher (they run
     harness.cli, which sets the same signal when DIE_WITH_PARENT_ENV is set): kill -9 of the runner leaves no
@@ -148,7 +148,7 @@ def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
                  launcher: str | None = None) -> dict:
     """Run one node; never raises (the error and traceback come back in the result)."""
     from harness.errors import RunPruned
-    from harness.runlock import scope
+    from harness.runs.lock import scope
 
     t0 = time.time()
     try:

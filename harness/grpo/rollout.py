@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import torch
 
 from harness.batching import END, encode_repeated, suppressed_token_ids
-from harness.decoding import decode_tokens
-from harness.lean_forward import sequence_logits
 from harness.models.precision import autocast_for
+from harness.sampling.decoding import decode_tokens
+from harness.sampling.lean_forward import sequence_logits
 
 
 @dataclass
@@ -93,7 +93,7 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
                    temperature: float, top_p: float, top_k: int, max_new_tokens: int, min_new_tokens: int,
                    repetition_penalty: float, backend: str = "hf") -> Rollout:
     """Sample `group_size` candidates per prompt with whatever parameters are live in `model` (`backend`:
-    generation.backend, harness/decoding.py)."""
+    generation.backend, harness/sampling/decoding.py)."""
     tok = processor.tokenizer
     batch = encode_repeated(processor, images, instructions, group_size)
     device = next(model.parameters()).device
@@ -122,6 +122,7 @@ def response_logits(model, ro: Rollout) -> torch.Tensor:
     """Logits [N, L, V] that predict the response tokens, computed only for the response positions."""
     L = ro.response_mask.shape[1]
     attn = torch.cat([ro.prompt_mask, ro.response_mask.to(ro.prompt_mask.dtype)], dim=1)
-    with autocast_for(model):  # model(input_ids=..., pixel_values=...).logits, bit for bit (harness/lean_forward.py)
+    # model(input_ids=..., pixel_values=...).logits, bit for bit (harness/sampling/lean_forward.py)
+    with autocast_for(model):
         logits = sequence_logits(model, ro.sequences, attn, ro.pixel_values, ro.image_grid_thw, logits_to_keep=L + 1)
     return logits[:, :-1]

@@ -42,7 +42,7 @@ class BestTracker:
         return True
 
     def state_dict(self) -> dict[str, Any]:
-        # plain floats/ints: checkpoints are read with weights_only=True (harness/checkpoint_io.py)
+        # plain floats/ints: checkpoints are read with weights_only=True (harness/runs/checkpoint_io.py)
         def plain(v, kind):
             return None if v is None else kind(v)
 

@@ -36,10 +36,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from harness.checkpoint_io import load_state
 from harness.config import RLConfig, TrainConfig
-from harness.distributed import Dist, shard
-from harness.engine import Engine, needs_scaler
 from harness.grpo.core import (
     aggregation_normalizer,
     aggregation_weights,
@@ -54,8 +51,11 @@ from harness.grpo.rollout import Rollout, concat_rollouts, response_logits, samp
 from harness.grpo.selection import BestTracker
 from harness.grpo.validation import ValidationCallback, ValidationEvent, validation_score
 from harness.models.precision import base_dtype
+from harness.parallel.distributed import Dist, shard
+from harness.parallel.updater import Updater, needs_scaler
 from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
-from harness.records import RunDir
+from harness.runs.checkpoint_io import load_state
+from harness.runs.records import RunDir
 from harness.schedule import epoch_order, make_scheduler
 from harness.snapshots import SnapshotStore
 from regularizers.registry import reference_from_config, regularizer_from_config
@@ -80,7 +80,7 @@ class GRPOTrainer:
         if not self.params:
             raise ValueError("no trainable parameters: call set_trainable(model, 'rl') first")
         # DDP under a launch (every process starts from rank 0's values); fp16 bases get a loss scale.
-        self.engine = Engine(model, self.params, self.dist, fp16_scaler=needs_scaler(base_dtype(model)))
+        self.updater = Updater(model, self.params, self.dist, fp16_scaler=needs_scaler(base_dtype(model)))
         # Snapshots live beside the model (GPU memory holds them easily; swaps then never cross PCIe).
         self.store = SnapshotStore(model, device=self.params[0].device)
         self.regularizer = regularizer_from_config(rl)
@@ -91,8 +91,8 @@ class GRPOTrainer:
         total = math.ceil(train_cfg.epochs * self.steps_per_epoch)
         self.total_steps = min(total, train_cfg.max_steps) if train_cfg.max_steps else total
         self.optimizer = torch.optim.AdamW(self.params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
-        self.engine.attach(self.optimizer)  # DeepSpeed ZeRO: its engine over the model and the optimizer
-        self.store.master_sync = self.engine.master_sync()  # a restore must also reach ZeRO's fp32 master
+        self.updater.attach(self.optimizer)  # DeepSpeed ZeRO: its engine over the model and the optimizer
+        self.store.master_sync = self.updater.master_sync()  # a restore must also reach ZeRO's fp32 master
         self.scheduler = make_scheduler(self.optimizer, train_cfg, self.total_steps)
         self.weighter = None
         if rl.token_weighting != "none":
@@ -117,7 +117,7 @@ class GRPOTrainer:
     def save_checkpoint(self) -> None:
         # The state is identical on every process and rank 0 writes it; but for ZeRO's optimizer partitions,
         # which every process writes beside it.
-        optimizer = self.engine.optimizer_state(self.optimizer, self.ckpt_path.parent)
+        optimizer = self.updater.optimizer_state(self.optimizer, self.ckpt_path.parent)
         if self.dist.main:
             self._write_checkpoint(optimizer)
         self.dist.barrier()
@@ -130,7 +130,7 @@ class GRPOTrainer:
                  "store": self.store.state_dict(), "optimizer": optimizer,
                  "scheduler": self.scheduler.state_dict(), "regularizer": self.regularizer.state_dict(),
                  "reference": self.reference.state_dict(), "best": self.best.state_dict(),
-                 "nonfinite": dict(self.nonfinite), "engine": self.engine.state_dict()}
+                 "nonfinite": dict(self.nonfinite), "engine": self.updater.state_dict()}
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
         tmp.replace(path)
@@ -143,13 +143,13 @@ class GRPOTrainer:
             for n, p in zip(self.store.param_names(), self.store.parameters(), strict=True):
                 p.copy_(state["live"][n])
         self.store.load_state_dict(state["store"])
-        self.engine.load_optimizer_state(self.optimizer, state["optimizer"], self.ckpt_path.parent)
+        self.updater.load_optimizer_state(self.optimizer, state["optimizer"], self.ckpt_path.parent)
         self.scheduler.load_state_dict(state["scheduler"])
         self.regularizer.load_state_dict(state["regularizer"])
         self.reference.load_state_dict(state["reference"])
         self.best.load_state_dict(state.get("best") or {})
         self.nonfinite = {**self.nonfinite, **(state.get("nonfinite") or {})}
-        self.engine.load_state_dict(state.get("engine") or {})  # the fp16 loss scale
+        self.updater.load_state_dict(state.get("engine") or {})  # the fp16 loss scale
         self.step = int(state["step"])
         self.run.truncate_logs_after(self.step)
         return True
@@ -281,8 +281,8 @@ class GRPOTrainer:
         kept, stats = [], {}
         for a, b in chunks if cause is None else []:
             sub = ro.rows(a, b)
-            with self.engine.no_sync():  # gradients averaged once per step (engine.sync, below)
-                logits = self.engine.forward(response_logits, sub)
+            with self.updater.no_sync():  # gradients averaged once per step (updater.sync, below)
+                logits = self.updater.forward(response_logits, sub)
             logp = token_logprobs(logits, sub.responses, self.lp_temp, rl.logprob_chunk_positions)
             ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=want_ent)
             del logits
@@ -301,21 +301,21 @@ class GRPOTrainer:
             if not torch.isfinite(loss):
                 cause = f"the loss is {float(loss.detach())} although rewards and logits are finite"
                 break
-            with self.engine.no_sync():
-                self.engine.backward(loss * scale if self.dist.active else loss)
+            with self.updater.no_sync():
+                self.updater.backward(loss * scale if self.dist.active else loss)
             kept.append((logp.detach(), lp_old, lp_ref, ent.detach()))
         if cause is None and not whole:  # the step's statistics, exactly as one batch would give them
             cat = [torch.cat(parts) if parts[0] is not None else None for parts in zip(*kept, strict=True)]
             with torch.no_grad():
                 _, stats = policy_loss(cat[0], cat[1], cat[2], advantages, beta, mask, entropy=cat[3], **loss_kw)
-        self.engine.sync()  # every process, also one that stopped early: DDP's all-reduce
+        self.updater.sync()  # every process, also one that stopped early: DDP's all-reduce
         gnorm = None
         scaler_skip = False
-        if cause is None and not self.engine.deepspeed:  # DeepSpeed checks and clips in its step (below)
-            self.engine.unscale_(self.optimizer)
+        if cause is None and not self.updater.deepspeed:  # DeepSpeed checks and clips in its step (below)
+            self.updater.unscale_(self.optimizer)
             grads = [p.grad for p in self.params if p.grad is not None]
             if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
-                if self.engine.scaler is not None:  # fp16 overflow: the scaler skips the step, lowers the scale
+                if self.updater.scaler is not None:  # fp16 overflow: the scaler skips the step, lowers the scale
                     scaler_skip = True
                 else:
                     cause = "the gradient is not finite although the loss is"
@@ -330,26 +330,26 @@ class GRPOTrainer:
         stepped = False
         if skip:
             self.optimizer.zero_grad(set_to_none=True)
-            self.engine.skip()
+            self.updater.skip()
             stats = self._count_nonfinite(cause)
         else:
             if self.dist.active:
                 stats = self.dist.reduce_stats(stats, n_tokens)
-            stepped = self.engine.step(self.optimizer)
-            if self.engine.deepspeed:
-                gnorm = self.engine.grad_norm()
+            stepped = self.updater.step(self.optimizer)
+            if self.updater.deepspeed:
+                gnorm = self.updater.grad_norm()
                 if not stepped:  # DeepSpeed found the gradient not finite and did not step
                     skip = True
                     stats = self._count_nonfinite("the gradient is not finite although the loss is")
-            elif scaler_skip and self.engine.loss_scale < 1.0:
+            elif scaler_skip and self.updater.loss_scale < 1.0:
                 # Overflow at a loss scale below 1 is no fp16 range problem (the unscaled gradient is not finite
                 # either): counted, so that rl.max_nonfinite_steps stops a run the scaler cannot rescue.
                 skip = True
-                stats = self._count_nonfinite(f"the gradient is not finite at loss scale {self.engine.loss_scale}")
+                stats = self._count_nonfinite(f"the gradient is not finite at loss scale {self.updater.loss_scale}")
             if not (scaler_skip or skip):
                 self.nonfinite["in_a_row"], self.nonfinite["first"] = 0, None
-            if self.engine.scaler is not None:  # an overflow the scaler skips is not counted as non-finite (above)
-                stats = {**stats, "scaler_skipped": not stepped, "loss_scale": self.engine.loss_scale}
+            if self.updater.scaler is not None:  # an overflow the scaler skips is not counted as non-finite (above)
+                stats = {**stats, "scaler_skipped": not stepped, "loss_scale": self.updater.loss_scale}
         with warnings.catch_warnings():
             # A skipped step still advances the schedule (the lr is a function of the step number); torch warns
             # when that happens before any optimizer step.
@@ -424,7 +424,7 @@ class GRPOTrainer:
         score = validation_score(scores, self.rl.val_score, self.rl.val_lambda, scores.get("rg"))
         improved = self.best.observe(self.store, score, self.step, epoch, candidate=candidate)
         final = self.step >= self.schedule_steps
-        event = self.reference.after_validation(self.store, self.engine.reset_view(self.optimizer), epoch, self.step,
+        event = self.reference.after_validation(self.store, self.updater.reset_view(self.optimizer), epoch, self.step,
                                                 end_of_epoch=end_of_epoch, final=final)
         row = {"step": self.step, "epoch": epoch, "split": "val", "val_score": score, "end_of_epoch": end_of_epoch,
                "candidate": candidate and (self.step > 0 or self.best.include_start), "improved": improved,

@@ -33,7 +33,7 @@ from harness.models.trainable import (
     unwrap,
     upcast_stage_parameters,
 )
-from harness.records import atomic_write_json
+from harness.runs.records import atomic_write_json
 
 SPEC = "spec.json"
 ADAPTER_CONFIG = "adapter_config.json"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.records_schema import analysis_file
+from harness.runs.schema import analysis_file
 
 KINDS = ("reward-variance", "sign-alignment")
 FORMAT = "regbench.analysis/1"
@@ -44,7 +44,7 @@ def analysis_rewards(kind: str) -> list[str]:
 
 def _run_config(run_dir: Path):
     from harness.config import RunConfig, from_dict
-    from harness.records import read_json
+    from harness.runs.records import read_json
 
     manifest = read_json(run_dir / "manifest.json")
     if manifest.get("stage") not in (None, "rl"):
@@ -122,7 +122,7 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
     each kind; returns their paths. n_prompts: the first n validation prompts (None = all; the paper uses the
     whole MIMIC-CXR validation set). `key` is stored in the files (the experiment runner's node key)."""
     from harness.prompts import prompt_set
-    from harness.records import atomic_write_json
+    from harness.runs.records import atomic_write_json
     from harness.stages.common import load_splits, seed_everything
 
     kinds = list(dict.fromkeys(kinds))
@@ -182,7 +182,7 @@ def run_analysis(kind: str, run_dir: str | Path, n_prompts: int | None = None, g
 
 def analyses_done(run_dir: str | Path, kinds, key: str) -> bool:
     """Whether every kind's file exists in the run directory and was written for `key`."""
-    from harness.records import read_json
+    from harness.runs.records import read_json
 
     for kind in kinds:
         path = Path(run_dir) / analysis_file(kind)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from harness.config import RunConfig, to_dict
-from harness.records import RunDir
+from harness.runs.records import RunDir
 
 
 def seed_everything(seed: int) -> None:
@@ -100,11 +100,12 @@ def select_train(samples: list, d, source: str) -> list:
 
 
 def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bool | None = None) -> RunDir:
-    """The run directory, locked by this process (harness/runlock.py) and checked to be this stage's with this
-    config (harness/runstate.py; `restart` discards what it holds instead). A new or resumed run gets a fresh
+    """The run directory, locked by this process (harness/runs/lock.py) and checked to be this stage's with this
+    config (harness/runs/state.py; `restart` discards what it holds instead). A new or resumed run gets a fresh
     manifest, a completed one is left as it is; a run with no checkpoint starts from zero, so its logs are
     emptied (a rerun never appends to the rows of an interrupted or failed try)."""
-    from harness import runlock, runstate
+    from harness.runs import lock as runlock
+    from harness.runs import state as runstate
 
     path = Path(cfg.out_dir)
     restart = runstate.restart_requested() if restart is None else restart

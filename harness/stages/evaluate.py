@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from harness.config import RunConfig
-from harness.decoding import generate_reports, greedy_settings
 from harness.evaluation import findings_scores, label_with, nlg_report_scores, nlg_scores
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.prompts import instructions_for, load_images, reference_labels
-from harness.records import RunDir, atomic_write_text, dumps
+from harness.runs.records import RunDir, atomic_write_text, dumps
+from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.stages.common import load_splits, seed_everything
 from harness.stages.loading import model_device
 

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from harness.batching import encode_sft
-from harness.distributed import Dist, shard
+from harness.parallel.distributed import Dist, shard
 from harness.schedule import epoch_order
 
 

@@ -19,13 +19,13 @@ import torch
 from tqdm.auto import tqdm
 
 from harness.batching import IGNORE, encode_sft, lm_loss
-from harness.checkpoint_io import load_state, save_state
 from harness.config import TrainConfig
-from harness.distributed import Dist, shard
-from harness.engine import Engine, needs_scaler
 from harness.models.precision import base_dtype
 from harness.models.trainable import unwrap
-from harness.records import RunDir
+from harness.parallel.distributed import Dist, shard
+from harness.parallel.updater import Updater, needs_scaler
+from harness.runs.checkpoint_io import load_state, save_state
+from harness.runs.records import RunDir
 from harness.schedule import make_scheduler
 from harness.stages.lm_batches import StepBatches, step_loader
 
@@ -61,13 +61,13 @@ def _ckpt_path(run: RunDir) -> Path:
 
 
 def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: Dist | None = None,
-                    engine: Engine | None = None) -> None:
+                    updater: Updater | None = None) -> None:
     """Rank 0 writes (the trainable state is the same on every process); the others wait for it. Under
-    DeepSpeed every process also writes its ZeRO optimizer partition beside it (`engine`)."""
+    DeepSpeed every process also writes its ZeRO optimizer partition beside it (`updater`)."""
     dist = dist or Dist()
-    opt_state = engine.optimizer_state(optimizer, _ckpt_path(run).parent) if engine else optimizer.state_dict()
+    opt_state = updater.optimizer_state(optimizer, _ckpt_path(run).parent) if updater else optimizer.state_dict()
     if dist.main:
-        _write_checkpoint(run, model, opt_state, scheduler, step, engine.state_dict() if engine else {})
+        _write_checkpoint(run, model, opt_state, scheduler, step, updater.state_dict() if updater else {})
     dist.barrier()
 
 
@@ -75,14 +75,14 @@ def _write_checkpoint(run: RunDir, model, opt_state: dict | None, scheduler, ste
     path = _ckpt_path(run)
     path.parent.mkdir(parents=True, exist_ok=True)
     params = {n: p.detach().cpu() for n, p in unwrap(model).named_parameters() if p.requires_grad}
-    # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run; the engine's
+    # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run; the updater's
     # state is the fp16 loss scale (GradScaler), so that a resumed fp16 run scales as an uninterrupted one.
     state = {"params": params, "optimizer": opt_state, "scheduler": scheduler.state_dict(),
              "step": step, "torch_rng": torch.get_rng_state(), "engine": engine_state}
     save_state(state, path)
 
 
-def load_checkpoint(run: RunDir, model, optimizer, scheduler, engine: Engine | None = None) -> int:
+def load_checkpoint(run: RunDir, model, optimizer, scheduler, updater: Updater | None = None) -> int:
     path = _ckpt_path(run)
     if not path.is_file():
         return 0
@@ -93,9 +93,9 @@ def load_checkpoint(run: RunDir, model, optimizer, scheduler, engine: Engine | N
             if n not in params:
                 raise ValueError(f"{path}: parameter '{n}' not in the model; was the config changed?")
             params[n].copy_(v)
-    if engine is not None:
-        engine.load_optimizer_state(optimizer, state["optimizer"], path.parent)
-        engine.load_state_dict(state.get("engine") or {})
+    if updater is not None:
+        updater.load_optimizer_state(optimizer, state["optimizer"], path.parent)
+        updater.load_state_dict(state.get("engine") or {})
     else:
         optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
@@ -129,27 +129,28 @@ def _accumulate(model, processor, part: LMData, micro: int, max_report_tokens: i
                 where: str) -> tuple[torch.Tensor, int]:
     """Backward of the token-mean loss of `part` in micro-batches of `micro` samples: each micro-batch's
     token mean is weighted by its share of the report tokens, so the summed gradient is that of one pass.
-    `model`: the stage's Engine (or a bare model: one process, plain backward). Returns (the token-mean loss,
+    `model`: the stage's Updater (or a bare model: one process, plain backward). Returns (the token-mean loss,
     report tokens)."""
-    engine = model if isinstance(model, Engine) else Engine(model, [p for p in model.parameters() if p.requires_grad])
+    trainable = [p for p in model.parameters() if p.requires_grad] if not isinstance(model, Updater) else []
+    updater = model if isinstance(model, Updater) else Updater(model, trainable)
     parts = [part.take(range(s, min(s + micro, len(part)))) for s in range(0, len(part), micro)]
     # Encoded up front (token ids and pixels, small next to activations): the weights need the total count.
     batches = [encode_sft(processor, p.images, p.instructions, p.reports, max_report_tokens) for p in parts]
-    return _backward(engine, batches, device, dist, where)
+    return _backward(updater, batches, device, dist, where)
 
 
-def _backward(engine: Engine, batches: list[dict], device, dist: Dist, where: str) -> tuple[torch.Tensor, int]:
+def _backward(updater: Updater, batches: list[dict], device, dist: Dist, where: str) -> tuple[torch.Tensor, int]:
     """_accumulate's backward over micro-batches already encoded (by the step loader, lm_batches.py), through the
-    stage's Engine (plain backward in one process, DDP / DeepSpeed under a launch)."""
+    stage's Updater (plain backward in one process, DDP / DeepSpeed under a launch)."""
     total = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in batches)
     scale = dist.loss_scale(torch.tensor(float(total)))
     loss_sum = torch.zeros(())
     for batch in batches:
-        with engine.no_sync():  # the gradients are averaged once, after the step's last micro-batch (sync)
-            loss, n = engine.forward(lm_loss, {k: v.to(device, non_blocking=True) for k, v in batch.items()})
+        with updater.no_sync():  # the gradients are averaged once, after the step's last micro-batch (sync)
+            loss, n = updater.forward(lm_loss, {k: v.to(device, non_blocking=True) for k, v in batch.items()})
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"{where}: loss is {float(loss)}; lower train.lr?")
-            engine.backward(loss * (n / max(total, 1)) * scale)
+            updater.backward(loss * (n / max(total, 1)) * scale)
         loss_sum += loss.detach().cpu() * n
     if len(batches) == 1:
         return loss.detach(), total  # as logged before micro-batches existed, to the last bit
@@ -162,7 +163,7 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
              dist: Dist | None = None) -> dict:
     """Train the currently trainable parameters; returns final metrics (losses, steps, wall time).
 
-    Data-parallel under a torchrun / accelerate launch (`dist`, harness/distributed.py): each process takes
+    Data-parallel under a torchrun / accelerate launch (`dist`, harness/parallel/distributed.py): each process takes
     its share of every batch, its loss is scaled by its share of the batch's report tokens and the gradients
     are averaged, so each step is the step one process would take on the whole batch."""
     dist = dist or Dist()
@@ -179,9 +180,9 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     scheduler = make_scheduler(optimizer, cfg, total)
     # DDP under a launch (it starts every process from rank 0's values), or DeepSpeed ZeRO (train.deepspeed);
     # fp16 bases get a loss scale.
-    engine = Engine(model, params, dist, fp16_scaler=needs_scaler(base_dtype(model)))
-    engine.attach(optimizer)
-    step = load_checkpoint(run, model, optimizer, scheduler, engine)
+    updater = Updater(model, params, dist, fp16_scaler=needs_scaler(base_dtype(model)))
+    updater.attach(optimizer)
+    step = load_checkpoint(run, model, optimizer, scheduler, updater)
     run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
     device = next(model.parameters()).device
     # Steps step..total-1, each this process's encoded micro-batches, decoded by train.num_workers workers.
@@ -201,29 +202,29 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         optimizer.zero_grad(set_to_none=True)
         loss, ntok = None, 0
         if batches:  # the last batch of an epoch may leave a process without samples
-            loss, ntok = _backward(engine, batches, device, dist, f"{desc}: step {step}")
+            loss, ntok = _backward(updater, batches, device, dist, f"{desc}: step {step}")
         elif dist.active:
             dist.loss_scale(torch.tensor(0.0))  # take part in the collective the others are in
-        engine.sync()  # DDP's all-reduce of the gradients (no-op in one process)
+        updater.sync()  # DDP's all-reduce of the gradients (no-op in one process)
         if dist.active:
             loss_sum, ntok = dist.sum(torch.tensor([float(loss.detach()) * ntok if loss is not None else 0.0,
                                                     float(ntok)]))
             loss, ntok = float(loss_sum) / max(float(ntok), 1.0), int(ntok)  # the batch's token mean
-        engine.unscale_(optimizer)
+        updater.unscale_(optimizer)
         gnorm = torch.tensor(0.)
-        if cfg.grad_clip > 0 and not engine.deepspeed:  # DeepSpeed clips in its step (config gradient_clipping)
+        if cfg.grad_clip > 0 and not updater.deepspeed:  # DeepSpeed clips in its step (config gradient_clipping)
             gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         lr = optimizer.param_groups[0]["lr"]
-        stepped = engine.step(optimizer)
-        if engine.deepspeed:
-            gnorm = torch.as_tensor(engine.grad_norm() or 0.0)
+        stepped = updater.step(optimizer)
+        if updater.deepspeed:
+            gnorm = torch.as_tensor(updater.grad_norm() or 0.0)
         scheduler.step()
         step += 1
         last_loss = float(loss.detach()) if torch.is_tensor(loss) else float(loss)
         row = {"step": step, "epoch": epoch, "loss": last_loss, "lr": lr, "grad_norm": float(gnorm),
                "tokens": ntok, "step_time": time.time() - t0}
-        if engine.scaler is not None:  # fp16: an overflowed step is the scaler's to skip, not an error
-            row.update(loss_scale=engine.loss_scale, scaler_skipped=not stepped)
+        if updater.scaler is not None:  # fp16: an overflowed step is the scaler's to skip, not an error
+            row.update(loss_scale=updater.loss_scale, scaler_skipped=not stepped)
         elif not stepped:  # DeepSpeed skipped a step whose gradient was not finite
             row.update(skipped=True)
         run.log_step(row)
@@ -239,9 +240,9 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
             run.log_eval(row)
         # After the epoch's validation row: a resume from this checkpoint keeps that row and never redoes it.
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint(run, model, optimizer, scheduler, step, dist, engine)
+            save_checkpoint(run, model, optimizer, scheduler, step, dist, updater)
     bar.close()
-    save_checkpoint(run, model, optimizer, scheduler, step, dist, engine)
+    save_checkpoint(run, model, optimizer, scheduler, step, dist, updater)
     final = {"steps": step, "train_loss": last_loss, "wall_time_s": time.time() - t_start}
     evals = [e for e in run.evals() if "loss" in e]
     if evals:

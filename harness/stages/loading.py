@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 
 from harness.config import RunConfig
-from harness.distributed import Dist, init_distributed
 from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model
 from harness.models.presets import get_preset
-from harness.zero import plugin_for
+from harness.parallel.distributed import Dist, init_distributed
+from harness.parallel.zero import plugin_for
 
 
 def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
@@ -88,7 +88,7 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     unless the run is complete, load the model and the data. Rank 0 goes first: it writes the manifest and
     builds what is cached (stage 0, the phantom set); the other processes then read them."""
     from harness.preflight import check_inputs, check_names
-    from harness.records import FollowerRun
+    from harness.runs.records import FollowerRun
     from harness.stages.common import load_splits, require_train, seed_everything, start_run
     from harness.stages.pretrain import build_base, needs_tiny_base
 

@@ -22,7 +22,7 @@ from harness.data import phantom
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
 from harness.prompts import load_images
-from harness.records import RunDir, atomic_write_json
+from harness.runs.records import RunDir, atomic_write_json
 from harness.stages.common import default_cache_dir, ensure_phantom, seed_everything, torch_threads
 from harness.stages.lm_train import LMData, train_lm
 
@@ -134,7 +134,7 @@ def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = Fals
     """Return the cached tiny base folder, building it first if needed."""
     if cfg.model.preset != "tiny":
         raise ValueError(f"stage 0 (pretrain) is for the tiny preset only, not '{cfg.model.preset}'")
-    from harness import runlock
+    from harness.runs import lock as runlock
 
     out = base_dir(cfg)
     if (out / "DONE").is_file() and not force:

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 
 from harness.config import RunConfig
-from harness.decoding import generate_reports, greedy_settings
-from harness.distributed import Dist
 from harness.evaluation import findings_scores, nlg_scores
 from harness.grpo.trainer import GRPOTrainer
 from harness.grpo.val_drift import kl_summary, kl_to_snapshot
 from harness.grpo.validation import ValidationCallback, ValidationEvent
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
+from harness.parallel.distributed import Dist
 from harness.prompts import PromptSet, prompt_set
+from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.snapshots import SnapshotStore
 from harness.stages.loading import begin_stage
 
@@ -111,7 +111,7 @@ def ground_truth_labels(samples) -> np.ndarray | None:
 
 
 def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[ValidationCallback] = ()) -> Path:
-    """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/distributed.py).
+    """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/parallel/distributed.py).
     `on_validation`: the trainer's validation callbacks (a search's pruning); one may raise RunPruned."""
     start = begin_stage(cfg, "rl", progress)  # data-parallel under torchrun / accelerate launch
     if start.complete:

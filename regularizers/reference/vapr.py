@@ -65,7 +65,7 @@ class VAPRReference(ReferenceStrategy):
         return {"reset": True, "num_resets": self.num_resets}
 
     def state_dict(self) -> dict[str, Any]:
-        # a plain int: checkpoints are read with weights_only=True (harness/checkpoint_io.py)
+        # a plain int: checkpoints are read with weights_only=True (harness/runs/checkpoint_io.py)
         return {"num_resets": int(self.num_resets)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

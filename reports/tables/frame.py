@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness.records_schema import IndexKey
+from harness.runs.schema import IndexKey
 from reports.bootstrap import DEFAULT_B, paired_bootstrap
 from reports.experiment import Experiment, is_number
 from reports.protocol import arm_tested_at, protocol_issue

@@ -24,7 +24,7 @@ from harness.experiments import (
     resolve_config,
     run_experiment,
 )
-from harness.records import atomic_write_json, read_json
+from harness.runs.records import atomic_write_json, read_json
 from tests.tiny_sizes import TINY
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import torch
 from harness.config import ConfigError, TrainConfig, load_config
 from harness.grpo.trainer import GRPOTrainer, PromptSet
 from harness.models.trainable import add_lora, set_trainable
-from harness.records import RunDir
+from harness.runs.records import RunDir
 from regularizers.registry import Regularizer, register_regularizer
 from tests.harness.grpo.test_trainer import _length_reward  # noqa: F401 - registers the test_length reward
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.records import read_json
-from harness.records_schema import analysis_file
+from harness.runs.records import read_json
+from harness.runs.schema import analysis_file
 from harness.stages.analyze import KINDS
 from reports.experiment import load_experiment, read_jsonl
 from reports.overoptimization import END_METRICS, contrast_arm, end_table, final_values

@@ -17,7 +17,7 @@ from harness.data.phantom.case import sample_case
 from harness.data.phantom.config import PhantomConfig
 from harness.data.phantom.render import draw_image
 from harness.data.phantom.report import compose_report
-from harness.records import atomic_write_bytes
+from harness.runs.records import atomic_write_bytes
 
 
 def split_counts(n: int, fractions: tuple[float, float, float]) -> tuple[int, int, int]:

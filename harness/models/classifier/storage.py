@@ -14,7 +14,7 @@ from torch import nn
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
 from harness.models.classifier.config import ClassifierConfig
 from harness.models.classifier.model import build_classifier, freeze
-from harness.records import atomic_write_bytes, atomic_write_text
+from harness.runs.records import atomic_write_bytes, atomic_write_text
 
 WEIGHTS_FILE = "classifier.safetensors"
 META_FILE = "classifier.json"

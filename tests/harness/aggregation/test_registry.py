@@ -21,7 +21,7 @@ from harness.config import ConfigError, TrainConfig, load_config
 from harness.grpo.core import policy_loss
 from harness.grpo.trainer import GRPOTrainer, PromptSet
 from harness.models.trainable import add_lora, set_trainable
-from harness.records import RunDir
+from harness.runs.records import RunDir
 from tests.harness.grpo.test_trainer import _length_reward  # noqa: F401 - registers the test_length reward
 
 

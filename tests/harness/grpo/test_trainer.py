@@ -10,7 +10,7 @@ from harness.config import RLConfig, TrainConfig
 from harness.grpo.rollout import response_mask_from
 from harness.grpo.trainer import GRPOTrainer, PromptSet
 from harness.models.trainable import add_lora, set_trainable
-from harness.records import RunDir
+from harness.runs.records import RunDir
 from rewards.registry import register_reward
 
 
@@ -287,7 +287,7 @@ def test_a_frozen_policy_equal_to_the_current_one_costs_no_forward_pass(tiny_mod
 
 def test_validation_decodes_exactly_as_the_test(monkeypatch, tiny_processor):
     from harness.config import RunConfig
-    from harness.decoding import greedy_settings
+    from harness.sampling.decoding import greedy_settings
     from harness.stages import rl as rl_stage
 
     cfg = RunConfig()

@@ -391,7 +391,7 @@ def test_real_architecture_builds():
 
 
 def test_saved_files_keep_their_bytes(tmp_path: Path):
-    """The files are written through harness.records now; their bytes are what safetensors' own file writer and
+    """The files are written through harness.runs.records now; their bytes are what safetensors' own file writer and
     an unsorted indented json.dump gave before (readers and hashes of classifier folders rely on them)."""
     from safetensors.torch import save_file
 

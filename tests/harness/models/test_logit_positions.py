@@ -58,10 +58,10 @@ def test_every_logit_pass_feeds_the_lm_head_a_contiguous_input(tiny_model, tiny_
     """The RL log-prob passes, the rollout's prefill and the SFT loss (failed before issue 14's fix: each gave
     the lm_head a [:, -k:] view)."""
     from harness.batching import encode_repeated, encode_sft, lm_loss
-    from harness.lean_decode import SlotCache
-    from harness.lean_forward import sequence_logits
-    from harness.lean_prefill import prefill
     from harness.models.trainable import unwrap
+    from harness.sampling.lean_decode import SlotCache
+    from harness.sampling.lean_forward import sequence_logits
+    from harness.sampling.lean_prefill import prefill
 
     hf = unwrap(tiny_model)
     seen = []

@@ -10,13 +10,13 @@ from __future__ import annotations
 import torch
 
 from harness.config import RLConfig, TrainConfig
-from harness.decoding import generate_reports
 from harness.grpo.trainer import GRPOTrainer, PromptSet
 from harness.models.checkpoint import load_stage_model, save_stage_model
 from harness.models.precision import autocast_for, base_dtype
 from harness.models.tiny import build_tiny_model, save_base
 from harness.models.trainable import MERGER, add_lora, set_trainable, trainable_state, unwrap
-from harness.records import RunDir
+from harness.runs.records import RunDir
+from harness.sampling.decoding import generate_reports
 from harness.stages.lm_train import LMData, train_lm
 
 REPORTS = ["the heart size is normal .", "mild cardiomegaly .", "the lungs are clear .",

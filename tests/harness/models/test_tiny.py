@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from harness.batching import NEVER_GENERATE, encode_prompts, model_inputs, suppressed_token_ids
-from harness.decoding import generate_reports
 from harness.models.checkpoint import load_base
 from harness.models.tiny import SPECIAL_TOKENS, save_base
+from harness.sampling.decoding import generate_reports
 
 
 def test_special_tokens_have_qwen_order_and_config_ids(tiny_tokenizer, tiny_model):

@@ -141,7 +141,7 @@ from tests.harness.test_experiments import FAKES, calls, write_study  # noqa: E4
 def fake_analysis(run_dir, kinds, n_prompts, group_size, seed, key, progress=False):
     from pathlib import Path
 
-    from harness.records import atomic_write_json
+    from harness.runs.records import atomic_write_json
 
     assert (Path(run_dir) / "model").is_dir()  # runs after its RL stage
     with open(os.environ["REGBENCH_TEST_CALLS"], "a") as f:
@@ -164,7 +164,7 @@ ARMS2 = """  - name: a
 
 def test_the_runner_runs_the_studys_analyses_after_the_rl_arms(tmp_path, calls):  # noqa: F811 - the fixture
     from harness.experiments import load_study, run_experiment
-    from harness.records import read_json
+    from harness.runs.records import read_json
 
     fakes = {**FAKES, "analysis": "tests.harness.stages.test_analyze:fake_analysis"}
     path = write_study(tmp_path, ARMS2, seeds="[0]", extra="analyses: [reward_variance, sign_alignment]\n")

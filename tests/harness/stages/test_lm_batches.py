@@ -12,10 +12,10 @@ from harness.batching import encode_sft
 from harness.config import TrainConfig
 from harness.data.datasets import Sample
 from harness.data.streaming import LazyViews
-from harness.distributed import Dist
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import set_trainable
-from harness.records import RunDir
+from harness.parallel.distributed import Dist
+from harness.runs.records import RunDir
 from harness.schedule import epoch_order
 from harness.stages.lm_batches import StepBatches, step_loader
 from harness.stages.lm_train import LMData, train_lm

@@ -9,7 +9,7 @@ import torch
 from harness.config import TrainConfig
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import set_trainable
-from harness.records import RunDir
+from harness.runs.records import RunDir
 from harness.schedule import epoch_order
 from harness.stages.lm_train import LMData, train_lm
 
@@ -65,7 +65,7 @@ REPORTS_UNEQUAL = ["the heart size is normal . there is no pleural effusion or p
 
 
 def _grads(model, processor, images, micro, lora=False):
-    from harness.distributed import Dist
+    from harness.parallel.distributed import Dist
     from harness.stages.lm_train import _accumulate
 
     data = LMData([[im] for im in images], ["write", "describe the film", "write", "report"], REPORTS_UNEQUAL)

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from harness.cli import main
-from harness.records import read_json, read_jsonl
+from harness.runs.records import read_json, read_jsonl
 from tests.tiny_sizes import TINY
 
 

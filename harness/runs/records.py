@@ -1,0 +1,285 @@
+"""Run records (DESIGN.md "Run records"): one directory per run.
+
+manifest.json  resolved config, seed, package versions, git commit
+steps.jsonl    one line per optimizer step
+evals.jsonl    one line per validation/test
+samples.jsonl  sampled candidates (RL)
+metrics.json   final metrics
+checkpoint/    the latest resumable checkpoint
+
+Every whole-file write is atomic (temp file in the same folder + os.replace), so a crash never leaves a
+half-written JSON file; JSONL lines are appended with one write and flushed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness.runs.schema import (
+    EVALS_FILE,
+    LOG_FILES,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    SAMPLES_FILE,
+    STEPS_FILE,
+    ManifestKey,
+)
+
+PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "timm", "numpy", "pycocoevalcap",
+            "nltk", "optuna", "scikit-learn")
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        try:
+            return _jsonable(obj.item())
+        except (ValueError, RuntimeError):
+            pass
+    if hasattr(obj, "tolist"):
+        return _jsonable(obj.tolist())
+    return obj
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    """JSON with non-finite floats written as null (JSON has no NaN)."""
+    return json.dumps(_jsonable(obj), indent=indent, sort_keys=indent is not None, allow_nan=False)
+
+
+def _read_umask() -> int:
+    # Reading the umask means setting it; done once, at import, rather than around every write (threads).
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp creates the file 0600; give it the permissions a plain open() would (0666 minus the umask),
+        # so that run records on a shared cluster disk stay readable by the group.
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, dumps(obj, indent=2) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"missing file: {path}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            # A torn last line (crash mid-write) is dropped; a torn line in the middle is an error.
+            if i == len(lines):
+                break
+            raise ValueError(f"{path}:{i}: not valid JSON ({e})") from e
+    return rows
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if out.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
+                               timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+class RunDir:
+    """A run directory; appends JSONL records and writes JSON files atomically."""
+
+    def __init__(self, path: str | Path, tensorboard: bool = False):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._tb = None
+        self._tb_enabled = tensorboard
+
+    def _tensorboard(self):
+        """Lazily opened SummaryWriter under run_dir/tb (numbers of steps/evals lines are mirrored)."""
+        if self._tb is None and self._tb_enabled:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.path / "tb"))
+        return self._tb
+
+    def _mirror(self, prefix: str, row: dict) -> None:
+        tb = self._tensorboard()
+        if tb is None or "step" not in row:
+            return
+        for k, v in row.items():
+            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                tb.add_scalar(f"{prefix}/{k}", v, int(row["step"]))
+        tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    # -- whole files --------------------------------------------------------------------------------
+    def write_manifest(self, config: dict, seed: int, stage: str, extra: dict | None = None) -> None:
+        manifest = {
+            ManifestKey.STAGE: stage,
+            ManifestKey.SEED: seed,
+            ManifestKey.CONFIG: config,
+            "versions": package_versions(),
+            "git_commit": git_commit(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "argv": sys.argv,
+        }
+        manifest.update(extra or {})
+        atomic_write_json(self.path / MANIFEST_FILE, manifest)
+
+    def write_metrics(self, metrics: dict) -> None:
+        atomic_write_json(self.path / METRICS_FILE, metrics)
+
+    @property
+    def complete(self) -> bool:
+        return (self.path / METRICS_FILE).is_file()
+
+    # -- line logs ------------------------------------------------------------------------------------
+    def _append(self, name: str, row: dict) -> None:
+        line = dumps(row) + "\n"
+        with open(self.path / name, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+
+    def log_step(self, row: dict) -> None:
+        self._append(STEPS_FILE, row)
+        self._mirror("train", row)
+
+    def log_eval(self, row: dict) -> None:
+        self._append(EVALS_FILE, row)
+        self._mirror(str(row.get("split", "eval")), row)
+
+    def log_samples(self, row: dict) -> None:
+        self._append(SAMPLES_FILE, row)
+
+    def steps(self) -> list[dict]:
+        return read_jsonl(self.path / STEPS_FILE)
+
+    def evals(self) -> list[dict]:
+        return read_jsonl(self.path / EVALS_FILE)
+
+    def clear_logs(self) -> None:
+        """A run that starts from zero (no checkpoint) keeps no rows of an earlier, interrupted try."""
+        for name in LOG_FILES:
+            (self.path / name).unlink(missing_ok=True)
+
+    def truncate_logs_after(self, step: int) -> None:
+        """On resume, drop log lines written after the checkpoint we resume from."""
+        for name in LOG_FILES:
+            p = self.path / name
+            if not p.is_file():
+                continue
+            rows = [r for r in read_jsonl(p) if int(r.get("step", 0)) <= step]
+            atomic_write_text(p, "".join(dumps(r) + "\n" for r in rows))
+
+
+class FollowerRun:
+    """A run directory as a process other than rank 0 of a data-parallel run sees it: it reads, never writes
+    (rank 0 holds the RunDir that writes; harness/parallel/distributed.py)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @property
+    def complete(self) -> bool:
+        return (self.path / METRICS_FILE).is_file()
+
+    def write_manifest(self, *args, **kwargs) -> None:
+        pass
+
+    def write_metrics(self, metrics: dict) -> None:
+        pass
+
+    def log_step(self, row: dict) -> None:
+        pass
+
+    def log_eval(self, row: dict) -> None:
+        pass
+
+    def log_samples(self, row: dict) -> None:
+        pass
+
+    def truncate_logs_after(self, step: int) -> None:
+        pass
+
+    def clear_logs(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def steps(self) -> list[dict]:
+        return []
+
+    def evals(self) -> list[dict]:
+        return []

@@ -1,0 +1,119 @@
+"""The layout of what the harness writes and reports/ reads: an experiment's index.json and the files of a run
+directory (experiments/README.md and DESIGN.md "Run records" describe them).
+
+The one place for these names: the writers (harness/experiments/, harness/runs/records.py) and the readers
+(reports/) both take them from here. It imports nothing of the project, so both layers may import it.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------------------------------------------------
+# An experiment folder (harness/experiments/index.py writes it)
+
+INDEX_FILE = "index.json"
+INDEX_FORMAT = "regbench.experiment-index/1"
+RUN_STATUSES = ("complete", "failed", "pending", "running")  # a run's status, counted in the index's summary
+PRUNED = "pruned"  # a run a search stopped on purpose; counted in the summary only where one was
+
+
+class IndexKey:
+    """Top-level keys of index.json."""
+    FORMAT = "format"
+    STUDY = "study"
+    TITLE = "title"
+    STUDY_FILE = "study_file"
+    PRESET = "preset"
+    PRESET_FILE = "preset_file"
+    REPRODUCES = "reproduces"
+    REFERENCE_ARM = "reference_arm"
+    PUBLISHED_DATASET = "published_dataset"
+    SEEDS = "seeds"
+    ARMS = "arms"              # list of ArmKey mappings
+    STAGES_DIR = "stages_dir"
+    RUNS = "runs"              # list of RunKey mappings, one per (arm, seed)
+    SUMMARY = "summary"        # RUN_STATUSES -> count
+    CREATED = "created"
+    UPDATED = "updated"
+    GIT_COMMIT = "git_commit"
+    ARGV = "argv"
+    LEGACY_REFERENCE = "reference"  # read only: older indexes named the reference arm so
+
+
+class ArmKey:
+    """Keys of one entry of index.json's `arms` (a study arm as recorded)."""
+    NAME = "name"
+    LABEL = "label"
+    PUBLISHED_ROW = "published_row"
+    FACTORS = "factors"
+    PIPELINE = "pipeline"
+    OVERRIDES = "overrides"
+
+
+class RunKey:
+    """Keys of one entry of index.json's `runs` (one arm x seed)."""
+    ARM = "arm"
+    SEED = "seed"
+    DIR = "dir"
+    STATUS = "status"
+    ERROR = "error"
+    FAILED_STAGE = "failed_stage"
+    FINAL_STAGE = "final_stage"    # the stage whose model was tested; null: the base model
+    EVAL_DIR = "eval_dir"
+    METRICS = "metrics"            # the eval's metrics.json, relative to the experiment folder
+    EVAL_KEY = "eval_key"
+    ELAPSED_S = "elapsed_s"
+    STAGES = "stages"              # stage name (and "analysis") -> StageKey mapping
+    LEGACY_RL_DIR = "rl_dir"       # read only: hand-written indexes
+    LEGACY_SCORES = "scores"       # read only: hand-written indexes with the test scores inline
+
+
+class StageKey:
+    """Keys of one entry of a run's `stages` in index.json (one stage run, or the run's analysis)."""
+    KEY = "key"
+    DIR = "dir"
+    STATUS = "status"
+    ELAPSED_S = "elapsed_s"
+    SHARED_BY = "shared_by"        # the arms of this seed that use the same stage run
+    INIT_FROM = "init_from"        # model stages: the stage it starts from (null: the base model)
+    ERROR = "error"
+    PRUNED = "pruned"              # why a validation callback stopped this stage (a search's pruner)
+    KINDS = "kinds"                # analysis: the Supp. A record kinds
+
+
+ANALYSIS_STAGE = "analysis"  # the `stages` entry of a run's analysis records
+
+# The eval node's metrics.json holds the test scores plus these keys.
+EVAL_KEY = RunKey.EVAL_KEY
+EVAL_FINAL_STAGE = RunKey.FINAL_STAGE
+EVAL_MODEL_DIR = "model_dir"
+
+# ---------------------------------------------------------------------------------------------------------
+# A run directory (harness/runs/records.py: RunDir writes it)
+
+MANIFEST_FILE = "manifest.json"
+STEPS_FILE = "steps.jsonl"
+EVALS_FILE = "evals.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+METRICS_FILE = "metrics.json"
+LOG_FILES = (STEPS_FILE, EVALS_FILE, SAMPLES_FILE)
+FINAL_TEST_PREDICTIONS = "predictions_final_test.jsonl"  # the eval stage's per-report test outputs
+TEST_PREDICTIONS_GLOB = "predictions_*_test.jsonl"
+
+
+def analysis_file(kind: str) -> str:
+    """The Supp. A record `regbench analyze` writes in an RL run directory."""
+    return f"analysis_{kind}.json"
+
+
+class ManifestKey:
+    """Keys of manifest.json that readers use."""
+    STAGE = "stage"
+    SEED = "seed"
+    CONFIG = "config"
+
+
+class EvalKey:
+    """Keys of an evals.jsonl line that readers use."""
+    SPLIT = "split"    # "val" or "test"
+    STEP = "step"
+    RESET = "reset"    # VAPR reset the policies at this validation

@@ -1,0 +1,46 @@
+"""The full-sequence forward of the GRPO log-prob passes (old, reference, current) with the model's arithmetic and
+less work: the 4-D mask built directly instead of through transformers' vmap machinery, and, in passes
+without grad on the CPU, each distinct image through the vision encoder once (harness/sampling/lean_prefill.py says
+why both give the same numbers). The logits are those of `model(input_ids=..., pixel_values=...)` bit for bit,
+and so are the gradients of a pass with grad (the same ops; its images are not deduplicated: the summed
+gradient of G copies of one image's features would round differently). tests/harness/sampling/test_lean_forward.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.models.logit_positions import last_positions
+from harness.sampling.lean_prefill import image_features, prefill_mask
+
+
+def _supported(hf) -> bool:
+    text = hf.config.get_text_config()
+    return hf.config._attn_implementation in ("eager", "sdpa") and not getattr(text, "use_sliding_window", False)
+
+
+def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor,
+                    image_grid_thw: torch.Tensor, *, logits_to_keep: int, dedupe_images: bool | None = None):
+    """`model(input_ids, attention_mask, pixel_values, image_grid_thw, logits_to_keep, use_cache=False).logits`.
+    `dedupe_images` None = on the CPU when grad is off. Runs under the caller's autocast."""
+    from harness.models.trainable import unwrap
+
+    hf = unwrap(model)
+    # An index tensor, not the int: see harness/models/logit_positions.py (one lm_head copy per row otherwise).
+    keep = last_positions(logits_to_keep, input_ids.shape[1], input_ids.device)
+    if not _supported(hf):
+        return model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
+                     image_grid_thw=image_grid_thw, logits_to_keep=keep, use_cache=False).logits
+    if dedupe_images is None:
+        dedupe_images = input_ids.device.type == "cpu" and not torch.is_grad_enabled()
+    inner = hf.model
+    embeds = inner.get_input_embeddings()(input_ids)
+    feats = image_features(hf, pixel_values, image_grid_thw, dedupe_images).to(embeds.device, embeds.dtype)
+    image_mask, _ = inner.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=feats)
+    embeds = embeds.masked_scatter(image_mask, feats)
+    positions, rope_deltas = inner.get_rope_index(input_ids, image_grid_thw, None, second_per_grid_ts=None,
+                                                  attention_mask=attention_mask)
+    inner.rope_deltas = rope_deltas
+    mask = prefill_mask(attention_mask, hf.config._attn_implementation, embeds.dtype)
+    return model(input_ids=None, inputs_embeds=embeds, position_ids=positions,
+                 attention_mask={"full_attention": mask}, logits_to_keep=keep, use_cache=False).logits

@@ -1,0 +1,292 @@
+"""Data parallelism (harness/parallel/distributed.py, harness/parallel/updater.py: accelerate's DDP) with two CPU
+processes on gloo.
+
+- The scaled per-process losses, with gradients averaged by DDP (each process's share in two micro-batches under
+  no_sync, then sync), give the gradient of the whole batch's loss in one process, for every aggregation
+  (hand-made tensors); a process without any sample this step still takes part.
+- A 2-process `regbench train rl` on the tiny model: both processes end with identical trainable parameters
+  (equal to the saved model's), rank 0 alone writes the run records, once per step.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from harness.config import load_config
+from harness.grpo.core import AGGREGATIONS, aggregation_normalizer, aggregation_weights, policy_loss
+from harness.parallel.distributed import Dist, shard
+from harness.runs.records import read_jsonl
+from tests.tiny_sizes import TINY
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(fn, world: int, *args) -> None:
+    """Run fn(rank, world, port, *args) in `world` spawned processes, as torchrun would set them up."""
+    port = _free_port()
+    mp.start_processes(fn, args=(world, port, *args), nprocs=world, start_method="spawn", join=True)
+
+
+def _env(rank: int, world: int, port: int) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gradients
+
+
+def _batch(seed: int = 0, n: int = 8, t: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, t, generator=g)
+    logp_old = -torch.rand(n, t, generator=g) * 3
+    logp_ref = -torch.rand(n, t, generator=g) * 3
+    adv = torch.randn(n, generator=g)
+    beta = torch.rand(n, generator=g) * 0.2
+    mask = (torch.rand(n, t, generator=g) > 0.3).float()
+    mask[3] = 0.0  # a response with no token
+    mask[5, 1:] = 0.0  # a one-token response
+    return x, logp_old, logp_ref, adv, beta, mask
+
+
+AGG = {"group_size": 2, "max_len": 6}  # rows are 4 groups of G = 2 (group_token_mean); dr_grpo's budget
+
+
+def _loss(theta: torch.Tensor, rows: list[int], aggregation: str,
+          token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    x, logp_old, logp_ref, adv, beta, mask = (v[rows] for v in _batch())
+    logp = -torch.nn.functional.softplus(x * theta[0] + theta[1])  # a policy with two shared parameters
+    loss, _ = policy_loss(logp, logp_old, logp_ref, adv, beta, mask, aggregation=aggregation,
+                          entropy=-logp, entropy_coef=0.01, token_weights=token_weights, **AGG)
+    return loss, mask
+
+
+def _gradient_worker(rank: int, world: int, port: int, out: str) -> None:
+    try:
+        _env(rank, world, port)
+        from harness.parallel.distributed import init_distributed
+        from harness.parallel.updater import Updater
+
+        d = init_distributed()
+        assert d.accelerator().distributed_type.value == "MULTI_CPU"
+        results = {}
+        for aggregation in AGGREGATIONS:
+            policy = torch.nn.Module()
+            policy.theta = torch.nn.Parameter(torch.tensor([0.7, -0.2]))
+            updater = Updater(policy, [policy.theta], d)
+            assert isinstance(updater.ddp, torch.nn.parallel.DistributedDataParallel)
+            full, _ = _loss(policy.theta, list(range(8)), aggregation)
+            (expected,) = torch.autograd.grad(full, policy.theta)
+            # Each process takes whole groups (its prompts), as the trainer does.
+            rows = [r for g in shard(list(range(4)), d) for r in (2 * g, 2 * g + 1)]
+            _, mask = _loss(policy.theta, rows, aggregation)
+            scale = d.loss_scale(aggregation_normalizer(mask, aggregation, **AGG))  # as the trainer does
+            weights = aggregation_weights(mask, aggregation, **AGG)
+            for part in (rows[:2], rows[2:]):  # two micro-batches (a group each), weighted by the share's normalisers
+                at = [rows.index(r) for r in part]
+                with updater.no_sync():
+                    loss, _ = updater.forward(lambda m, rs, w, a: _loss(m.theta, rs, a, w), part, weights[at],
+                                             aggregation)
+                    updater.backward(loss * scale)
+            updater.sync()
+            results[aggregation] = (policy.theta.grad.clone(), expected)
+        # Rank 1 without samples (the last batch of an epoch): its sync still meets rank 0's; mean of (g, 0).
+        policy = torch.nn.Module()
+        policy.theta = torch.nn.Parameter(torch.tensor([0.7, -0.2]))
+        updater = Updater(policy, [policy.theta], d)
+        if d.rank == 0:
+            with updater.no_sync():
+                updater.backward(updater.forward(lambda m: (m.theta * torch.tensor([3.0, -5.0])).sum()))
+        updater.sync()
+        results["empty_share"] = (policy.theta.grad.clone(), torch.tensor([1.5, -2.5]))
+        torch.save(results, Path(out) / f"grads{rank}.pt")
+        from harness.parallel.distributed import finalize
+
+        finalize()
+    except BaseException:
+        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+def test_scaled_losses_with_averaged_gradients_equal_the_whole_batch(tmp_path):
+    _launch(_gradient_worker, 2, str(tmp_path))
+    for rank in (0, 1):
+        for aggregation, (got, expected) in torch.load(tmp_path / f"grads{rank}.pt").items():
+            torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7, msg=aggregation)
+
+
+def test_a_single_process_is_a_no_op():
+    from harness.parallel.updater import Updater
+
+    d = Dist()
+    model = torch.nn.Linear(3, 1)
+    updater = Updater(model, list(model.parameters()), d)
+    assert updater.ddp is None and updater.scaler is None and updater.loss_scale is None
+    x = torch.tensor([[0.3, -1.7, 2.9]])
+    with updater.no_sync():
+        updater.backward(updater.forward(lambda m, v: m(v).sum(), x))
+    updater.sync()
+    assert torch.equal(model.weight.grad, x)  # plain torch: nothing averaged, nothing scaled
+    assert updater.step(torch.optim.SGD(model.parameters(), lr=0.1))
+    assert d.reduce_stats({"kl_mean": 0.5, "beta_min": 0.1}, 10.0) == {"kl_mean": 0.5, "beta_min": 0.1}
+    assert d.broadcast_object({"a": 1}) == {"a": 1} and d.gather_objects(3) == [3]
+    assert shard(list(range(5)), d) == [0, 1, 2, 3, 4]
+    assert shard(list(range(5)), Dist(rank=1, world=2)) == [1, 3]
+
+
+def test_prompts_per_step_must_split_evenly(tiny_model, tiny_processor, tmp_path):
+    from harness.grpo.trainer import GRPOTrainer, PromptSet
+    from harness.runs.records import RunDir
+
+    cfg = load_config(None, ["rl.prompts_per_step=3"])
+    for p in tiny_model.parameters():
+        p.requires_grad_(True)
+    with pytest.raises(ValueError, match=r"rl.prompts_per_step = 3 must be a multiple of the number of processes"):
+        GRPOTrainer(tiny_model, tiny_processor, cfg.rl, cfg.train, RunDir(tmp_path), PromptSet([], [], [], []),
+                    None, seed=0, dist=Dist(rank=0, world=2))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A real 2-process RL stage
+
+
+
+def _train_worker(rank: int, world: int, port: int, stage: str, args: list[str], out: str) -> None:
+    """`regbench train <stage> ARGS` as one process of a torchrun launch; each process also saves the trainable
+    parameters its RL trainer ends with (params<rank>.pt), so that the processes can be compared."""
+    try:
+        _env(rank, world, port)
+        from harness.grpo import trainer as trainer_module
+
+        original = trainer_module.GRPOTrainer.train
+
+        def train_and_keep_parameters(self):
+            result = original(self)
+            torch.save([p.detach().clone() for p in self.params], Path(out) / f"params{rank}.pt")
+            return result
+
+        trainer_module.GRPOTrainer.train = train_and_keep_parameters
+        from harness.cli import main
+
+        (Path(out) / f"rc{rank}").write_text(str(main(["train", stage, *args, "--no-progress"])))
+    except BaseException:
+        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+@pytest.mark.slow
+def test_two_process_rl_keeps_the_processes_identical(tmp_path):
+    from harness.cli import main
+
+    common = TINY + [f"data.synth_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}"]
+    # Stage 0 and the data set first (as a launch would find them cached), then a 2-process RL stage 3.
+    assert main(["train", "pretrain", *common, f"out_dir={tmp_path / 'pre'}", "--no-progress"]) == 0
+    args = common + [f"out_dir={tmp_path / 'rl'}", "train.max_steps=2", "rl.prompts_per_step=2", "rl.group_size=2",
+                     "rl.max_new_tokens=8", "rl.min_new_tokens=2", "rl.regularizer=rer", "rl.reference=vapr",
+                     "rl.val_max_samples=5", "train.lr=1e-3", "train.scheduler=constant", "model.lora_r=4"]
+    _launch(_train_worker, 2, "rl", args, str(tmp_path))
+    assert [(tmp_path / f"rc{r}").read_text() for r in (0, 1)] == ["0", "0"]
+    p0, p1 = (torch.load(tmp_path / f"params{r}.pt") for r in (0, 1))
+    assert all(torch.equal(a, b) for a, b in zip(p0, p1, strict=True))  # identical on both processes
+    steps = read_jsonl(tmp_path / "rl" / "steps.jsonl")
+    assert [s["step"] for s in steps] == [1, 2]  # written once, by rank 0
+    assert all(s["reward_mean"] is not None for s in steps)
+    evals = read_jsonl(tmp_path / "rl" / "evals.jsonl")
+    assert [e["step"] for e in evals] == [0, 2] and all("val_score" in e for e in evals)
+    from harness.models.checkpoint import stage_tensors
+
+    saved = stage_tensors(tmp_path / "rl" / "model")
+    assert sorted(t.numel() for t in saved.values()) == sorted(t.numel() for t in p0)
+    from harness.runs.records import read_json
+
+    assert read_json(tmp_path / "rl" / "metrics.json")["processes"] == 2
+
+
+@pytest.mark.slow
+def test_two_process_warmup_takes_the_steps_of_one_process(tmp_path):
+    """Warm-up has no sampling and no dropout: two processes must reach the parameters one process does."""
+    from harness.cli import main
+    from harness.models.checkpoint import stage_tensors
+
+    common = TINY + [f"data.synth_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}",
+                     "train.max_steps=3", "train.batch_size=4", "train.lr=1e-2", "train.scheduler=constant",
+                     "prompt.max_report_tokens=200"]  # untruncated reports: the processes get unequal token counts
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the launched processes (_env): the same float sums
+    try:
+        assert main(["train", "warmup", *common, f"out_dir={tmp_path / 'one'}", "--no-progress"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    _launch(_train_worker, 2, "warmup", common + [f"out_dir={tmp_path / 'two'}"], str(tmp_path))
+    assert [(tmp_path / f"rc{r}").read_text() for r in (0, 1)] == ["0", "0"]
+    one = stage_tensors(tmp_path / "one" / "model")
+    two = stage_tensors(tmp_path / "two" / "model")
+    assert one.keys() == two.keys()
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-6, msg=name)
+    steps_one, steps_two = (read_jsonl(tmp_path / d / "steps.jsonl") for d in ("one", "two"))
+    assert [s["step"] for s in steps_two] == [1, 2, 3]
+    for a, b in zip(steps_one, steps_two, strict=True):
+        assert b["tokens"] == a["tokens"] and b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    evals_one, evals_two = (read_jsonl(tmp_path / d / "evals.jsonl") for d in ("one", "two"))
+    assert evals_two[-1]["loss"] == pytest.approx(evals_one[-1]["loss"], rel=1e-5)  # sharded validation loss
+    # ... and training moved the parameters (the comparison above is not between two untouched models).
+    assert all(s["grad_norm"] > 0 for s in steps_one) and steps_one[0]["loss"] != steps_one[-1]["loss"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Timeouts: train.dist_timeout_s for the collectives, a long wait for rank-0-first loading
+
+
+def _timeout_worker(rank: int, world: int, port: int, out: str) -> None:
+    try:
+        _env(rank, world, port)
+        import time
+
+        from harness.parallel.distributed import finalize, init_distributed
+
+        d = init_distributed(timeout_s=2.0, load_timeout_s=120.0)
+        with d.main_first():
+            if d.main:
+                time.sleep(6.0)  # a slow model load: three times the collectives' timeout
+        total = float(d.sum(torch.ones(1))[0])  # the group still works afterwards
+        error = ""
+        if rank == 1:  # a barrier rank 0 never joins: the configured timeout ends it
+            try:
+                d.barrier()
+            except Exception as e:  # noqa: BLE001 - the error is the result
+                error = type(e).__name__
+        else:
+            time.sleep(8.0)  # stay in the group while rank 1 waits
+        (Path(out) / f"timeout{rank}.txt").write_text(f"{total} {error}")
+        finalize()
+    except BaseException:
+        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+def test_rank_zero_first_loading_outlasts_the_collective_timeout(tmp_path):
+    _launch(_timeout_worker, 2, str(tmp_path))
+    assert (tmp_path / "timeout0.txt").read_text() == "2.0 "
+    total, error = (tmp_path / "timeout1.txt").read_text().split(" ")
+    assert total == "2.0" and error  # rank 1 outlived rank 0's load, and the 2 s timeout is in force
+
+
+def test_timeouts_must_be_positive(monkeypatch):
+    from harness.parallel.distributed import init_distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"train.dist_timeout_s = 0.0"):
+        init_distributed(timeout_s=0.0)
