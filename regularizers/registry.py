@@ -3,7 +3,8 @@
 A regularizer answers "how hard does each response get pulled toward the reference?" (``beta[B, G]``); a
 reference strategy answers "which policy is the reference?" (a snapshot in the ``SnapshotStore``). The two are
 orthogonal: any regularizer runs with any strategy. Both are dataclasses whose fields are their config, built
-by name from the registry:
+by name from the registry (harness/registry.py; registering a class with config fields that is not a dataclass
+is a TypeError):
 
     @register_regularizer("rer")
     @dataclass
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
+
+from harness.registry import Registry
 
 if TYPE_CHECKING:
     from harness.snapshots import SnapshotStore
@@ -121,69 +124,41 @@ class ReferenceStrategy:
         return {}
 
 
-REGULARIZERS: dict[str, type[Regularizer]] = {}
-REFERENCES: dict[str, type[ReferenceStrategy]] = {}
+# Both registries import every module of regularizers/ and regularizers/reference/ on first use: a class registers
+# itself on import, so a new regularizer or reference strategy is one file with one decorator.
+_PLUGIN_PACKAGES = ("regularizers", "regularizers.reference")
+_REGULARIZER_REGISTRY: Registry[type[Regularizer]] = Registry(
+    "regularizer", _PLUGIN_PACKAGES, base=Regularizer, decorator="register_regularizer", name_attr="name")
+_REFERENCE_REGISTRY: Registry[type[ReferenceStrategy]] = Registry(
+    "reference strategy", _PLUGIN_PACKAGES, base=ReferenceStrategy, decorator="register_reference", name_attr="name")
+REGULARIZERS: dict[str, type[Regularizer]] = _REGULARIZER_REGISTRY.entries
+REFERENCES: dict[str, type[ReferenceStrategy]] = _REFERENCE_REGISTRY.entries
+_REGISTRIES = {"regularizer": _REGULARIZER_REGISTRY, "reference strategy": _REFERENCE_REGISTRY}
 
 R = TypeVar("R", bound=type[Regularizer])
 S = TypeVar("S", bound=type[ReferenceStrategy])
 
 
 def register_regularizer(name: str) -> Callable[[R], R]:
-    """Class decorator: make a :class:`Regularizer` buildable as ``build_regularizer(name, **cfg)``."""
-
-    def deco(cls: R) -> R:
-        _register(REGULARIZERS, name, cls, Regularizer, "regularizer")
-        return cls
-
-    return deco
+    """Class decorator: make a :class:`Regularizer` dataclass buildable as ``build_regularizer(name, **cfg)``."""
+    return _REGULARIZER_REGISTRY.register(name)
 
 
 def register_reference(name: str) -> Callable[[S], S]:
-    """Class decorator: make a :class:`ReferenceStrategy` buildable as ``build_reference(name, **cfg)``."""
-
-    def deco(cls: S) -> S:
-        _register(REFERENCES, name, cls, ReferenceStrategy, "reference strategy")
-        return cls
-
-    return deco
+    """Class decorator: make a :class:`ReferenceStrategy` dataclass buildable as ``build_reference(name, **cfg)``."""
+    return _REFERENCE_REGISTRY.register(name)
 
 
-def _register(table: dict, name: str, cls: type, base: type, kind: str) -> None:
-    if not issubclass(cls, base):
-        raise TypeError(f"{cls.__name__} must subclass {base.__name__} to be a {kind}")
-    if name in table and table[name] is not cls:
-        raise ValueError(f"{kind} {name!r} is already registered by {table[name].__name__}")
-    cls.name = name
-    table[name] = cls
+def _init_fields(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.init] if dataclasses.is_dataclass(cls) else []
 
 
-def _ensure_builtins() -> None:
-    """Import every module of regularizers/ and regularizers/reference/: a class registers itself on import, so a
-    new regularizer or reference strategy is one file with one decorator, found without editing any list. The
-    modules are found on disk beside this file and loaded by name (plug-ins, not dependencies of the registry)."""
-    import importlib
-    import pkgutil
-    from pathlib import Path
-
-    here = Path(__file__).parent
-    for package, folder in (("regularizers", here), ("regularizers.reference", here / "reference")):
-        for info in pkgutil.iter_modules([str(folder)]):
-            if info.name != "registry":
-                importlib.import_module(f"{package}.{info.name}")
-
-
-def _build(table: dict, name: str, cfg: dict[str, Any], kind: str):
-    _ensure_builtins()
-    if name not in table:
-        raise ValueError(f"unknown {kind} {name!r}; available: {sorted(table)}")
-    cls = table[name]
-    if dataclasses.is_dataclass(cls):
-        fields = {f.name for f in dataclasses.fields(cls) if f.init}
-        unknown = sorted(set(cfg) - fields)
-        if unknown:
-            raise ValueError(
-                f"{kind} {name!r} got unknown option(s) {unknown}; its options: {sorted(fields)}"
-            )
+def _build(registry: Registry, name: str, cfg: dict[str, Any]):
+    cls = registry.lookup(name)
+    fields = _init_fields(cls)
+    unknown = sorted(set(cfg) - set(fields))
+    if unknown and dataclasses.is_dataclass(cls):
+        raise ValueError(f"{registry.kind} {name!r} got unknown option(s) {unknown}; its options: {sorted(fields)}")
     return cls(**cfg)
 
 
@@ -192,12 +167,7 @@ def config_fields(kind: str, name: str, section: Any, extra: dict[str, Any] | No
     ``name`` -- a class's field names are the config's, so one builder serves every regularizer and reference --
     updated with ``extra`` (``rl.regularizer_args`` / ``rl.reference_args``: the knobs of a plug-in that the RL
     config does not have; a name the class lacks is an error listing its fields)."""
-    _ensure_builtins()
-    table = {"regularizer": REGULARIZERS, "reference strategy": REFERENCES}[kind]
-    if name not in table:
-        raise ValueError(f"unknown {kind} {name!r}; available: {sorted(table)}")
-    cls = table[name]
-    names = [f.name for f in dataclasses.fields(cls) if f.init] if dataclasses.is_dataclass(cls) else []
+    names = _init_fields(_REGISTRIES[kind].lookup(name))
     return {**{n: getattr(section, n) for n in names if hasattr(section, n)}, **(extra or {})}
 
 
@@ -215,19 +185,17 @@ def reference_from_config(rl: Any) -> ReferenceStrategy:
 
 def build_regularizer(name: str, **cfg: Any) -> Regularizer:
     """Instantiate the regularizer registered as ``name`` with config fields ``cfg``."""
-    return _build(REGULARIZERS, name, cfg, "regularizer")
+    return _build(_REGULARIZER_REGISTRY, name, cfg)
 
 
 def build_reference(name: str, **cfg: Any) -> ReferenceStrategy:
     """Instantiate the reference strategy registered as ``name`` with config fields ``cfg``."""
-    return _build(REFERENCES, name, cfg, "reference strategy")
+    return _build(_REFERENCE_REGISTRY, name, cfg)
 
 
 def available_regularizers() -> list[str]:
-    _ensure_builtins()
-    return sorted(REGULARIZERS)
+    return _REGULARIZER_REGISTRY.names()
 
 
 def available_references() -> list[str]:
-    _ensure_builtins()
-    return sorted(REFERENCES)
+    return _REFERENCE_REGISTRY.names()

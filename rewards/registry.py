@@ -9,53 +9,31 @@ error naming the reward.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 
 import numpy as np
 
+from harness.registry import Registry
+
 RewardFn = Callable[..., np.ndarray]
-REWARDS: dict[str, RewardFn] = {}
-_loaded = False
+# Every module of the `rewards` package is imported on first use, so that their `@register_reward`s run. Reward
+# modules must import heavy dependencies (models, radgraph, ...) lazily, inside functions.
+_REWARD_REGISTRY: Registry[RewardFn] = Registry("reward", ("rewards",), decorator="register_reward")
+REWARDS: dict[str, RewardFn] = _REWARD_REGISTRY.entries
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
-    def deco(fn: RewardFn) -> RewardFn:
-        if name in REWARDS and REWARDS[name] is not fn:
-            raise ValueError(f"reward '{name}' is already registered")
-        REWARDS[name] = fn
-        return fn
-
-    return deco
-
-
-def _ensure_builtins() -> None:
-    """Import every module of the `rewards` package once, so that their `@register_reward`s run.
-
-    Reward modules must import heavy dependencies (models, radgraph, ...) lazily, inside functions.
-    """
-    global _loaded
-    if _loaded:
-        return
-    import rewards
-
-    for info in pkgutil.iter_modules(rewards.__path__):
-        if info.name != "registry":
-            importlib.import_module(f"rewards.{info.name}")
-    _loaded = True
+    """Decorator: make the function the reward ``rl.reward=name``."""
+    return _REWARD_REGISTRY.register(name)
 
 
 def available_rewards() -> list[str]:
-    _ensure_builtins()
-    return sorted(REWARDS)
+    return _REWARD_REGISTRY.names()
 
 
 def get_reward(name: str) -> RewardFn:
-    _ensure_builtins()
-    if name not in REWARDS:
-        raise ValueError(f"unknown reward '{name}'; available: {', '.join(sorted(REWARDS))}")
-    return REWARDS[name]
+    """The reward registered as ``name``; an unknown name is a ValueError listing the registered ones."""
+    return _REWARD_REGISTRY.lookup(name)
 
 
 def compute_reward(name: str, candidates: list[str], references: list[str], **context) -> np.ndarray:

@@ -4,7 +4,11 @@ data parallelism use (harness/grpo/core.py, harness/grpo/trainer.py)."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
+
+from harness.registry import Registry
 
 
 class Aggregation:
@@ -25,47 +29,32 @@ class Aggregation:
         raise NotImplementedError
 
 
-_REGISTRY: dict[str, Aggregation] = {}
+# Every module of harness/aggregation/ is imported on first use (the built-ins and plug-ins register themselves on
+# import), so a new rule is one file there.
+_AGGREGATION_REGISTRY: Registry[type[Aggregation]] = Registry(
+    "aggregation", ("harness.aggregation",), base=Aggregation, decorator="register_aggregation", name_attr="name")
+_REGISTRY: dict[str, type[Aggregation]] = _AGGREGATION_REGISTRY.entries
 
 
 def register_aggregation(name: str):
     """Class decorator: makes ``rl.aggregation=name`` use this rule (config validation lists the registered names).
     Every module of ``harness/aggregation/`` is imported on first use, so a new rule is one file there."""
-
-    def deco(cls: type[Aggregation]) -> type[Aggregation]:
-        if not issubclass(cls, Aggregation):
-            raise TypeError(f"{cls.__name__} must subclass Aggregation to be an aggregation")
-        if name in _REGISTRY and type(_REGISTRY[name]) is not cls:
-            raise ValueError(f"aggregation {name!r} is already registered by {type(_REGISTRY[name]).__name__}")
-        cls.name = name
-        _REGISTRY[name] = cls()
-        return cls
-
-    return deco
-
-
-def _discover() -> None:
-    """Import every module of harness/aggregation/ (the built-ins and plug-ins register themselves on import)."""
-    import importlib
-    import pkgutil
-    from pathlib import Path
-
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        if info.name != "registry":
-            importlib.import_module(f"harness.aggregation.{info.name}")
+    return _AGGREGATION_REGISTRY.register(name)
 
 
 def available_aggregations() -> list[str]:
-    _discover()
-    return sorted(_REGISTRY)
+    return _AGGREGATION_REGISTRY.names()
+
+
+@functools.cache
+def _instance(cls: type[Aggregation]) -> Aggregation:
+    return cls()
 
 
 def get_aggregation(mode: str) -> Aggregation:
-    if mode not in _REGISTRY:
-        _discover()
-    if mode not in _REGISTRY:
-        raise ValueError(f"aggregation must be one of {sorted(_REGISTRY)}, got {mode!r}")
-    return _REGISTRY[mode]
+    """The rule registered as ``mode`` (one instance per class); an unknown name is a ValueError listing the
+    registered ones."""
+    return _instance(_AGGREGATION_REGISTRY.lookup(mode))
 
 
 # The built-in rules (harness/aggregation/builtin.py); plug-ins in harness/aggregation/ add to available_aggregations().

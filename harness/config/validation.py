@@ -11,6 +11,7 @@ from typing import Any
 from harness.config.rl import RLConfig
 from harness.config.run import RunConfig
 from harness.errors import ConfigError
+from harness.models.presets import PRESETS
 
 
 def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:
@@ -70,8 +71,7 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
             need(value >= 0, key, value, "must be >= 0")
     if isinstance(cfg, RunConfig):
         # The preset first: an unknown one leaves the preset-owned fields (image size, dtype) unset.
-        need(cfg.model.preset in ("tiny", "qwen2.5-vl-3b", "qwen2.5-vl-7b"), "model.preset", cfg.model.preset,
-             "must be tiny, qwen2.5-vl-3b or qwen2.5-vl-7b")
+        need(cfg.model.preset in PRESETS, "model.preset", cfg.model.preset, f"must be one of {', '.join(PRESETS)}")
         _check_ranges(cfg, need)
         need(cfg.data.dataset in ("phantom", "iu_xray", "mimic_cxr"), "data.dataset", cfg.data.dataset,
              "must be phantom, iu_xray or mimic_cxr")

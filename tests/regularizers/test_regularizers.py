@@ -1,16 +1,24 @@
 """The regularizer registry, none/constant/adaptive, and state round-trips."""
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 
+from harness.config import load_config
 from regularizers import (
+    REFERENCES,
+    REGULARIZERS,
+    ReferenceStrategy,
     Regularizer,
     available_references,
     available_regularizers,
     build_regularizer,
+    register_reference,
     register_regularizer,
 )
 from regularizers.adaptive import adaptive_beta_update
+from regularizers.registry import regularizer_from_config
 
 
 def test_registry_names():
@@ -35,6 +43,53 @@ def test_register_requires_subclass_and_unique_name():
         @register_regularizer("constant")
         class Other(Regularizer):
             pass
+
+
+@pytest.mark.parametrize("kind", ["regularizer", "reference strategy"])
+def test_a_plugin_class_with_config_fields_but_no_dataclass_is_refused(kind):
+    # Without @dataclass `beta_base` / `period` are no fields: the builders would pass the class no config values,
+    # so rl.beta_base=0.05 would be dropped silently and the class default 0.1 used. Registration refuses it.
+    class NoDataclassKL(Regularizer):
+        beta_base: float = 0.1
+
+        def betas(self, advantages, h_ref=None):
+            return torch.full_like(advantages, self.beta_base)
+
+    class NoDataclassRef(ReferenceStrategy):
+        period: int = 50
+
+    cls, register, table, available = {
+        "regularizer": (NoDataclassKL, register_regularizer, REGULARIZERS, available_regularizers),
+        "reference strategy": (NoDataclassRef, register_reference, REFERENCES, available_references)}[kind]
+    field = next(iter(cls.__annotations__))
+    decorator = register.__name__
+    try:
+        with pytest.raises(TypeError) as err:
+            register("test_no_dataclass")(cls)
+    finally:
+        table.pop("test_no_dataclass", None)  # (registered only if the refusal is missing)
+    message = str(err.value)
+    for part in (f"{kind} 'test_no_dataclass'", cls.__qualname__, f"(module {__name__})", f"[{field!r}]",
+                 "is not a dataclass", "silently ignored", f"add @dataclass to {cls.__qualname__}, directly under "
+                 f"@{decorator}('test_no_dataclass')"):
+        assert part in message, (part, message)
+    assert "test_no_dataclass" not in available()
+
+
+def test_a_dataclass_plugin_gets_its_config_fields():
+    @register_regularizer("test_dataclass_kl")
+    @dataclass
+    class DataclassKL(Regularizer):
+        beta_base: float = 0.1
+
+        def betas(self, advantages, h_ref=None):
+            return torch.full_like(advantages, self.beta_base)
+
+    try:
+        rl = load_config(None, ["rl.regularizer=test_dataclass_kl", "rl.beta_base=0.05"]).rl
+        assert regularizer_from_config(rl).beta_base == 0.05
+    finally:
+        REGULARIZERS.pop("test_dataclass_kl")
 
 
 def test_none_and_constant():
