@@ -23,3 +23,8 @@ SUPPORT_DEVICES = 13
 
 # CheXpert label values.
 POSITIVE, NEGATIVE, UNCERTAIN = 1, 0, -1
+
+# The per-report BLEU statistics a test evaluation records (predictions_*.jsonl, "nlg"): pycocoevalcap's clipped
+# n-gram matches and guesses for n = 1..4 and the two lengths, from which reports/bootstrap.py rescores corpus BLEU.
+BLEU_COUNT_KEYS: tuple[str, ...] = (*(f"correct_{n}" for n in range(1, 5)), *(f"guess_{n}" for n in range(1, 5)),
+                                     "testlen", "reflen")

@@ -7,7 +7,7 @@ model, each evaluated on the test split, and the Supp. A records of the RER + VA
 then it evaluates the base, warm-up and SFT models too, prints one table (per stage and
 per RL arm: BLEU-1..4, METEOR, ROUGE-L, findings against the synthetic ground truth) and each arm's reward
 curve summary into results.md. Everything lands in one folder (default runs/demo). The report (reports/) is
-built afterwards by `regbench demo` in harness/cli.py: only the CLI imports reports/.
+built afterwards by `regbench demo` in harness/cli/study_commands.py: only the CLI imports reports/.
 """
 
 from __future__ import annotations
@@ -21,6 +21,18 @@ from harness.runs.schema import METRICS_FILE, IndexKey, RunKey, StageKey
 DEMO_STUDY = Path(__file__).resolve().parent.parent / "experiments" / "demo_rl_ablation.yaml"
 COLUMNS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "findings_acc", "findings_exact",
            "ce_micro_f1")
+
+
+def verdict_arms(study=None) -> tuple[str, str, str, str] | None:
+    """The demo's verdict contrast (no KL against the study's baseline arm) as (arm, arm label, baseline,
+    baseline label); None when the study has no no-KL arm besides its baseline."""
+    from harness.experiments import load_study
+
+    study = study or load_study(DEMO_STUDY)
+    no_kl = next((a for a in study.arms if a.factors.get("regularizer") == "none"), None)
+    if no_kl is None or no_kl.name == study.reference:
+        return None
+    return no_kl.name, no_kl.label, study.reference, study.arm(study.reference).label
 
 
 def format_table(rows: list[tuple[str, dict]]) -> str:

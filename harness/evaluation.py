@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
+from harness.constants import BLEU_COUNT_KEYS, NUM_OBSERVATIONS, OBSERVATIONS
 
 NLG_METRICS: tuple[str, ...] = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
 NLG_KEYS: tuple[str, ...] = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "CIDEr")
@@ -71,10 +71,6 @@ def nlg_scores(
     if "CIDEr" in chosen:
         scores["CIDEr"] = _cider(gts, res)
     return scores
-
-
-BLEU_COUNT_KEYS: tuple[str, ...] = (*(f"correct_{n}" for n in range(1, 5)), *(f"guess_{n}" for n in range(1, 5)),
-                                     "testlen", "reflen")
 
 
 def nlg_report_scores(refs: Mapping[str, str], hyps: Mapping[str, str]) -> dict[str, dict[str, float]]:

@@ -29,8 +29,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from harness.constants import NUM_OBSERVATIONS
-from harness.evaluation import BLEU_COUNT_KEYS
+from harness.constants import BLEU_COUNT_KEYS, NUM_OBSERVATIONS
 
 DEFAULT_B = 2000
 MEAN_METRICS = ("ROUGE_L", "CIDEr", "METEOR", "entity_f1", "findings_acc")

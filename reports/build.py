@@ -185,8 +185,11 @@ def _fig2_bounds(exp: Experiment) -> list[tuple[str, float, float, float]]:
 
 
 def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, *, B: int = DEFAULT_B,
-                 seed: int = 0, window: int | None = None, metrics: list[str] | None = None) -> Path:
-    """Write tables, figures and index.html for the experiment; return the path of index.html."""
+                 seed: int = 0, window: int | None = None, metrics: list[str] | None = None,
+                 optuna_studies: list[tuple[Path, object]] = ()) -> Path:
+    """Write tables, figures and index.html for the experiment; return the path of index.html.
+    `optuna_studies`: (storage file, optuna.Study) pairs the caller opened (harness/search/stored.py), drawn as
+    optimisation histories."""
     exp = load_experiment(experiment_dir)
     out = Path(out_dir) if out_dir else Path(experiment_dir) / "report"
     tdir, fdir = out / "tables", out / "figures"
@@ -288,8 +291,9 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
     figs += ex_figs
     skipped += ex_skipped
     md_parts += [_table_md(t) for t in ex_tables]
-    for db in F.optuna_files(experiment_dir):
-        for paths in F.fig_optuna(db, fdir):
+    for db, study in optuna_studies:
+        paths = F.fig_optuna(study, fdir)
+        if paths:
             name = paths[0].stem.removeprefix("fig_optuna_")
             figs.append(Figure(f"Optuna: {name}", paths[0], f"optimisation history; study file {db}"))
 

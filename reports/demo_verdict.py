@@ -52,19 +52,14 @@ def contrast_text(arm_eval: Path, ref_eval: Path, arm_rl: Path, ref_rl: Path, ar
     return "\n".join(lines)
 
 
-def demo_verdict(out: Path) -> str:
-    """The verdict of a finished demo folder: its no-KL arm against its reference arm ("" when it has none)."""
-    from harness.demo import DEMO_STUDY
-    from harness.experiments import load_study
+def demo_verdict(out: Path, arm: str, arm_label: str, baseline: str, baseline_label: str) -> str:
+    """The verdict of a finished demo folder: arm `arm` against arm `baseline` (the harness names them: the demo's
+    no-KL arm and its study's baseline), read from the folder's index.json and run records."""
     from harness.runs.records import read_json
     from harness.runs.schema import IndexKey, RunKey, StageKey
 
-    study = load_study(DEMO_STUDY)
-    no_kl = next((a for a in study.arms if a.factors.get("regularizer") == "none"), None)
-    if no_kl is None or no_kl.name == study.reference:
-        return ""
     runs = {r[RunKey.ARM]: r for r in read_json(out / "index.json")[IndexKey.RUNS]}
-    arm, ref = runs[no_kl.name], runs[study.reference]
-    return contrast_text(out / arm[RunKey.EVAL_DIR], out / ref[RunKey.EVAL_DIR],
-                         out / arm[RunKey.STAGES]["rl"][StageKey.DIR], out / ref[RunKey.STAGES]["rl"][StageKey.DIR],
-                         no_kl.label, study.arm(study.reference).label)
+    a, b = runs[arm], runs[baseline]
+    return contrast_text(out / a[RunKey.EVAL_DIR], out / b[RunKey.EVAL_DIR],
+                         out / a[RunKey.STAGES]["rl"][StageKey.DIR], out / b[RunKey.STAGES]["rl"][StageKey.DIR],
+                         arm_label, baseline_label)

@@ -83,20 +83,17 @@ def _save_plot(plot, study, path: Path, size: tuple[float, float] = (7.0, 4.5), 
     return True
 
 
-def build_search_report(out: str | Path, dest: str | Path | None = None, storage: str | None = None) -> Path:
-    """Write the search report of `out` (a `regbench search run` folder; its study in `storage`, by default the
-    one its search.json names); returns the report folder."""
+def build_search_report(out: str | Path, study, dest: str | Path | None = None) -> Path:
+    """Write the search report of `out` (a `regbench search run` folder) from its search.json and its
+    optuna.Study, which the caller opened (harness/cli/search_commands.py); returns the report folder."""
     from optuna.trial import TrialState
     from optuna.visualization import matplotlib as ovm
-
-    from harness.search.optuna_study import open_study
 
     out = Path(out)
     summary_path = out / "search.json"
     if not summary_path.is_file():
         raise FileNotFoundError(f"{summary_path}: not a search folder (run `regbench search run FILE` first)")
     summary = read_json(summary_path)
-    study, _ = open_study(out, create=False, storage=storage)
     dest = Path(dest) if dest else out / "search_report"
     dest.mkdir(parents=True, exist_ok=True)
 

@@ -15,6 +15,7 @@ from harness.experiments.resolve import config_key, resolve_config
 from harness.experiments.study import MODEL_STAGES, STAGES, Study
 from harness.runs.records import read_json
 from harness.runs.schema import EVAL_KEY, METRICS_FILE
+from harness.stages import paths as stage_paths  # the stages' keys and paths: one interface
 
 NODE_ORDER = ("data", "pretrain", *STAGES, "eval", "analysis")
 
@@ -63,34 +64,23 @@ class Plan:
 def _data_node(cfg: RunConfig) -> tuple[str, str] | None:
     if cfg.data.dataset != "phantom" or cfg.data.annotation is not None:
         return None
-    from harness.stages.common import phantom_dir
-
-    where = str(phantom_dir(cfg).resolve())
+    where = str(stage_paths.phantom_dir(cfg).resolve())
     return "data:" + hashlib.sha256(where.encode()).hexdigest()[:10], where
 
 
-def _uses_tiny_base(cfg: RunConfig) -> bool:
-    """Whether the run starts from the cached tiny stage-0 base (not from a model given by path)."""
-    return cfg.model.preset == "tiny" and not cfg.model.path
-
-
 def _pretrain_node(cfg: RunConfig) -> tuple[str, str] | None:
-    if not _uses_tiny_base(cfg):
+    if not stage_paths.uses_tiny_base(cfg):
         return None
-    from harness.stages.pretrain import base_dir
-
-    where = str(base_dir(cfg).resolve())
+    where = str(stage_paths.base_dir(cfg).resolve())
     return "pretrain:" + hashlib.sha256(where.encode()).hexdigest()[:10], where
 
 
 def _base_key(cfg: RunConfig) -> str | None:
     """The cache key of the tiny stage-0 base a run starts from (its recipe version included), None for a
     model given by path (the path is in the config already)."""
-    if not _uses_tiny_base(cfg):
+    if not stage_paths.uses_tiny_base(cfg):
         return None
-    from harness.stages.pretrain import pretrain_key
-
-    return pretrain_key(cfg)
+    return stage_paths.base_key(cfg)
 
 
 def overlapping_test_split(train: RunConfig, test: RunConfig) -> str | None:
@@ -241,17 +231,11 @@ def node_done(node: Node) -> bool:
         except (ValueError, OSError):
             return False
     if node.kind == "data":
-        from harness.stages.common import phantom_dir
-
-        return (phantom_dir(from_dict(RunConfig, node.config)) / "annotation.json").is_file()
+        return (stage_paths.phantom_dir(from_dict(RunConfig, node.config)) / "annotation.json").is_file()
     if node.kind == "analysis":
-        from harness.stages.analyze import analyses_done
-
-        return analyses_done(node.run_dir, node.config["kinds"], node.key)
+        return stage_paths.analyses_done(node.run_dir, node.config["kinds"], node.key)
     if node.kind == "pretrain":
-        from harness.stages.pretrain import base_dir
-
-        return (base_dir(from_dict(RunConfig, node.config)) / "DONE").is_file()
+        return (stage_paths.base_dir(from_dict(RunConfig, node.config)) / "DONE").is_file()
     return False
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.runs.schema import analysis_file
+from harness.stages.paths import analyses_done  # noqa: F401 - re-exported: this stage's completion check
 
 KINDS = ("reward-variance", "sign-alignment")
 FORMAT = "regbench.analysis/1"
@@ -178,20 +179,6 @@ def run_analysis(kind: str, run_dir: str | Path, n_prompts: int | None = None, g
     if kind not in KINDS:
         raise ValueError(f"unknown analysis '{kind}'; choose from {', '.join(KINDS)}")
     return run_analyses(run_dir, [kind], n_prompts, group_size, seed, device, batch_prompts)[0]
-
-
-def analyses_done(run_dir: str | Path, kinds, key: str) -> bool:
-    """Whether every kind's file exists in the run directory and was written for `key`."""
-    from harness.runs.records import read_json
-
-    for kind in kinds:
-        path = Path(run_dir) / analysis_file(kind)
-        try:
-            if read_json(path).get("key") != key:
-                return False
-        except (OSError, ValueError):
-            return False
-    return True
 
 
 # ---------------------------------------------------------------------------------------------------------

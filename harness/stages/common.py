@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 from pathlib import Path
 
@@ -12,28 +11,13 @@ import torch
 
 from harness.config import RunConfig, to_dict
 from harness.runs.records import RunDir
+from harness.stages.paths import default_cache_dir, phantom_dir  # noqa: F401 - re-exported for the stages
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def default_cache_dir(cfg: RunConfig) -> Path:
-    if cfg.cache_dir:
-        return Path(cfg.cache_dir)
-    env = os.environ.get("REGBENCH_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "regbench"
-
-
-def phantom_dir(cfg: RunConfig) -> Path:
-    """Folder of the configured phantom set; the generator's version is part of the name (a set drawn by an
-    older generator is never reused)."""
-    from harness.data.phantom import GENERATOR_VERSION
-
-    d = cfg.data
-    return Path(d.synth_dir) / f"n{d.synth_n}-seed{d.synth_seed}-px{d.synth_image_size}-g{GENERATOR_VERSION}"
 
 
 @contextlib.contextmanager

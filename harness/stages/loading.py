@@ -23,7 +23,7 @@ def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
     if cfg.model.path:
         return cfg.model.path
     if preset.name == "tiny":
-        from harness.stages.pretrain import base_dir
+        from harness.stages.paths import base_dir
 
         out = base_dir(cfg)
         if not (out / "DONE").is_file():
@@ -90,7 +90,8 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     from harness.preflight import check_inputs, check_names
     from harness.runs.records import FollowerRun
     from harness.stages.common import load_splits, require_train, seed_everything, start_run
-    from harness.stages.pretrain import build_base, needs_tiny_base
+    from harness.stages.paths import uses_tiny_base
+    from harness.stages.pretrain import build_base
 
     check_names(cfg, stage)  # names and input folders first: a typo must not cost a model load or a stage 0
     check_inputs(cfg, stage)
@@ -106,7 +107,7 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
         if not start.complete:
             # The data before the model (neither draws from the global RNGs): a bad data set fails in seconds.
             start.splits = require_train(load_splits(cfg, progress), cfg, stage)
-            if not cfg.init_from and needs_tiny_base(cfg):
+            if not cfg.init_from and uses_tiny_base(cfg):
                 build_base(cfg, progress)  # stage 0, a step of its own (cached: built once per machine)
             start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
             if cfg.model.gradient_checkpointing:

@@ -10,32 +10,19 @@ code. It runs once per machine: a second call with the same settings returns the
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import shutil
 from pathlib import Path
 
 from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
-from harness.data import phantom
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
 from harness.prompts import load_images
 from harness.runs.records import RunDir, atomic_write_json
-from harness.stages.common import default_cache_dir, ensure_phantom, seed_everything, torch_threads
+from harness.stages import paths as stage_paths
+from harness.stages.common import ensure_phantom, seed_everything, torch_threads
 from harness.stages.lm_train import LMData, train_lm
-
-# Bump when this recipe changes in a way the config does not show (a new phantom generator is keyed by its own
-# GENERATOR_VERSION).
-# 2: the LM loss scores only the report positions, with a chunked fp32 log-softmax (issue 14): the same loss up
-#    to rounding, so a base built before differs in its last bits and every number downstream with it.
-RECIPE_VERSION = 2
-
-# Seed of stage 0's init, task mix and data order: fixed, not the run's seed, so every run seed starts from the
-# one cached base, as every seed of a real study starts from the same Qwen checkpoint (this project, issue 12).
-STAGE0_SEED = 0
-
+from harness.stages.paths import base_dir, pretrain_key  # noqa: F401 - re-exported: this stage's key and folder
 
 FINDINGS_INSTRUCTION = "List the findings."
 
@@ -92,33 +79,6 @@ def with_hint_task(data: LMData, samples, fraction: float, seed: int, instructio
                   data.reports + [samples[i].report for i in picks])
 
 
-def pretrain_key(cfg: RunConfig) -> str:
-    m = cfg.model
-    payload = {
-        "recipe": RECIPE_VERSION,
-        "pretrain": dataclasses.asdict(cfg.pretrain),
-        "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
-                  m.tiny_vocab_size, m.image_size],
-        "image_px": cfg.data.synth_image_size,
-        "phantom": phantom.GENERATOR_VERSION,  # stage 0 trains on its own phantom set
-        "instruction": cfg.prompt.instruction,
-        "disease_template": cfg.prompt.disease_template,
-        "max_report_tokens": cfg.prompt.max_report_tokens,
-        # STAGE0_SEED sits where the run seed was before, so seed-0 bases keep their key (and cache).
-        "seed": STAGE0_SEED,
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def base_dir(cfg: RunConfig) -> Path:
-    return default_cache_dir(cfg) / "tiny-base" / pretrain_key(cfg)
-
-
-def needs_tiny_base(cfg: RunConfig) -> bool:
-    """Does a stage starting from the base model of `cfg` need stage 0 (the tiny preset without model.path)?"""
-    return cfg.model.preset == "tiny" and not cfg.model.path
-
-
 def build_base(cfg: RunConfig, progress: bool = True) -> Path:
     """Stage 0 as a named step (the experiment runner's `pretrain` node, and the stage start before the model
     loads): the cached tiny base of `cfg`, built first if need be, with a line saying which."""
@@ -158,7 +118,7 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     from harness.data.datasets import load_annotation
 
     p = cfg.pretrain
-    seed_everything(STAGE0_SEED)
+    seed_everything(stage_paths.STAGE0_SEED)
     work = out.parent / f"{out.name}.work"
     data_ann = ensure_phantom(work / "data", p.n, p.data_seed, cfg.data.synth_image_size, progress)
     splits = load_annotation(data_ann, "phantom")
@@ -166,23 +126,23 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     corpus = [s.report for s in train] + [cfg.prompt.instruction] + [o.lower() for o in OBSERVATIONS]
     tokenizer = train_tokenizer(corpus, cfg.model.tiny_vocab_size)
     processor = build_processor(tokenizer, cfg.model.image_size)
-    model = build_tiny_model(tokenizer, seed=STAGE0_SEED, text_hidden=cfg.model.tiny_text_hidden,
+    model = build_tiny_model(tokenizer, seed=stage_paths.STAGE0_SEED, text_hidden=cfg.model.tiny_text_hidden,
                              text_layers=cfg.model.tiny_text_layers, vision_hidden=cfg.model.tiny_vision_hidden,
                              vision_depth=cfg.model.tiny_vision_depth, image_size=cfg.model.image_size)
     set_trainable(model, "pretrain")
     size = cfg.model.image_size
     train_data = with_findings_task(
         LMData(load_images(train, size), [cfg.prompt.instruction] * len(train), [s.report for s in train]),
-        train, p.findings_task_fraction, STAGE0_SEED)
-    train_data = with_hint_task(train_data, train, p.hint_task_fraction, STAGE0_SEED, cfg.prompt.instruction,
-                                cfg.prompt.disease_template)
+        train, p.findings_task_fraction, stage_paths.STAGE0_SEED)
+    train_data = with_hint_task(train_data, train, p.hint_task_fraction, stage_paths.STAGE0_SEED,
+                                cfg.prompt.instruction, cfg.prompt.disease_template)
     val_data = LMData(load_images(val, size), [cfg.prompt.instruction] * len(val), [s.report for s in val])
     tcfg = p.train_config()
     run = RunDir(work / "run")
     # The cached base must not depend on which command built it first: the weights depend on the thread
     # count, so stage 0 always trains on one thread (as in the experiment runner's worker processes).
     with torch_threads(1):
-        metrics = train_lm(model, processor, train_data, val_data, tcfg, run, seed=STAGE0_SEED,
+        metrics = train_lm(model, processor, train_data, val_data, tcfg, run, seed=stage_paths.STAGE0_SEED,
                            max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 0 pretrain",
                            progress=progress)
     staging = out.parent / f"{out.name}.staging"

@@ -9,7 +9,7 @@
 - `fig_s5_reward_std`: Fig. S5, within-group reward std before / after RL (analysis_reward-variance.json).
 - `fig_a3_alignment`: Supp. A.3, P_sign and P_top1 before / after RL (analysis_sign-alignment.json), with
   the published values.
-- `fig_optuna`: optimisation history of each Optuna study in a storage file (optional).
+- `fig_optuna`: optimisation history of an Optuna study the harness opened (optional).
 Curves: each seed's series is smoothed with a trailing rolling mean (window w, stated in the title), then
 the arm's line is the mean over seeds at each step and its band mean ± 1 std across seeds (no band for n = 1).
 
@@ -31,7 +31,7 @@ from reports.figures.curves import (
     series,
 )
 from reports.figures.rer import fig2_rer_beta, rer_curves
-from reports.figures.search_plots import fig_optuna, optuna_files
+from reports.figures.search_plots import fig_optuna
 from reports.figures.supplement import (
     alignment_stats,
     alignment_values,
@@ -61,7 +61,6 @@ __all__ = [
     "fig_s5_reward_std",
     "fig_val_scores",
     "kl_pressure",
-    "optuna_files",
     "plot_band",
     "plt",
     "rer_curves",

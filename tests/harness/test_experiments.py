@@ -233,11 +233,11 @@ def test_expansion_and_shared_stage_keys(tmp_path):
 def test_a_new_stage0_recipe_gives_new_stage_runs(tmp_path, monkeypatch):
     """The warm-up starts from the cached stage-0 base; a base rebuilt by a new recipe (same config) must not
     reuse stage runs trained on the old one (before: the warm-up key ignored the base)."""
-    import harness.stages.pretrain as pretrain
+    import harness.stages.paths as stage_paths
 
     study = load_study(write_study(tmp_path, ARMS))
     before = build_plan(study, tmp_path / "out")
-    monkeypatch.setattr(pretrain, "RECIPE_VERSION", pretrain.RECIPE_VERSION + 1)
+    monkeypatch.setattr(stage_paths, "RECIPE_VERSION", stage_paths.RECIPE_VERSION + 1)
     after = build_plan(study, tmp_path / "out")
     for stage in ("warmup", "sft", "rl"):
         assert after.runs["a", 0].stages[stage] != before.runs["a", 0].stages[stage]

@@ -171,9 +171,9 @@ def mimic_experiment_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def built_report(experiment_dir, tmp_path_factory) -> Path:
-    from reports.build import build_report
+    from harness.cli.report_commands import build_experiment_report
 
-    return build_report(experiment_dir, tmp_path_factory.mktemp("report"), B=2000)
+    return build_experiment_report(experiment_dir, tmp_path_factory.mktemp("report"), B=2000)
 
 
 # ------------------------------------------------------------------------------------------------------

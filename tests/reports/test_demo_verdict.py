@@ -65,8 +65,8 @@ def test_missing_predictions_are_named(tmp_path):
         contrast_text(ev, ev, rl, rl, "x", "y")
 
 
-def test_demo_takes_the_no_kl_arm_against_the_reference(tmp_path):
-    from harness.demo import DEMO_STUDY
+def test_demo_takes_the_no_kl_arm_against_the_baseline(tmp_path):
+    from harness.demo import DEMO_STUDY, verdict_arms
     from harness.experiments import load_study
     from reports.demo_verdict import demo_verdict
 
@@ -79,6 +79,7 @@ def test_demo_takes_the_no_kl_arm_against_the_reference(tmp_path):
         runs.append({"arm": arm.name, "seed": 0, "eval_dir": f"{arm.name}/eval",
                      "stages": {"rl": {"dir": f"{arm.name}/rl"}}})
     (tmp_path / "index.json").write_text(json.dumps({"runs": runs}))
-    text = demo_verdict(tmp_path)
+    assert verdict_arms(study)[0::2] == ("no_kl", "ckl")
+    text = demo_verdict(tmp_path, *verdict_arms(study))
     assert text.startswith("Verdict, no KL - constant KL (static reference)")
     assert "no KL 4.50, constant KL (static reference) 0.50" in text

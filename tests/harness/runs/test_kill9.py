@@ -24,8 +24,8 @@ import pytest
 from harness.experiments import load_study, run_experiment
 from harness.runs.records import atomic_write_json, atomic_write_text, read_json
 from harness.search.run import run_search
-from tests.harness.test_experiments import ARMS, FAKES, _record, write_study
 from tests.harness.search.test_run import write_search
+from tests.harness.test_experiments import ARMS, FAKES, _record, write_study
 
 ROOT = Path(__file__).resolve().parents[3]
 STEPS = 10

@@ -86,9 +86,9 @@ def test_a_search_runs_on_a_database_url_and_a_journal(tmp_path, calls):
     res = run_search(write_search(tmp_path, text, name="toy"), tmp_path / "b", functions=SEARCH_FAKES, log=_quiet)
     assert (tmp_path / "b" / "optuna.journal").is_file() and len(res.summary["trials"]) == 2
     # The report finds the study through search.json.
-    from reports.search import build_search_report
+    from harness.cli.search_commands import search_report
 
-    assert (build_search_report(tmp_path / "a") / "trials.csv").is_file()
+    assert (search_report(tmp_path / "a") / "trials.csv").is_file()
 
 
 def test_an_older_journal_folder_is_continued(tmp_path, calls):

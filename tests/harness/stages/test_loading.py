@@ -7,6 +7,7 @@ import pytest
 import harness.stages.pretrain as pretrain
 from harness.config import load_config
 from harness.experiments import DEFAULT_FUNCTIONS
+from harness.stages import paths
 from harness.stages.loading import base_path
 from tests.tiny_sizes import TINY
 
@@ -42,15 +43,15 @@ def test_a_built_base_is_found_and_build_base_reuses_it(tmp_path, no_build, caps
     assert "[stage 0] tiny base model: cached in" in capsys.readouterr().out
     # another run seed shares the base; another stage-0 seed is another stage 0, still unbuilt
     assert base_path(_cfg(tmp_path, "seed=7")) == built
-    monkeypatch.setattr(pretrain, "STAGE0_SEED", 7)
+    monkeypatch.setattr(paths, "STAGE0_SEED", 7)
     with pytest.raises(FileNotFoundError, match="regbench train pretrain"):
         base_path(_cfg(tmp_path))
 
 
 def test_a_model_path_or_a_real_preset_needs_no_stage_0(tmp_path, no_build):
     assert str(base_path(_cfg(tmp_path, f"model.path={tmp_path / 'm'}"))) == str(tmp_path / "m")
-    assert not pretrain.needs_tiny_base(_cfg(tmp_path, f"model.path={tmp_path / 'm'}"))
-    assert pretrain.needs_tiny_base(_cfg(tmp_path))
+    assert not paths.uses_tiny_base(_cfg(tmp_path, f"model.path={tmp_path / 'm'}"))
+    assert paths.uses_tiny_base(_cfg(tmp_path))
 
 
 def test_the_runner_builds_stage_0_as_its_own_node():

@@ -10,8 +10,9 @@ from safetensors.torch import load_file
 
 from harness.config import load_config
 from harness.data.phantom import GENERATOR_VERSION
-from harness.stages import pretrain
-from harness.stages.pretrain import RECIPE_VERSION, base_dir, pretrain_key, pretrain_tiny_base
+from harness.stages import paths
+from harness.stages.paths import RECIPE_VERSION
+from harness.stages.pretrain import base_dir, pretrain_key, pretrain_tiny_base
 from tests.tiny_sizes import TINY
 
 
@@ -38,7 +39,7 @@ def test_key_ignores_the_run_seed_and_follows_the_stage0_seed(tmp_path, monkeypa
     assert len(keys) == 1
     # Seed-0 bases already cached keep their folder: the key equals the old one for run seed 0.
     assert keys == {_old_key(_cfg(tmp_path), 0)}
-    monkeypatch.setattr(pretrain, "STAGE0_SEED", 3)
+    monkeypatch.setattr(paths, "STAGE0_SEED", 3)
     assert pretrain_key(_cfg(tmp_path)) not in keys
     assert pretrain_key(_cfg(tmp_path)) == _old_key(_cfg(tmp_path), 3)
 

@@ -1,4 +1,5 @@
-"""reports/cli.py: the `report` and `analyze` subcommands (the analysis: tests/harness/stages/test_analyze.py)."""
+"""harness/cli/report_commands.py: the `report` and `analyze` subcommands (the analysis:
+tests/harness/stages/test_analyze.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import argparse
 
 import pytest
 
-from reports.cli import add_subcommands
+from harness.cli.report_commands import add_parsers
+from tests.reports.conftest import write_experiment
 
 
 def _parser():
     parser = argparse.ArgumentParser(prog="regbench")
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    add_parsers(parser.add_subparsers(dest="command", required=True))
     return parser
 
 
@@ -22,6 +24,11 @@ def test_subcommands_parse():
     assert (ns.kind, ns.run, ns.n_prompts, ns.group_size, ns.device) == ("sign-alignment", "runs/x/rl", 5, 4, "auto")
     with pytest.raises(SystemExit):
         _parser().parse_args(["analyze", "nonsense", "runs/x"])
+
+
+@pytest.fixture(scope="module")
+def experiment_dir(tmp_path_factory):
+    return write_experiment(tmp_path_factory.mktemp("experiment"))
 
 
 def test_report_command(experiment_dir, tmp_path, capsys):

@@ -1,26 +1,26 @@
-"""The `report` and `analyze` subcommands; harness/cli.py registers them with one call (the analysis itself,
-sampling from models, is harness/stages/analyze.py; reports/ only reads the files it writes):
+"""`report` (tables, figures and a page from an experiment's run records) and `analyze` (Supp. A analyses).
 
-    from reports.cli import add_subcommands
-    add_subcommands(sub)        # sub = parser.add_subparsers(...)
-
-  regbench report EXPERIMENT_DIR [--out DIR] [--bootstrap B] [--seed S] [--window W]
-  regbench analyze {reward-variance,sign-alignment} RUN [--n-prompts N] [--group-size G] [--seed S]
-                   [--device auto|cpu|cuda] [--batch-prompts K]
-Each handler returns an exit code, like the other `regbench` commands (`ns.func(ns)`).
+The harness does what needs models or stores (sampling for `analyze`, opening Optuna storages) and hands
+reports/ the records and objects it reads: reports/ itself only reads.
 """
 
 from __future__ import annotations
 
 import argparse
 
-KINDS = ("reward-variance", "sign-alignment")  # harness/stages/analyze.py (not imported here: it loads torch)
+ANALYSIS_KINDS = ("reward-variance", "sign-alignment")  # harness/stages/analyze.py (loads torch: imported late)
+
+
+def build_experiment_report(experiment_dir, out=None, **kwargs):
+    """reports.build.build_report with the Optuna studies stored beside the experiment opened here."""
+    from harness.search.stored import experiment_studies
+    from reports.build import build_report
+
+    return build_report(experiment_dir, out, optuna_studies=experiment_studies(experiment_dir), **kwargs)
 
 
 def cmd_report(ns) -> int:
-    from reports.build import build_report
-
-    path = build_report(ns.experiment_dir, ns.out, B=ns.bootstrap, seed=ns.seed, window=ns.window)
+    path = build_experiment_report(ns.experiment_dir, ns.out, B=ns.bootstrap, seed=ns.seed, window=ns.window)
     print(f"report: {path}")
     return 0
 
@@ -38,9 +38,8 @@ def cmd_analyze(ns) -> int:
     return 0
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
-    """Register `report` and `analyze` on the `regbench` subparsers."""
-    rep = subparsers.add_parser("report", help="tables, figures and index.html from an experiment's run records")
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    rep = sub.add_parser("report", help="tables, figures and index.html from an experiment's run records")
     rep.add_argument("experiment_dir", metavar="EXPERIMENT_DIR",
                      help="an experiment folder (with index.json), or a folder of RL run directories")
     rep.add_argument("--out", default=None, help="output folder (default EXPERIMENT_DIR/report)")
@@ -51,8 +50,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
                      help="rolling-mean window of the curves in steps (default: about steps / 50)")
     rep.set_defaults(func=cmd_report)
 
-    ana = subparsers.add_parser("analyze", help="REVA-PO Supp. A analyses of an RL run (before vs after RL)")
-    ana.add_argument("kind", choices=list(KINDS),
+    ana = sub.add_parser("analyze", help="REVA-PO Supp. A analyses of an RL run (before vs after RL)")
+    ana.add_argument("kind", choices=list(ANALYSIS_KINDS),
                      help="reward-variance: within-group reward std (Supp. A.1, Fig. S5); "
                           "sign-alignment: P_sign / P_top1 of BLEU-4 vs CheXpert F1 (Supp. A.3)")
     ana.add_argument("run", metavar="RUN", help="an RL run directory (manifest.json with init_from, model/)")

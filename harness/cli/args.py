@@ -1,0 +1,56 @@
+"""Arguments every command group shares: CONFIG + key=value overrides, --restart, comma lists."""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.config import ConfigError, load_config
+
+
+def split_config_args(items: list[str]) -> tuple[str | None, list[str]]:
+    """`[CONFIG] key=value ...` -> (CONFIG or None, overrides)."""
+    config, overrides = None, []
+    for item in items:
+        if "=" in item:
+            overrides.append(item)
+        elif config is None:
+            config = item
+        else:
+            raise ConfigError(f"unexpected argument '{item}': give one CONFIG file, then key=value overrides")
+    return config, overrides
+
+
+def add_config_args(p: argparse.ArgumentParser, restart: bool = True) -> None:
+    p.add_argument("args", nargs="*", metavar="CONFIG | key=value",
+                   help="optional YAML config file, then dotted overrides such as train.epochs=2 (every field "
+                        "with its help: regbench config show)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    if restart:
+        p.add_argument("--restart", action="store_true",
+                       help="discard what out_dir holds (records, checkpoint, model) and run the stage from the start;"
+                            " without it, a folder of another stage or config is refused")
+
+
+def stage_config(ns, stage: str | None = None):
+    """The resolved, checked config of a stage command (names checked before anything heavy is built)."""
+    from harness.preflight import check_names
+    from harness.runs.state import request_restart
+
+    config, overrides = split_config_args(ns.args)
+    cfg = load_config(config, overrides, stage=stage)
+    check_names(cfg, stage)  # unknown reward / metric names fail here, before any model or data set is built
+    request_restart(bool(getattr(ns, "restart", False)))
+    return cfg
+
+
+def int_list(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise ConfigError(f"--seeds must be comma-separated integers, got '{text}'") from e
+
+
+def name_list(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None

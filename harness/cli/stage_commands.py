@@ -1,0 +1,116 @@
+"""`data synth`, `classifier train`, `train {pretrain,warmup,sft,rl}`, `eval`, `export`: one stage run each."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness.cli.args import add_config_args, stage_config
+from harness.config import ConfigError
+
+
+def cmd_data_synth(ns) -> int:
+    from harness.data.phantom import PhantomConfig, synthesize
+
+    path = synthesize(Path(ns.out), PhantomConfig(n=ns.n, seed=ns.seed, image_size=ns.image_size))
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_classifier_train(ns) -> int:
+    from harness.stages.classifier import run_classifier_training
+
+    out = run_classifier_training(stage_config(ns, "classifier"), progress=not ns.no_progress)
+    print(f"classifier: {out}")
+    return 0
+
+
+def cmd_train(ns) -> int:
+    cfg = stage_config(ns, "warmup" if ns.stage == "pretrain" else ns.stage)
+    progress = not ns.no_progress
+    if ns.stage == "pretrain":
+        from harness.stages.pretrain import build_base
+
+        out = build_base(cfg, progress=progress)
+    elif ns.stage == "warmup":
+        from harness.stages.warmup import run_warmup
+
+        out = run_warmup(cfg, progress=progress)
+    elif ns.stage == "sft":
+        from harness.stages.sft import run_sft
+
+        out = run_sft(cfg, progress=progress)
+    elif ns.stage == "rl":
+        from harness.stages.rl import run_rl
+
+        out = run_rl(cfg, progress=progress)
+    else:  # pragma: no cover - argparse restricts choices
+        raise ConfigError(f"unknown stage {ns.stage}")
+    print(f"{ns.stage}: {out}")
+    return 0
+
+
+def cmd_eval(ns) -> int:
+    from harness.preflight import check_split
+    from harness.runs.records import RunDir
+    from harness.stages.evaluate import evaluate_model
+
+    check_split(ns.split, "--split")
+    cfg = stage_config(ns, "eval")
+    run = RunDir(ns.out) if ns.out else None
+    scores = evaluate_model(cfg, ns.model, ns.split, run=run, progress=not ns.no_progress)
+    per_label = scores.pop("per_label", None)
+    if per_label and ns.per_label:
+        print("| observation | precision | recall | f1 | support |", file=sys.stderr)
+        print("|---|---|---|---|---|", file=sys.stderr)
+        for name, row in per_label.items():
+            print(f"| {name} | {row['precision']:.3f} | {row['recall']:.3f} | {row['f1']:.3f} | {row['support']} |",
+                  file=sys.stderr)
+    print(json.dumps(scores, indent=2))
+    return 0
+
+
+def cmd_export(ns) -> int:
+    from harness.models.checkpoint import export_merged
+
+    out = export_merged(ns.model, ns.out, base_path=ns.base)
+    print(f"exported: {out} (Qwen2_5_VLForConditionalGeneration.from_pretrained and AutoProcessor load it)")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    data = sub.add_parser("data", help="data sets").add_subparsers(dest="data_command", required=True)
+    synth = data.add_parser("synth", help="write the synthetic chest X-ray set (R2Gen annotation.json + PNGs)")
+    synth.add_argument("--n", type=int, default=1500, help="number of studies (default 1500)")
+    synth.add_argument("--seed", type=int, default=0, help="random seed; same seed -> identical files")
+    synth.add_argument("--out", required=True, help="output folder")
+    synth.add_argument("--image-size", type=int, default=128, help="image side in pixels (default 128)")
+    synth.set_defaults(func=cmd_data_synth)
+
+    clf = sub.add_parser("classifier", help="the disease classifier").add_subparsers(dest="clf_command",
+                                                                                     required=True)
+    clf_train = clf.add_parser("train", help="train the 14-observation classifier and choose thresholds")
+    add_config_args(clf_train)
+    clf_train.set_defaults(func=cmd_classifier_train)
+
+    train = sub.add_parser("train", help="run a training stage")
+    train.add_argument("stage", choices=["pretrain", "warmup", "sft", "rl"],
+                       help="pretrain: stage 0 (tiny only); warmup: stage 1; sft: stage 2; rl: stage 3")
+    add_config_args(train)
+    train.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("eval", help="decode a split greedily and score it")
+    ev.add_argument("--model", required=True, help="a stage's model folder (…/model) or a base-model folder")
+    ev.add_argument("--split", default="test", help="train, val or test (default test)")
+    ev.add_argument("--out", default=None, help="run folder to append evals.jsonl and predictions to")
+    ev.add_argument("--per-label", action="store_true", help="also print the per-observation CE table (stderr)")
+    add_config_args(ev, restart=False)
+    ev.set_defaults(func=cmd_eval)
+
+    exp_model = sub.add_parser("export", help="write a stage's model as one merged transformers folder")
+    exp_model.add_argument("model", help="a stage's model folder (RUN/model)")
+    exp_model.add_argument("out", help="output folder")
+    exp_model.add_argument("--base", default=None, help="the base model's folder, if not where spec.json says")
+    exp_model.set_defaults(func=cmd_export)
