@@ -1,4 +1,4 @@
-"""Policies as snapshots of the trainable parameters (DESIGN.md, "The central idea").
+"""Policies as snapshots of the trainable parameters (docs/DESIGN.md, "The central idea").
 
 Every policy the RL algorithm talks about -- current, old, reference, best -- is the same frozen base model
 with a different value of its trainable parameters (the merger, LoRA adapters, or everything). A

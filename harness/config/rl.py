@@ -11,7 +11,7 @@ from harness.config.sections import knob
 @dataclass
 class RLConfig:
     """Stage 3 (REVA-PO Sec. 3.3, Algorithm 1). Defaults: the paper's MIMIC-CXR settings (Supp. D.2) and the
-    official code where the paper is silent (DESIGN.md "RL objective")."""
+    official code where the paper is silent (docs/DESIGN.md "RL objective")."""
 
     regularizer: str = knob("rer", "Regularizer (regularizers/, any registered name): none | constant | adaptive | "
                                    "rer.")

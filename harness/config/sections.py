@@ -1,7 +1,7 @@
 """The config sections other than RL: each field's help (meaning, unit or range, source) is its `help` metadata.
 
 Sources: "REVA-PO" = the paper (Supp. D.2 holds its hyperparameters); "official code" = REVA-PO's released code;
-"this project" = DESIGN.md's own choice. `regbench config show` prints every field with its help.
+"this project" = this project's own choice (docs/DESIGN.md). `regbench config show` prints each field's help.
 """
 
 from __future__ import annotations
@@ -76,10 +76,11 @@ class ModelConfig:
                            "the vision encoder and the LLM; the merger trains fully.")
     lora_alpha: int = knob(32, "LoRA alpha (REVA-PO Supp. D.2: 32).")
     lora_dropout: float = knob(0.1, "LoRA dropout, in [0, 1) (REVA-PO Supp. D.2: 0.1).")
-    tiny_text_hidden: int = knob(64, "Tiny preset: text hidden size (DESIGN.md: text hidden ~64).")
-    tiny_text_layers: int = knob(2, "Tiny preset: text layers (DESIGN.md: 2 layers).")
-    tiny_vision_hidden: int = knob(64, "Tiny preset: vision hidden size (DESIGN.md: vision ~32 wide).")
-    tiny_vision_depth: int = knob(2, "Tiny preset: vision blocks (DESIGN.md: 1 block).")
+    tiny_text_hidden: int = knob(64, "Tiny preset: text hidden size (this project; docs/DESIGN.md 'The tiny testbed').")
+    tiny_text_layers: int = knob(2, "Tiny preset: text layers (this project; docs/DESIGN.md 'The tiny testbed').")
+    tiny_vision_hidden: int = knob(64, "Tiny preset: vision hidden size (this project; docs/DESIGN.md "
+                                   "'The tiny testbed').")
+    tiny_vision_depth: int = knob(2, "Tiny preset: vision blocks (this project; docs/DESIGN.md 'The tiny testbed').")
     tiny_vocab_size: int = knob(1200, "Tiny preset: tokenizer vocabulary size (this project).")
     gradient_checkpointing: bool = knob(False, "Recompute activations in the backward pass (transformers' "
                                                "gradient checkpointing, non-reentrant) in the model stages: less "

@@ -1,4 +1,4 @@
-"""Run records (DESIGN.md "Run records"): one directory per run.
+"""Run records (docs/DESIGN.md "Run records"): one directory per run.
 
 manifest.json  resolved config, seed, package versions, git commit
 steps.jsonl    one line per optimizer step

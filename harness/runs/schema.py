@@ -1,5 +1,5 @@
 """The layout of what the harness writes and reports/ reads: an experiment's index.json and the files of a run
-directory (experiments/README.md and DESIGN.md "Run records" describe them).
+directory (experiments/README.md and docs/DESIGN.md "Run records" describe them).
 
 The one place for these names: the writers (harness/experiments/, harness/runs/records.py) and the readers
 (reports/) both take them from here. It imports nothing of the project, so both layers may import it.
