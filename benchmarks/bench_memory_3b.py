@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-IMAGE_PX = 336  # the 3B / 7B presets' image size (harness/models/presets.py)
+IMAGE_PX = 336  # the 3B / 7B presets' image size (harness/config/presets.py)
 # (stage, global batch, micro-batch, gradient checkpointing). SFT counts samples, RL responses (prompts x G).
 SETTINGS = [
     ("sft", 4, 1, False), ("sft", 4, 2, False), ("sft", 4, 4, False), ("sft", 2, 2, False), ("sft", 8, 2, False),

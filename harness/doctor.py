@@ -102,7 +102,7 @@ def _has_weights(folder: Path) -> bool:
 
 def base_location(preset_name: str, model_path: str | None) -> tuple[str | None, str]:
     """(folder, how it was found) of a real preset's base: `model.path` if given, else the hub cache."""
-    from harness.models.presets import get_preset
+    from harness.config.presets import get_preset
 
     preset = get_preset(preset_name)
     if model_path and Path(model_path).is_dir():
@@ -157,7 +157,7 @@ def _classifier_check(cfg) -> Check:
 
 
 def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check]:
-    from harness.models.presets import PRESETS
+    from harness.config.presets import PRESETS
 
     out = [Check("tiny", True, "runs anywhere (CPU; stage 0 builds the base)")]
     found = {c.name: c.ok for c in weights}

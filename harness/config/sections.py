@@ -64,7 +64,7 @@ class ModelConfig:
     path: str | None = knob(None, "Local folder (or hub id when the network allows) of the base model; tiny: built "
                                   "by stage 0.")
     dtype: str | None = knob(None, "Base weights' dtype (float32, bfloat16, float16): null = the preset's "
-                                   "(harness/models/presets.py: tiny float32; 3B/7B bfloat16, this project's choice "
+                                   "(harness/config/presets.py: tiny float32; 3B/7B bfloat16, this project's choice "
                                    "for GPUs with bf16; float16 as on the paper's V100s).")
     device: str = knob("auto", 'Where the VLM runs: "auto" = the local GPU (cuda:$LOCAL_RANK under a distributed '
                                'launch) when CUDA is available, else the CPU; or "cpu", "cuda", "cuda:N". Not part '
@@ -88,7 +88,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         # The preset owns image size and dtype unless they are set (an unknown preset is left to `validate`).
-        from harness.models.presets import PRESETS
+        from harness.config.presets import PRESETS
 
         preset = PRESETS.get(self.preset)
         owned = set()

@@ -8,10 +8,10 @@ import math
 import re
 from typing import Any
 
+from harness.config.presets import PRESETS
 from harness.config.rl import RLConfig
 from harness.config.run import RunConfig
 from harness.errors import ConfigError
-from harness.models.presets import PRESETS
 
 
 def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:

@@ -126,7 +126,7 @@ def model_settings(cfg) -> dict:
     """What a stage checkpoint records about its model besides the base folder: preset, image size, dtype,
     attention, and `base_id`, the hub id the base stands for (`model.path` when it is a hub id, else the
     preset's; a local `model.path` is taken for a copy of the preset's model; None for the tiny preset)."""
-    from harness.models.presets import get_preset
+    from harness.config.presets import get_preset
 
     preset = get_preset(cfg.model.preset)
     path = cfg.model.path
@@ -283,7 +283,7 @@ def export_merged(model_dir: str | Path, out_dir: str | Path, base_path: str | P
 
 def load_any_model(model_dir: str | Path, cfg):
     """A stage checkpoint (spec.json) or a plain base-model folder, with a RunConfig's model settings."""
-    from harness.models.presets import get_preset
+    from harness.config.presets import get_preset
 
     preset = get_preset(cfg.model.preset)
     p = Path(model_dir)

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from harness.config import RunConfig
+from harness.config.presets import get_preset
 from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model
-from harness.models.presets import get_preset
 from harness.parallel.distributed import Dist, init_distributed
 from harness.parallel.zero import plugin_for
 

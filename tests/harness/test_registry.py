@@ -192,9 +192,9 @@ def test_the_four_registries_share_the_helper():
 
 
 def test_the_preset_check_reads_the_presets(monkeypatch):
-    # harness/models/presets.py is the one list of presets: one added there is accepted by the config check.
+    # harness/config/presets.py is the one list of presets: one added there is accepted by the config check.
     from harness.config import ConfigError, load_config
-    from harness.models.presets import PRESETS, Preset
+    from harness.config.presets import PRESETS, Preset
 
     with pytest.raises(ConfigError, match="'model.preset' = 'tiny-b' must be one of tiny, "):
         load_config(None, ["model.preset=tiny-b"])

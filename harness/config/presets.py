@@ -1,4 +1,5 @@
-"""Model presets. `tiny` differs from the 7B preset only in configuration: same class, same processor."""
+"""Model presets (the model families a config names): `tiny` differs from the 7B preset only in configuration, same
+class, same processor. Data only: the config checks names against it, the model loaders read it."""
 
 from __future__ import annotations
 
