@@ -148,7 +148,7 @@ def _decode_mask(attention_mask: torch.Tensor, capacity: int, attn: str, dtype: 
 
 
 def _decode_step(hf, lm, attn: str):
-    """harness/lean_step.DecodeStep in eval mode (what it reproduces); None = call the decoder layers."""
+    """harness/sampling/lean_step.DecodeStep in eval mode (what it reproduces); None = call the decoder layers."""
     if hf.training:
         return None
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS

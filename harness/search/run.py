@@ -2,7 +2,7 @@
 
 A search file (experiments/searches/*.yaml, format in experiments/README.md) names a preset, the stages every
 trial runs, fixed overrides, a search space of dotted RunConfig keys and an objective. Each trial is one arm
-of an ordinary experiment (harness/experiments.py) in the search's output folder:
+of an ordinary experiment (harness/experiments/) in the search's output folder:
 
 - Optuna (ask/tell) proposes the trial's values; a bound of a parameter may name an earlier parameter, so
   ordered knobs such as `beta_min <= beta_base <= beta_max` are searched without invalid trials;

@@ -20,7 +20,7 @@ STUDIES = sorted(EXPERIMENTS.glob("*.yaml"))
 
 
 def _yaml_scalar(value) -> str:
-    """The old override text of a value (harness/experiments.py yaml_scalar before the change)."""
+    """The old override text of a value (yaml_scalar of harness.experiments before the change)."""
     if isinstance(value, float):
         text = repr(value)
         if "e" in text and "." not in text.split("e")[0]:

@@ -68,7 +68,7 @@ def _rl_records(run: Path, arm: str, seed: int, regularizer: str, reference: str
 
 
 def _analysis(run: Path, seed: int) -> None:
-    """analysis_*.json as reports/analysis_cli.py writes them (2 prompts x G = 4, hand-made rewards)."""
+    """analysis_*.json as harness/stages/analyze.py writes them (2 prompts x G = 4, hand-made rewards)."""
     before_b = [[0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 0.1, 0.3]]
     before_f = [[0.0, 0.5, 0.5, 1.0], [1.0, 0.0, 0.0, 1.0]]
     after_b = [[0.2, 0.3, 0.4, 0.5], [0.1, 0.2, 0.6, 0.3]]

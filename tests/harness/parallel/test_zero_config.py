@@ -41,7 +41,7 @@ def test_one_process_or_no_config_means_no_deepspeed(capsys):
 
 def test_an_optimizer_with_its_own_reset_does_it():
     """reset_optimizer_state hands the reset to an optimizer keyed by something else (ZeRO's flat partitions,
-    harness/zero.ZeroReset) and still runs the master sync."""
+    harness/parallel/zero.ZeroReset) and still runs the master sync."""
     import torch
 
     from harness.snapshots import reset_optimizer_state
