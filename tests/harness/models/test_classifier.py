@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
@@ -380,14 +379,12 @@ def test_pretrained_head_only_or_wrong_arch_is_an_error(tmp_path: Path):
 
 
 def test_real_architecture_builds():
-    start = time.perf_counter()
     model = build_classifier(ClassifierConfig.preset("mimic_cxr")).eval()
     image = Image.fromarray(np.zeros((256, 200), dtype=np.uint8), mode="L")
     with torch.no_grad():
         out = model(preprocess([image], 224))
     assert out.shape == (1, NUM_OBSERVATIONS)
     assert sum(p.numel() for p in model.parameters()) > 80_000_000  # ViT-B/16
-    assert time.perf_counter() - start < 30
 
 
 def test_saved_files_keep_their_bytes(tmp_path: Path):

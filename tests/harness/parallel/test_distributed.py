@@ -250,6 +250,20 @@ def test_two_process_warmup_takes_the_steps_of_one_process(tmp_path):
 # Timeouts: train.dist_timeout_s for the collectives, a long wait for rank-0-first loading
 
 
+def _wait_for(path: Path, what: str, deadline_s: float = 120.0) -> None:
+    """Poll until `path` exists; the deadline only turns a hang into a failure, it orders nothing."""
+    import time
+
+    give_up = time.monotonic() + deadline_s
+    while not path.exists():
+        if time.monotonic() > give_up:
+            raise TimeoutError(f"gave up after {deadline_s:.0f}s waiting for {what} ({path})")
+        time.sleep(0.02)
+
+
+COLLECTIVE_TIMEOUT_S = 2.0
+
+
 def _timeout_worker(rank: int, world: int, port: int, out: str) -> None:
     try:
         _env(rank, world, port)
@@ -257,10 +271,16 @@ def _timeout_worker(rank: int, world: int, port: int, out: str) -> None:
 
         from harness.parallel.distributed import finalize, init_distributed
 
-        d = init_distributed(timeout_s=2.0, load_timeout_s=120.0)
+        out = Path(out)
+        d = init_distributed(timeout_s=COLLECTIVE_TIMEOUT_S, load_timeout_s=120.0)
+        if rank == 1:
+            (out / "waiting1").touch()  # next: main_first's waits for rank 0's load
         with d.main_first():
             if d.main:
-                time.sleep(6.0)  # a slow model load: three times the collectives' timeout
+                # A slow model load, begun once rank 1 is waiting for it (the marker orders the two), lasting three
+                # times the collectives' timeout: the duration is what is tested, not a synchronisation.
+                _wait_for(out / "waiting1", "rank 1 to wait for the load")
+                time.sleep(3 * COLLECTIVE_TIMEOUT_S)
         total = float(d.sum(torch.ones(1))[0])  # the group still works afterwards
         error = ""
         if rank == 1:  # a barrier rank 0 never joins: the configured timeout ends it
@@ -268,9 +288,12 @@ def _timeout_worker(rank: int, world: int, port: int, out: str) -> None:
                 d.barrier()
             except Exception as e:  # noqa: BLE001 - the error is the result
                 error = type(e).__name__
+            (out / "timeout1.txt").write_text(f"{total} {error}")
         else:
-            time.sleep(8.0)  # stay in the group while rank 1 waits
-        (Path(out) / f"timeout{rank}.txt").write_text(f"{total} {error}")
+            # Stay in the group until rank 1's barrier has ended (it writes its result then): rank 1's error is the
+            # timeout's, never rank 0 leaving.
+            _wait_for(out / "timeout1.txt", "rank 1's barrier to time out")
+            (out / "timeout0.txt").write_text(f"{total} {error}")
         finalize()
     except BaseException:
         (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -161,7 +162,13 @@ def test_a_lost_heartbeat_fails_the_trial_in_a_database(tmp_path):
     beat = Heartbeat(interval=1, grace_period=1)
     study, storage = open_study(tmp_path / "out", search, heartbeat=beat)
     trial, values = _ask(study, storage, search, "another-host 1234 99")
-    time.sleep(2.5)  # the other host's driver stopped beating (the database's clock decides)
+    # The other host's driver stopped beating: its last heartbeat lies 1,000 s back on the database's clock (which
+    # decides), far past the 1 s grace period; no waiting for the clock to get there.
+    tid = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name("toy"), trial.number)
+    with sqlite3.connect(tmp_path / "out" / "optuna.db") as db:
+        moved = db.execute("UPDATE trial_heartbeats SET heartbeat = datetime(heartbeat, '-1000 seconds') "
+                           "WHERE trial_id = ?", (tid,)).rowcount
+    assert moved == 1  # the trial had a heartbeat row
     fail_stale(study, storage, beat, _quiet)
     trials = study.get_trials(deepcopy=False)
     assert trials[trial.number].state == TrialState.FAIL
@@ -237,15 +244,29 @@ def test_a_corner_of_two_free_ranges_is_checked(tmp_path):
 # Two driver processes on one SQLite storage (one search folder)
 
 
-def slow_rl(cfg, progress=False):
-    time.sleep(1.0)  # long enough for the two drivers to overlap
+def _wait_for(done, what: str, deadline_s: float = 300.0) -> None:
+    """Poll `done()` until true; the deadline only turns a hang into a failure, it orders nothing."""
+    give_up = time.monotonic() + deadline_s
+    while not done():
+        if time.monotonic() > give_up:
+            raise TimeoutError(f"gave up after {deadline_s:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def overlapping_rl(cfg, progress=False):
+    """fake_rl, but each driver's first RL trial waits until the other driver has started one too: the two
+    drivers provably run trials at the same time (a marker file per driver in REGBENCH_TEST_SYNC)."""
+    sync = Path(os.environ["REGBENCH_TEST_SYNC"])
+    (sync / f"rl-started.{os.environ['REGBENCH_TEST_DRIVER']}").touch()
+    _wait_for(lambda: len(list(sync.glob("rl-started.*"))) >= 2, "the other driver to start an RL trial")
     return fake_rl(cfg, progress)
 
 
-DRIVER = """import sys
+DRIVER = """import os, sys
+os.environ.setdefault("REGBENCH_TEST_DRIVER", str(os.getpid()))  # the driver's pid (its workers inherit it)
 from harness import experiments
 from tests.harness.search.test_run import SEARCH_FAKES
-experiments.DEFAULT_FUNCTIONS.update({**SEARCH_FAKES, "rl": "tests.harness.search.test_drivers:slow_rl"})
+experiments.DEFAULT_FUNCTIONS.update({**SEARCH_FAKES, "rl": "tests.harness.search.test_drivers:overlapping_rl"})
 from harness.cli import main
 if __name__ == "__main__":  # (spawned workers import this file too)
     sys.exit(main(sys.argv[1:]))
@@ -258,7 +279,10 @@ def test_two_drivers_on_one_sqlite_storage_finish_n_trials_none_lost_or_twice(tm
     out = tmp_path / "out"
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REGBENCH_TEST_SYNC": str(sync)}
+    env.pop("REGBENCH_TEST_DRIVER", None)
     cmd = [sys.executable, str(driver), "search", "run", str(path), "--out", str(out), "--no-report"]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
