@@ -2,7 +2,7 @@
 
 Reads only the experiment's index.json and the run records it points to (reports/experiment.py). Writes
   <out>/tables/results.{md,tex,csv}      our numbers beside the published ones (reports/tables/)
-  <out>/tables/differences.{md,csv}      arm - reference arm, paired test, within-noise flag
+  <out>/tables/differences.{md,csv}      arm - baseline arm, paired test, within-noise flag
   <out>/tables/matrix_<metric>.md        matrix studies (two factors varied)
   <out>/tables/supp_a.{md,csv}           Supp. A.1 / A.3 statistics when analysis_*.json files exist
   <out>/figures/*.png, *.pdf             reports/figures/
@@ -57,7 +57,7 @@ SHARED_POLICY_NOTE = ("A policy that several seeds share (the SFT model before R
 
 def supp_a_tables(exp: Experiment, B: int = DEFAULT_B, seed: int = 0) -> tuple[list[Table], pd.DataFrame]:
     """Supp. A.3 (P_sign, P_top1) and A.1 (mean within-group std) over the seeds of each analysed arm (the
-    reference arm first): a study may analyse several arms, e.g. each side of a contrast."""
+    baseline arm first): a study may analyse several arms, e.g. each side of a contrast."""
     tables, records = [], []
     for arm in F.analysis_arms(exp, "sign-alignment"):
         vals = F.alignment_values(exp, arm)
@@ -216,10 +216,10 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
         diff_md = differences_markdown(exp, df, spec)
         if diff_md:
             (tdir / "differences.md").write_text(diff_md, encoding="utf-8")
-            to_csv(df[df.reference_arm.notna() & (df.arm != df.reference_arm)], tdir / "differences.csv")
+            to_csv(df[df.baseline_arm.notna() & (df.arm != df.baseline_arm)], tdir / "differences.csv")
             md_parts.append(diff_md)
             header, rows = differences_rows(df, spec.digits)
-            html_tables.append(Table(f"Differences to the reference arm {exp.reference_arm}", header, rows,
+            html_tables.append(Table(f"Differences to the baseline arm {exp.baseline_arm}", header, rows,
                                      [DIFFERENCES_NOTE]))
         fac = matrix_factors(exp)
         if fac:
@@ -309,7 +309,7 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             f"Seeds: {', '.join(map(str, exp.seeds))}; complete runs (n) per arm: "
             + ", ".join(f"{k} {v}" for k, v in n_by_arm.items()),
             "Runs by status: " + ", ".join(f"{k} {v}" for k, v in status.items()),
-            f"Reference arm: {exp.reference_arm or 'none'}; intervals: 95% t-interval over seeds; paired t-test over "
+            f"Baseline arm: {exp.baseline_arm or 'none'}; intervals: 95% t-interval over seeds; paired t-test over "
             f"shared seeds, or the paired bootstrap over test reports (B = {B}) for one shared seed; within noise "
             f"after Holm-Bonferroni (reports/stats.py, reports/bootstrap.py).",
             f"Source: {Path(experiment_dir).resolve()}; built {time.strftime('%Y-%m-%d %H:%M:%S')}."]

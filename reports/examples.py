@@ -1,8 +1,8 @@
-"""Text examples from the run records: REVA-PO Fig. 4 (test reports per stage beside the reference) and Fig. S6
+"""Text examples from the run records: REVA-PO Fig. 4 (test reports per stage beside the reference report) and Fig. S6
 (a reward inversion: a validation group that BLEU-4 and a clinical reward rank in opposite orders).
 
 Fig. 4 columns: one per pipeline stage that some arm of the study ends with (base model, warm-up, SFT, RL), the
-arm with the fullest pipeline for each (for RL: the RER + VAPR arm, else the reference arm), plus the extra stage
+arm with the fullest pipeline for each (for RL: the RER + VAPR arm, else the baseline arm), plus the extra stage
 evaluations the demo writes (`<experiment>/eval_stages/predictions_<label>_test.jsonl`) for stages no arm ends
 with. Rows: `k` test reports that every column decoded (one seed: the smallest all columns share), chosen as
 those with a positive ground-truth finding on which the columns' findings disagree most. Findings are the
@@ -67,7 +67,7 @@ def _pick_arm(exp: Experiment, arms: list[str], stage: str) -> str:
             arms = reva
     longest = max(len(_arm_pipeline(exp, a)) for a in arms)
     arms = [a for a in arms if len(_arm_pipeline(exp, a)) == longest]
-    return exp.reference_arm if exp.reference_arm in arms else arms[0]
+    return exp.baseline_arm if exp.baseline_arm in arms else arms[0]
 
 
 def stage_columns(exp: Experiment) -> list[Column]:

@@ -157,7 +157,7 @@ class Experiment:
     arms: list[ArmRecord]
     runs: list[Run]
     seeds: list[int]
-    reference_arm: str | None = None
+    baseline_arm: str | None = None  # the study's baseline: every comparison is arm - baseline
     reproduces: str | None = None
     preset: str | None = None
     index: dict = field(default_factory=dict)
@@ -248,8 +248,16 @@ def _load_index(path: Path, index: dict) -> Experiment:
     seeds = [int(s) for s in index.get(IndexKey.SEEDS) or sorted({r.seed for r in runs})]
     study = index.get(IndexKey.STUDY)
     return Experiment(path, study or path.name, index.get(IndexKey.TITLE) or study or path.name,
-                      arms, runs, seeds, index.get(IndexKey.REFERENCE_ARM) or index.get(IndexKey.LEGACY_REFERENCE),
+                      arms, runs, seeds, _baseline_arm(index),
                       index.get(IndexKey.REPRODUCES), index.get(IndexKey.PRESET), index)
+
+
+def _baseline_arm(index: dict) -> str | None:
+    """The baseline arm of index.json; older indexes named it `reference_arm`, the oldest `reference`."""
+    for key in (IndexKey.BASELINE_ARM, IndexKey.LEGACY_BASELINE_ARM, IndexKey.LEGACY_REFERENCE):
+        if index.get(key):
+            return index[key]
+    return None
 
 
 def _arm_name_from_config(cfg: dict) -> str:

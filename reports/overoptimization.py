@@ -9,8 +9,8 @@ greedy validation reports), `gold_f1` / `gold_exact` (their rule-labeled finding
 - `end_table`: each arm's values at its last validation (the final policy), mean and 95% t-interval over seeds,
   and the paired difference to its contrast arm (reports/stats.py: paired t-test over shared seeds, p adjusted
   by Holm-Bonferroni over the whole table). The contrast arm of an arm is the arm whose factors equal the
-  study's reference arm's factors except `reward` (constant KL with the same reward) and that has complete runs,
-  else the reference arm.
+  study's baseline arm's factors except `reward` (constant KL with the same reward) and that has complete runs,
+  else the baseline arm.
 """
 
 from __future__ import annotations
@@ -42,16 +42,16 @@ def final_values(run: Run) -> dict[str, float]:
 
 
 def contrast_arm(exp: Experiment, arm: str) -> str | None:
-    ref = exp.reference_arm
-    if ref is None:
+    baseline = exp.baseline_arm
+    if baseline is None:
         return None
-    want = {k: v for k, v in exp.factors(ref).items() if k != "reward"}
+    want = {k: v for k, v in exp.factors(baseline).items() if k != "reward"}
     reward = exp.factors(arm).get("reward")
     for a in exp.arms:
         f = exp.factors(a.name)
         if exp.runs_of(a.name) and f.get("reward") == reward and {k: v for k, v in f.items() if k != "reward"} == want:
             return a.name
-    return ref
+    return baseline
 
 
 def _fmt(s, digits: int) -> str:

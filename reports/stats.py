@@ -7,7 +7,7 @@ reports/bootstrap.py):
   mean ± t_{0.975, n-1} · std / sqrt(n) (scipy.stats.t). n = 1 has no interval (NaN bounds); constant data
   gives a zero-width one. A percentile bootstrap over 2-3 seeds is not used: with n <= 3 its "95%" interval is
   [min, max], which calls a difference real about half the time when there is none.
-- `paired_comparison(x, y)`: x and y map seed -> value (arm and reference arm); only seeds present in both
+- `paired_comparison(x, y)`: x and y map seed -> value (arm and baseline arm); only seeds present in both
   count. d = x - y per shared seed; the difference's interval is the t-interval of mean(d) and its p-value is
   the paired t-test (`scipy.stats.ttest_rel`, two-sided). When the differences are all equal (to 1e-12,
   relative; t is undefined there) or scipy is missing, the p-value is the exact two-sided sign-flip
@@ -139,7 +139,7 @@ def paired_test(x: Sequence[float], y: Sequence[float], method: str = "auto") ->
 class Comparison:
     n: int  # shared seeds
     seeds: list
-    diff: float  # mean of (arm - reference) over shared seeds
+    diff: float  # mean of (arm - baseline) over shared seeds
     lo: float
     hi: float
     p: float
@@ -151,14 +151,14 @@ class Comparison:
         return asdict(self)
 
 
-def paired_comparison(arm: Mapping, reference: Mapping, level: float = DEFAULT_LEVEL, method: str = "auto",
+def paired_comparison(arm: Mapping, baseline: Mapping, level: float = DEFAULT_LEVEL, method: str = "auto",
                       alpha: float = ALPHA) -> Comparison:
-    """Compare arm to reference over their shared seeds (dicts seed -> value); see the module docstring."""
-    seeds = sorted(s for s in arm if s in reference and _ok(arm[s]) and _ok(reference[s]))
+    """Compare arm to baseline over their shared seeds (dicts seed -> value); see the module docstring."""
+    seeds = sorted(s for s in arm if s in baseline and _ok(arm[s]) and _ok(baseline[s]))
     if not seeds:
         return Comparison(0, [], math.nan, math.nan, math.nan, math.nan, "none (no shared seeds)", None)
     x = np.array([float(arm[s]) for s in seeds])
-    y = np.array([float(reference[s]) for s in seeds])
+    y = np.array([float(baseline[s]) for s in seeds])
     d = x - y
     lo, hi = t_interval(d, level)
     p, test = paired_test(x, y, method)

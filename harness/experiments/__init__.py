@@ -1,8 +1,8 @@
 """Experiment runner: a study (experiments/*.yaml) = arms x seeds over a preset, run as one dependency graph.
 
 A study file starts with `base: presets/<preset>.yaml` and lists arms (a name, per-stage overrides, the
-stages it runs), its reference arm, seeds and the published table it reproduces (experiments/README.md has the
-format). The runner
+stages it runs), its baseline arm (the arm every comparison is against), seeds and the published table it
+reproduces (experiments/README.md has the format). The runner
 
 - resolves every (arm, seed, stage) into a validated RunConfig (through `harness.config.load_config`);
 - keys each stage run by a hash of its resolved config (locations left out) and the keys of its inputs, so

@@ -82,7 +82,7 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
         IndexKey.FORMAT: INDEX_FORMAT, IndexKey.STUDY: study.name, IndexKey.TITLE: study.title,
         IndexKey.STUDY_FILE: str(study.path), IndexKey.PRESET: study.preset,
         IndexKey.PRESET_FILE: str(study.preset_file), IndexKey.REPRODUCES: study.reproduces,
-        IndexKey.REFERENCE_ARM: study.reference, IndexKey.PUBLISHED_DATASET: study.published_dataset,
+        IndexKey.BASELINE_ARM: study.baseline, IndexKey.PUBLISHED_DATASET: study.published_dataset,
         IndexKey.SEEDS: plan.seeds, IndexKey.ARMS: [a.describe() for a in study.arms],
         IndexKey.STAGES_DIR: _rel(plan, plan.stages_root), IndexKey.RUNS: runs, IndexKey.SUMMARY: summary,
         IndexKey.CREATED: created, IndexKey.UPDATED: now(), IndexKey.GIT_COMMIT: git_commit(),

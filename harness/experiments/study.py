@@ -1,14 +1,15 @@
 """Study files (experiments/*.yaml): parsing and validating a study over its preset into a `Study` of `Arm`s.
 
 A study file starts with `base: presets/<preset>.yaml` and lists arms (a name, per-stage overrides, the
-stages it runs), its reference arm, seeds and the published table it reproduces (experiments/README.md has the
-format).
+stages it runs), its baseline arm (`baseline:`, the arm every comparison is against), seeds and the published
+table it reproduces (experiments/README.md has the format).
 """
 
 from __future__ import annotations
 
 import copy
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ STAGES = ("warmup", "classifier", "sft", "rl")
 MODEL_STAGES = ("warmup", "sft", "rl")
 OVERRIDE_SCOPES = ("all", *STAGES, "eval")
 
-_STUDY_KEYS = {"study", "title", "description", "reproduces", "reference", "seeds", "pipeline", "arms", "preset",
-               "common", "stages", "analyses", "published_dataset", "stage_seeds"}
+_STUDY_KEYS = {"study", "title", "description", "reproduces", "baseline", "seeds", "pipeline", "arms", "preset",
+               "common", "stages", "analyses", "published_dataset", "stage_seeds",
+               "reference"}  # the deprecated name of `baseline` (load_study warns)
 _ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
 
@@ -55,7 +57,7 @@ class Study:
     preset: str
     preset_file: Path
     reproduces: str | None
-    reference: str
+    baseline: str  # the arm every comparison is against (`baseline:`; default: the first arm)
     seeds: list[int]
     arms: list[Arm]
     # The merged document: the preset's `common` and `stages` sections with the study's on top.
@@ -66,8 +68,17 @@ class Study:
     # `published_dataset:` the data set whose published rows the report shows when ours is synthetic.
     published_dataset: str | None = None
     # `stage_seeds:` {stage: seed}: these stages run with this seed for every study seed, so the seeds share
-    # them (e.g. one SFT model for all RL seeds, as a paper's RL runs start from one SFT checkpoint).
+    # them (e.g. one SFT model for all RL seeds, as a paper's RL runs start from one SFT model).
     stage_seeds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def reference(self) -> str:
+        """The deprecated name of `baseline`, kept for callers not yet renamed."""
+        return self.baseline
+
+    @reference.setter
+    def reference(self, name: str) -> None:
+        self.baseline = name
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -185,9 +196,7 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ConfigError(f"{path}: arm name '{dup[0]}' appears twice")
-    reference = doc.get("reference", arms[0].name)
-    if reference not in names:
-        raise ConfigError(f"{path}: reference arm '{reference}' is not one of the arms: {', '.join(names)}")
+    baseline = check_baseline(doc, str(path), names)
     from harness.stages.analyze import parse_study_analyses
 
     try:
@@ -195,10 +204,24 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
     except ValueError as e:
         raise ConfigError(str(e)) from e
     return Study(name=name, title=str(doc.get("title", name)), path=path, preset=preset_name,
-                 preset_file=preset_file, reproduces=doc.get("reproduces"), reference=reference, seeds=seeds,
+                 preset_file=preset_file, reproduces=doc.get("reproduces"), baseline=baseline, seeds=seeds,
                  arms=arms, common=doc.get("common") or {}, stages=doc.get("stages") or {}, analyses=analyses,
                  published_dataset=doc.get("published_dataset"),
                  stage_seeds=check_stage_seeds(doc.get("stage_seeds"), str(path)))
+
+
+def check_baseline(doc: dict, where: str, names: list[str]) -> str:
+    """The study's baseline arm: `baseline:`, or the first arm. The old key `reference:` (which also names the
+    reference policy of the KL term) is still read, with a warning naming the new one."""
+    if "reference" in doc:
+        if "baseline" in doc:
+            raise ConfigError(f"{where}: both 'baseline' and its deprecated name 'reference' are set; keep 'baseline'")
+        warnings.warn(f"{where}: the key 'reference' is deprecated: it names the baseline arm, so write "
+                      f"'baseline: {doc['reference']}'", FutureWarning, stacklevel=3)
+    baseline = doc.get("baseline", doc.get("reference", names[0]))
+    if baseline not in names:
+        raise ConfigError(f"{where}: baseline arm '{baseline}' is not one of the arms: {', '.join(names)}")
+    return baseline
 
 
 def check_stage_seeds(value: Any, where: str) -> dict[str, int]:

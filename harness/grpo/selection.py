@@ -1,10 +1,10 @@
-"""The best-validation policy: one rule for every arm's checkpoint selection and for VAPR's anchor.
+"""The best-validation policy: one rule for every arm's selected policy and for VAPR's anchor.
 
 REVA-PO (Sec. 3.3.3, Algorithm 1 lines 12-14) keeps theta_best, the policy with the highest validation score
 s_val seen so far, and the official runner tests that checkpoint for every arm. The tracker below is the single
 place that decides "best": the RL loop calls it after every validation, VAPR resets to the snapshot it keeps
-(``"best"`` in the SnapshotStore), and ``rl.select: best_val`` saves it. So a VAPR arm and a static-reference arm
-are selected by exactly the same rule.
+(``"best"`` in the SnapshotStore), and ``rl.select: best_val`` saves it. So a VAPR arm and an arm with a static
+reference are selected by exactly the same rule.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class IndexKey:
     PRESET = "preset"
     PRESET_FILE = "preset_file"
     REPRODUCES = "reproduces"
-    REFERENCE_ARM = "reference_arm"
+    BASELINE_ARM = "baseline_arm"  # the study's baseline arm, which every comparison is against
     PUBLISHED_DATASET = "published_dataset"
     SEEDS = "seeds"
     ARMS = "arms"              # list of ArmKey mappings
@@ -36,7 +36,8 @@ class IndexKey:
     UPDATED = "updated"
     GIT_COMMIT = "git_commit"
     ARGV = "argv"
-    LEGACY_REFERENCE = "reference"  # read only: older indexes named the reference arm so
+    LEGACY_BASELINE_ARM = "reference_arm"  # read only: indexes written before the baseline arm had its name
+    LEGACY_REFERENCE = "reference"  # read only: the oldest indexes named the baseline arm so
 
 
 class ArmKey:

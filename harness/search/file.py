@@ -141,5 +141,5 @@ def _short(value: Any) -> str:
 
 def experiment_study(search: Search, arms: list[Arm]) -> Study:
     return Study(name=search.name, title=search.title, path=search.path, preset=search.preset,
-                 preset_file=search.preset_file, reproduces=None, reference=arms[0].name, seeds=search.seeds,
+                 preset_file=search.preset_file, reproduces=None, baseline=arms[0].name, seeds=search.seeds,
                  arms=arms, common=search.common, stages=search.stages)

@@ -285,7 +285,7 @@ def confirmation_study(out: str | Path, top: int = 3, seeds: list[int] | None = 
         arms.append(arm)
     study = experiment_study(search, arms)
     study.name, study.title = f"{search.name}_confirm", f"{search.title}: the best {len(arms) - 1} trials, confirmed"
-    study.reference = PRESET_ARM
+    study.baseline = PRESET_ARM
     study.seeds = list(seeds or [0, 1, 2])
     return study
 

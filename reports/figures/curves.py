@@ -86,8 +86,8 @@ def curves_figure(exp: Experiment, groups: list[tuple[str, list[str]]], key, yla
 
 def _arms_where(exp: Experiment, **want) -> list[str]:
     """The one arm (as a list; empty if none) with the wanted factors that has complete runs. Several match
-    (e.g. every reward arm of a reward study runs RER + VAPR): the reference arm if it is one of them, else
-    the one sharing the most other factors with the reference arm, else the first."""
+    (e.g. every reward arm of a reward study runs RER + VAPR): the baseline arm if it is one of them, else
+    the one sharing the most other factors with the baseline arm, else the first."""
     out = []
     for a in exp.arms:
         f = exp.factors(a.name)
@@ -96,10 +96,10 @@ def _arms_where(exp: Experiment, **want) -> list[str]:
                 out.append(a.name)
     if len(out) <= 1:
         return out
-    if exp.reference_arm in out:
-        return [exp.reference_arm]
-    ref = exp.factors(exp.reference_arm) if exp.reference_arm in {a.name for a in exp.arms} else {}
-    return [max(out, key=lambda a: sum(str(v) == str(ref.get(k)) for k, v in exp.factors(a).items()
+    if exp.baseline_arm in out:
+        return [exp.baseline_arm]
+    base = exp.factors(exp.baseline_arm) if exp.baseline_arm in {a.name for a in exp.arms} else {}
+    return [max(out, key=lambda a: sum(str(v) == str(base.get(k)) for k, v in exp.factors(a).items()
                                        if k not in want))]
 
 

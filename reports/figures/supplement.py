@@ -16,13 +16,13 @@ def _analyses(exp: Experiment, kind: str, arm: str | None = None) -> list[tuple[
 
 
 def analysis_arms(exp: Experiment, kind: str) -> list[str]:
-    """The arms with analyses of `kind`: the reference arm first, then the study's order."""
-    order = ([exp.reference_arm] if exp.reference_arm else []) + [a.name for a in exp.arms]
+    """The arms with analyses of `kind`: the baseline arm first, then the study's order."""
+    order = ([exp.baseline_arm] if exp.baseline_arm else []) + [a.name for a in exp.arms]
     return [arm for arm in dict.fromkeys(order) if arm and _analyses(exp, kind, arm)]
 
 
 def analysis_arm(exp: Experiment, kind: str) -> str | None:
-    """The arm whose runs' analyses the Supp. A figures use: the reference arm if it has any, else the first."""
+    """The arm whose runs' analyses the Supp. A figures use: the baseline arm if it has any, else the first."""
     arms = analysis_arms(exp, kind)
     return arms[0] if arms else None
 

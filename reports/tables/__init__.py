@@ -1,11 +1,11 @@
 """Tables from an experiment: our numbers (mean and 95% t-interval over seeds, n per cell) beside the
-published ones, differences to the reference arm with a paired test and a within-noise flag.
+published ones, differences to the baseline arm with a paired test and a within-noise flag.
 
 `results_frame` builds one long pandas DataFrame (one row per arm x metric) holding every number; the
 renderers lay it out wide, one row per arm ("ours") plus one row per matching published row ("paper"):
   - `to_markdown(...)`, `to_latex(...)` (booktabs), `to_csv(...)` (the long frame itself);
-  - `differences_markdown(...)`: arm - reference per metric, with interval, p, Holm-adjusted p and the flag.
-Cells read `mean [lo, hi]`; `≈` marks a non-reference arm whose difference to the reference arm is within
+  - `differences_markdown(...)`: arm - baseline per metric, with interval, p, Holm-adjusted p and the flag.
+Cells read `mean [lo, hi]`; `≈` marks a non-baseline arm whose difference to the baseline arm is within
 noise: Holm-Bonferroni-adjusted p (over every comparison of the table) >= 0.05. A comparison over >= 2 shared
 seeds is the paired t-test (reports/stats.py); over one shared seed it is the paired bootstrap over test reports
 (reports/bootstrap.py) when both runs wrote per-report outputs. The last row gives each metric's minimum

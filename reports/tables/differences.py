@@ -1,4 +1,4 @@
-"""The differences table: arm - reference per metric with interval, p, Holm-adjusted p and the flag."""
+"""The differences table: arm - baseline per metric with interval, p, Holm-adjusted p and the flag."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from reports.tables.frame import (
 
 
 def differences_rows(df: pd.DataFrame, digits: int = 4) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): arm - reference per metric as `diff [lo, hi] p=… pH=… ≈`."""
-    sub = df[df.reference_arm.notna() & (df.arm != df.reference_arm)]
+    """(header, rows): arm - baseline per metric as `diff [lo, hi] p=… pH=… ≈`."""
+    sub = df[df.baseline_arm.notna() & (df.arm != df.baseline_arm)]
     metrics = list(dict.fromkeys(df.metric))
     header = ["Arm", "n paired (seeds)", "n reports"] + [df[df.metric == m].column.iloc[0] for m in metrics]
     rows = []
@@ -44,7 +44,7 @@ def differences_rows(df: pd.DataFrame, digits: int = 4) -> tuple[list[str], list
     return header, rows
 
 
-DIFFERENCES_NOTE = (f"Cells: difference arm - reference [95% interval] p = two-sided p-value, pH = the same after "
+DIFFERENCES_NOTE = (f"Cells: difference arm - baseline [95% interval] p = two-sided p-value, pH = the same after "
                     f"Holm-Bonferroni over every comparison of the table; {NOISE_MARK}: pH >= {ALPHA} (within "
                     f"noise). Over >= 2 shared seeds: mean paired difference, t-interval, paired t-test (sign-flip "
                     f"permutation when all differences are equal). Over one shared seed: full-set difference, "
@@ -56,12 +56,12 @@ DIFFERENCES_NOTE = (f"Cells: difference arm - reference [95% interval] p = two-s
 
 
 def differences_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> str:
-    if not exp.reference_arm or df.reference_arm.isna().all():
+    if not exp.baseline_arm or df.baseline_arm.isna().all():
         return ""
     header, rows = differences_rows(df, spec.digits)
     if not rows:
         return ""
     tests = tests_used(df)
-    text = [f"### Differences to the reference arm `{exp.reference_arm}`\n", md_table(header, rows), "",
+    text = [f"### Differences to the baseline arm `{exp.baseline_arm}`\n", md_table(header, rows), "",
             f"- {DIFFERENCES_NOTE} Tests used: {'; '.join(tests) or 'none'}."]
     return "\n".join(text) + "\n"

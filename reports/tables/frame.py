@@ -124,11 +124,11 @@ def published_value(row: dict | None, metric: str, spec: TableSpec, scale: float
     return None
 
 
-def _single_seed_bootstrap(exp: Experiment, arm: str, ref: str, seed: int, spec: TableSpec) -> dict:
-    """metric -> BootResult of arm - reference over the test reports of their one shared seed ({} if either
+def _single_seed_bootstrap(exp: Experiment, arm: str, baseline: str, seed: int, spec: TableSpec) -> dict:
+    """metric -> BootResult of arm - baseline over the test reports of their one shared seed ({} if either
     run wrote no per-report outputs)."""
-    runs = {r.arm: r for r in (*exp.runs_of(arm), *exp.runs_of(ref)) if r.seed == seed}
-    a, r = runs.get(arm), runs.get(ref)
+    runs = {r.arm: r for r in (*exp.runs_of(arm), *exp.runs_of(baseline)) if r.seed == seed}
+    a, r = runs.get(arm), runs.get(baseline)
     if a is None or r is None or a.report_data is None or r.report_data is None:
         return {}
     return paired_bootstrap(a.report_data, r.report_data, spec.metrics, spec.B, spec.seed)
@@ -136,15 +136,15 @@ def _single_seed_bootstrap(exp: Experiment, arm: str, ref: str, seed: int, spec:
 
 def results_frame(exp: Experiment, spec: TableSpec | None = None) -> pd.DataFrame:
     """Long frame: one row per (arm, metric) with our mean/interval/n, the published value and the paired
-    comparison with the reference arm (Holm-Bonferroni over all comparisons of the table)."""
+    comparison with the baseline arm (Holm-Bonferroni over all comparisons of the table)."""
     spec = spec or default_spec(exp)
     pub_rows, source, scale = published_lookup(spec)
-    ref = exp.reference_arm if exp.reference_arm in {a.name for a in exp.arms} else None
+    baseline = exp.baseline_arm if exp.baseline_arm in {a.name for a in exp.arms} else None
     records = []
     for arm in exp.arms:
         prow, unmatched = match_published_row(exp, arm, pub_rows)
         boot = None
-        issue = protocol_issue(exp, arm.name, ref) if ref is not None and arm.name != ref else None
+        issue = protocol_issue(exp, arm.name, baseline) if baseline is not None and arm.name != baseline else None
         tested = arm_tested_at(exp, arm.name)
         for metric in spec.metrics:
             vals = exp.values(arm.name, metric)
@@ -155,18 +155,18 @@ def results_frame(exp: Experiment, spec: TableSpec | None = None) -> pd.DataFram
                    "published": published_value(prow, metric, spec, scale),
                    "published_row": (prow or {}).get("label"), "published_source": source if prow else None,
                    "published_unmatched": unmatched, "tested_at": tested, "protocol_issue": issue,
-                   "reference_arm": ref, "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
+                   "baseline_arm": baseline, "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
                    "p_value": math.nan, "p_holm": math.nan, "test": None, "n_paired": 0, "n_reports": 0,
                    "sd_diff": math.nan, "se_diff": math.nan, "within_noise": None}
             if issue is not None:
                 rec.update(test=f"refused: {issue}")
-            elif ref is not None and arm.name != ref:
-                c = paired_comparison(vals, exp.values(ref, metric))
+            elif baseline is not None and arm.name != baseline:
+                c = paired_comparison(vals, exp.values(baseline, metric))
                 rec.update(diff=c.diff, diff_lo=c.lo, diff_hi=c.hi, p_value=c.p, test=c.test, n_paired=c.n,
                            sd_diff=c.sd)
                 if c.n == 1:
                     if boot is None:
-                        boot = _single_seed_bootstrap(exp, arm.name, ref, c.seeds[0], spec)
+                        boot = _single_seed_bootstrap(exp, arm.name, baseline, c.seeds[0], spec)
                     b = boot.get(metric)
                     if b is not None:
                         rec.update(diff=b.diff, diff_lo=b.lo, diff_hi=b.hi, p_value=b.p, n_reports=b.n_reports,

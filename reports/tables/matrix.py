@@ -38,8 +38,8 @@ def matrix_markdown(exp: Experiment, df: pd.DataFrame, metric: str, rows_by: str
             rec = sub.loc[arms[0]]
             cell = our_cell(rec, digits, int(rec.n))
             cell += f" (n={rec.n})" if rec.n else ""
-            if arms[0] == exp.reference_arm:
-                cell += " (ref)"
+            if arms[0] == exp.baseline_arm:
+                cell += " (baseline)"
             line.append(cell)
         grid.append(line)
     col = df[df.metric == metric].column.iloc[0] if (df.metric == metric).any() else metric

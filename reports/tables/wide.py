@@ -69,8 +69,7 @@ def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[l
         sub = df[df.arm == arm].set_index("metric")
         label = sub.label.iloc[0]
         n = arm_n(df, arm)
-        ref = sub.reference_arm.iloc[0]
-        tag = " (reference)" if arm == ref else ""
+        tag = " (baseline)" if arm == sub.baseline_arm.iloc[0] else ""
         rows.append([f"{label}{tag}", "ours", str(n), sub.tested_at.iloc[0]]
                     + [our_cell(sub.loc[m], spec.digits, n, latex) for m in metrics]
                     + (_our_deltas(df, arm, base, spec) if deltas else []))
@@ -110,20 +109,21 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
     out = [f"Seeds: {', '.join(map(str, seeds)) or 'none'}; n (seeds with scores) per arm: {ns}. "
            f"Cells: mean over seeds [95% t-interval of the mean]; `(n=k)` marks a cell with fewer seeds than "
            f"its arm."]
-    ref = exp.reference_arm
-    if ref:
+    baseline = exp.baseline_arm
+    if baseline:
         tests = tests_used(df)
-        out.append(f"Reference arm: `{ref}`. Every comparison (arm - reference) is in the differences table with "
+        out.append(f"Baseline arm: `{baseline}`. Every comparison (arm - baseline) is in the differences table with "
                    f"its interval and p: {'; '.join(tests) or 'none (no shared seed)'}"
                    + (f", over n = {', '.join(map(str, n_reports))} test reports" if n_reports else "")
                    + f". {NOISE_MARK} = within noise: p after Holm-Bonferroni over the {n_comparisons(df)} "
                    f"comparisons of this table >= {ALPHA}.")
-    out.append("Tested at: the checkpoint each arm's test scores come from (RL: the step rl.select chose / the "
-               "last step, and the rule; other arms: the end of their last stage), per seed when they differ.")
+    out.append("Tested at: the policy each arm's test scores come from (RL: the step of the selected policy, "
+               "rl.select's choice or the last step, and the rule; other arms: the end of their last stage), per "
+               "seed when they differ.")
     refused = sorted({f"{a}: {i}" for a, i in zip(df.arm, df.protocol_issue, strict=True)
                       if isinstance(i, str)})
     if refused:
-        out.append("Comparisons refused (arms not scored the same way as the reference arm): " + "; ".join(refused)
+        out.append("Comparisons refused (arms not scored the same way as the baseline arm): " + "; ".join(refused)
                    + ".")
     mdd = mdd_by_metric(df)
     if mdd:

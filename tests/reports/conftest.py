@@ -150,7 +150,7 @@ def write_experiment(root: Path, dataset: str = "phantom") -> Path:
             runs.append(entry)
     index = {"format": "regbench.experiment-index/1", "study": "table4_rl_ablation",
              "title": "REVA-PO Table 4: RL-stage modifications", "preset": "tiny-bench",
-             "reproduces": "revapo_table4", "reference_arm": "rer_vapr", "seeds": [0, 1, 2], "arms": arms,
+             "reproduces": "revapo_table4", "baseline_arm": "rer_vapr", "seeds": [0, 1, 2], "arms": arms,
              "runs": runs}
     (root / "index.json").write_text(json.dumps(index))
     return root
@@ -282,7 +282,7 @@ def write_study_experiment(root: Path, study_file: Path, dataset: str = "phantom
         for label, q in (("base", 0.05), ("warm-up", 0.2), ("SFT", 0.4)):
             _text_predictions(root / "eval_stages" / f"predictions_{label}_test.jsonl", label, study.seeds[0], q)
     index = {"format": "regbench.experiment-index/1", "study": study.name, "title": study.title,
-             "preset": study.preset, "reproduces": study.reproduces, "reference_arm": study.reference,
+             "preset": study.preset, "reproduces": study.reproduces, "baseline_arm": study.baseline,
              "published_dataset": study.published_dataset, "seeds": study.seeds,
              "arms": [a.describe() for a in study.arms], "runs": runs}
     (root / "index.json").write_text(json.dumps(index))

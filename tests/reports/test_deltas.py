@@ -44,7 +44,7 @@ def _table3_study(root, scores_by_arm: dict) -> None:
         (ev / "metrics.json").write_text(json.dumps({"split": "test", **scores}))
         runs.append({"arm": arm, "seed": 0, "status": "complete", "metrics": f"{arm}/eval/metrics.json"})
     (root / "index.json").write_text(json.dumps({"format": "regbench.experiment-index/1", "study": "t3",
-                                                 "reproduces": "revapo_table3", "reference_arm": "s1",
+                                                 "reproduces": "revapo_table3", "baseline_arm": "s1",
                                                  "seeds": [0], "arms": arms, "runs": runs}))
 
 
@@ -62,6 +62,6 @@ def test_table3_study_prints_our_and_the_papers_deltas(tmp_path):
     assert header[-2:] == ["ΔNLG", "ΔCE"]
     by = {(r[0], r[1].split(":")[0]): r for r in rows}
     assert by[("S1+S2", "ours")][-2:] == ["+10.0%", "-5.0%*"]  # no RadGraph: ΔCE over P, R, F1
-    assert by[("S1 (reference)", "ours")][-2:] == ["+0.0%", "+0.0%*"]
+    assert by[("S1 (baseline)", "ours")][-2:] == ["+0.0%", "+0.0%*"]
     assert by[("S1+S2", "paper")][-2:] == ["+5.2%", "+13.5%"]
     assert by[("S1", "paper")][-2:] == ["–", "–"]

@@ -33,7 +33,7 @@ def _arm(tmp_path, name, hyps, kl_rows, selected):
 
 
 def test_contrast_counts_gold_f1_by_hand(tmp_path):
-    # Reference arm: every report states findings 0 and 2 (2 TP of 3 positives, 0 FP) -> F1 = 4 / 5 per report.
+    # Baseline arm: every report states findings 0 and 2 (2 TP of 3 positives, 0 FP) -> F1 = 4 / 5 per report.
     good = [1, None, 1, None, None, None, None, None, None, None, None, None, None, None]
     # Arm: finding 0 only, plus a false 5 -> per report TP 1, FP 1, FN 2 -> F1 = 2 / 5.
     bad = [1, None, None, None, None, 1, None, None, None, None, None, None, None, None]

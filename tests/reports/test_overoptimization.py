@@ -76,7 +76,7 @@ def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
     assert (report / "figures" / "fig_overoptimization.png").is_file()
     md = (report / "tables" / "overoptimization.md").read_text()
     assert "no_kl_bleu4" in md and "ckl_bleu4" in md
-    # Supp. A before vs after RL: one A.3 and one A.1 table per analysed arm, the reference arm first
+    # Supp. A before vs after RL: one A.3 and one A.1 table per analysed arm, the baseline arm first
     supp = (report / "tables" / "supp_a.md").read_text()
     titles = re.findall(r"^### (Supp\. A\.[13]).*\(arm (\w+)\)$", supp, flags=re.M)
     assert titles == [("Supp. A.3", "ckl_bleu4"), ("Supp. A.3", "no_kl_bleu4"),
@@ -87,7 +87,7 @@ def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
     assert before == ["n=1"] * 2 and after == ["n=2"] * 2
     exp = load_experiment(study_dir)
     # Contrast: constant KL with the same reward; none exists in this reduced set for the entity reward, so
-    # the study's reference arm.
+    # the study's baseline arm.
     assert contrast_arm(exp, "no_kl_bleu4") == "ckl_bleu4" and contrast_arm(exp, "no_kl_entity") == "ckl_bleu4"
     table = end_table(exp, digits=4)
     rows = {r[0]: r for r in table.rows}

@@ -65,7 +65,7 @@ def test_published_numbers():
 
 
 def test_loader(exp):
-    assert exp.reference_arm == "rer_vapr" and exp.reproduces == "revapo_table4" and exp.dataset == "phantom"
+    assert exp.baseline_arm == "rer_vapr" and exp.reproduces == "revapo_table4" and exp.dataset == "phantom"
     assert [a.name for a in exp.arms] == ["rer_vapr", "ckl", "no_kl", "no_vapr"]
     assert len(exp.runs_of("no_vapr")) == 1 and len(exp.runs_of("no_vapr", complete_only=False)) == 3
     assert exp.values("ckl", "BLEU_4") == {0: 0.09, 1: 0.11, 2: 0.13}
@@ -84,7 +84,7 @@ def test_matrix_markdown(exp, frame):
     lines = md.splitlines()
     assert lines[0] == "### B-4: regularizer x reference"
     lo, hi = 0.12 - T_HALF, 0.12 + T_HALF
-    assert f"| rer | 0.1200 [{lo:.4f}, {hi:.4f}] (n=3) (ref) | 0.1100 (n=1) |" in lines
+    assert f"| rer | 0.1200 [{lo:.4f}, {hi:.4f}] (n=3) (baseline) | 0.1100 (n=1) |" in lines
     assert f"| constant | 0.1100 [{lo - 0.01:.4f}, {hi - 0.01:.4f}] ≈ (n=3) | – |" in lines
 
 
@@ -131,7 +131,7 @@ def test_paper_rows_sit_beside_an_arm_only_when_everything_matches(mimic_experim
     rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines if ln.startswith("| ")]
     names = [(r[0], r[1].split(":")[0]) for r in rows]
     # matched paper rows under their arm, by the paper's names; the unmatched one after our rows
-    assert names.index(("Ours (RER+VAPR)", "paper")) == names.index(("Ours (RER+VAPR) (reference)", "ours")) + 1
+    assert names.index(("Ours (RER+VAPR)", "paper")) == names.index(("Ours (RER+VAPR) (baseline)", "ours")) + 1
     assert names.index(("w/ CKL, w/o RER", "paper")) > names.index(("w/o VAPR", "ours"))
     assert "Named paper rows not placed beside an arm: ckl: 'w/ CKL, w/o RER': reward bleu4" in "\n".join(lines)
 
@@ -184,16 +184,16 @@ def test_markdown(exp, frame):
         return [c.strip() for c in ln.strip("|").split("|")]
 
     lo, hi = 0.12 - T_HALF, 0.12 + T_HALF
-    assert row("Ours (RER+VAPR) (reference)", "ours")[b4] == f"0.1200 [{lo:.4f}, {hi:.4f}]"
+    assert row("Ours (RER+VAPR) (baseline)", "ours")[b4] == f"0.1200 [{lo:.4f}, {hi:.4f}]"
     assert row("Ours (RER+VAPR)", "paper")[b4] == "0.143"
     assert row("w/ CKL", "ours")[b4] == f"0.1100 [{lo - 0.01:.4f}, {hi - 0.01:.4f}] {NOISE_MARK}"
     assert row("w/o KL", "ours")[b4] == f"0.1200 [{lo:.4f}, {hi:.4f}] {NOISE_MARK}"
     no_vapr = row("w/o VAPR", "ours")
     assert no_vapr[2] == "1" and no_vapr[b4] == "0.1100"  # different from the reference (report bootstrap)
-    assert row("Ours (RER+VAPR) (reference)", "ours")[3] == "rl step 16/24 (best_val)"
+    assert row("Ours (RER+VAPR) (baseline)", "ours")[3] == "rl step 16/24 (best_val)"
     assert no_vapr[3] == "rl step 24/24 (best_val)" and row("Ours (RER+VAPR)", "paper")[3] == "–"
     assert row("w/o VAPR", "paper")[b4] == "0.134"
-    assert row("Ours (RER+VAPR) (reference)", "ours")[cols.index("RG")] == "–"
+    assert row("Ours (RER+VAPR) (baseline)", "ours")[cols.index("RG")] == "–"
     assert row("MDD", "seeds n=3")[b4] == f"{mdd_paired_t(3, 0.02 / 2**0.5):.4f}"
     assert "Seeds: 0, 1, 2" in md and "rer_vapr 3, ckl 3, no_kl 3, no_vapr 1" in md and "t-interval" in md
     assert "paired t-test" in md and "REVA-PO Table 4" in md and "over n = 30 test reports" in md
@@ -253,9 +253,9 @@ def test_tables_1_and_2_pages(tmp_path, study, dataset, shown):
     published = [r.get("label") or r.get("arm") for r in published_table(table, dataset=shown)["rows"]]
     assert {n for n, src in names if src == "paper"} == set(published)  # every baseline of that data set
     ours = [n for n, src in names if src == "ours"]
-    assert ours == ["REVA-PO (this harness) (reference)", "base model (no fine-tuning)", "stage 1 (warm-up)",
+    assert ours == ["REVA-PO (this harness) (baseline)", "base model (no fine-tuning)", "stage 1 (warm-up)",
                     "stages 1+2 (SFT)"]
-    beside = names[names.index(("REVA-PO (this harness) (reference)", "ours")) + 1]
+    beside = names[names.index(("REVA-PO (this harness) (baseline)", "ours")) + 1]
     assert (beside == ("REVA-PO (ours)", "paper")) == (dataset != "phantom")
     tested = {r[0]: r[3] for r in rows if r[1] == "ours"}
     assert tested["stage 1 (warm-up)"] == "warmup: end" and tested["base model (no fine-tuning)"] == "base model"

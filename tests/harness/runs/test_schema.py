@@ -47,7 +47,7 @@ def test_the_reader_reads_what_the_writer_wrote(index):
     out, idx = index
     exp = load_experiment(out)
     assert [a.name for a in exp.arms] == ["a", "b", "c"] and all(isinstance(a, ArmRecord) for a in exp.arms)
-    assert exp.reference_arm == "a" and exp.seeds == [0, 3] and exp.study == "toy"
+    assert exp.baseline_arm == "a" and exp.seeds == [0, 3] and exp.study == "toy"
     runs = {(r.arm, r.seed): r for r in exp.runs}
     assert set(runs) == {(a, s) for a in "abc" for s in (0, 3)}
     # Arm c runs warm-up then RL; its RL stage folder is the one the index names.
@@ -55,6 +55,15 @@ def test_the_reader_reads_what_the_writer_wrote(index):
     rl_dir = c[schema.RunKey.STAGES]["rl"][schema.StageKey.DIR]
     assert runs[("c", 3)].rl_dir == out / rl_dir and runs[("c", 3)].status == "pending"
     assert runs[("c", 3)].final_stage == "rl"
+
+
+@pytest.mark.parametrize("key", [schema.IndexKey.LEGACY_BASELINE_ARM, schema.IndexKey.LEGACY_REFERENCE])
+def test_older_indexes_name_the_baseline_arm_under_their_old_keys(index, tmp_path, key):
+    """Indexes written before the rename say `reference_arm` (the oldest `reference`); they still read."""
+    _, idx = index
+    old = {k: v for k, v in idx.items() if k != schema.IndexKey.BASELINE_ARM} | {key: "b"}
+    (tmp_path / schema.INDEX_FILE).write_text(json.dumps(old))
+    assert load_experiment(tmp_path).baseline_arm == "b"
 
 
 def test_no_reader_or_writer_spells_the_index_file_or_format_itself():

@@ -396,7 +396,7 @@ def test_confirm_reruns_the_best_trials_and_the_preset_over_seeds(tmp_path, call
     assert main(["search", "confirm", str(out), "--top", "2", "--seeds", "0,1", "--workers", "1"]) == 0
     assert "report:" in capsys.readouterr().out
     index = read_json(out / "confirm" / "index.json")
-    assert [a["name"] for a in index["arms"]] == ["preset", *best_two] and index["reference_arm"] == "preset"
+    assert [a["name"] for a in index["arms"]] == ["preset", *best_two] and index["baseline_arm"] == "preset"
     assert index["summary"]["complete"] == 6
     rows = calls()[before:]
     # Seed 0's warm-up, SFT and the trials' RL runs come from the search; seed 1 and the preset arm are new.
