@@ -30,9 +30,9 @@ def verdict_arms(study=None) -> tuple[str, str, str, str] | None:
 
     study = study or load_study(DEMO_STUDY)
     no_kl = next((a for a in study.arms if a.factors.get("regularizer") == "none"), None)
-    if no_kl is None or no_kl.name == study.reference:
+    if no_kl is None or no_kl.name == study.baseline:
         return None
-    return no_kl.name, no_kl.label, study.reference, study.arm(study.reference).label
+    return no_kl.name, no_kl.label, study.baseline, study.arm(study.baseline).label
 
 
 def format_table(rows: list[tuple[str, dict]]) -> str:
@@ -83,9 +83,9 @@ def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
         raise RuntimeError(f"demo: arms failed: {result.failed}; see {result.index_path}")
     index = result.index
     runs = {r[RunKey.ARM]: r for r in index[IndexKey.RUNS]}
-    first = runs[study.reference]
+    first = runs[study.baseline]
     seed = first[RunKey.SEED]
-    eval_cfg = resolve_config(study, study.arm(study.reference), "eval", seed,
+    eval_cfg = resolve_config(study, study.arm(study.baseline), "eval", seed,
                               {"data.synth_dir": str(out / "data"), "out_dir": str(out / "eval_stages")})
     eval_run = RunDir(out / "eval_stages")
     stage_dirs = {s: out / first[RunKey.STAGES][s][StageKey.DIR] for s in ("warmup", "sft")}

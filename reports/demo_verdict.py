@@ -34,7 +34,7 @@ def selected_kl(rl_dir: Path) -> float | None:
 
 def contrast_text(arm_eval: Path, ref_eval: Path, arm_rl: Path, ref_rl: Path, arm_label: str, ref_label: str,
                   B: int = 2000) -> str:
-    """Markdown lines: arm - reference on the test split, with interval and p, and both arms' KL to SFT."""
+    """Markdown lines: arm - baseline on the test split, with interval and p, and both arms' KL to SFT."""
     name = "predictions_final_test.jsonl"
     arm = report_data_from_rows(_rows(arm_eval / name), str(arm_eval / name))
     ref = report_data_from_rows(_rows(ref_eval / name), str(ref_eval / name))

@@ -27,9 +27,25 @@ def cmd_classifier_train(ns) -> int:
     return 0
 
 
+def prepare_base(cfg, stage: str, progress: bool) -> None:
+    """The one explicit stage-0 call of a stage command: a stage that starts from the tiny base (no init_from,
+    no model.path) gets it built first (cached per machine; concurrent processes of a launch wait for one
+    build). The cheap input checks run before, so a typo does not cost a stage 0."""
+    from harness.preflight import check_inputs
+    from harness.stages.paths import uses_tiny_base
+    from harness.stages.pretrain import build_base
+
+    if cfg.init_from or not uses_tiny_base(cfg):
+        return
+    check_inputs(cfg, stage)
+    build_base(cfg, progress=progress)
+
+
 def cmd_train(ns) -> int:
     cfg = stage_config(ns, "warmup" if ns.stage == "pretrain" else ns.stage)
     progress = not ns.no_progress
+    if ns.stage != "pretrain":
+        prepare_base(cfg, ns.stage, progress)
     if ns.stage == "pretrain":
         from harness.stages.pretrain import build_base
 

@@ -268,7 +268,7 @@ def describe_plan(plan: Plan, seeds: list[int] | None = None, arms: list[str] | 
     """A text table of the plan: arm, seed, pipeline, stage keys (shared ones marked), status."""
     study = plan.study
     lines = [f"study {study.name} ({study.title}); preset {study.preset}; reproduces {study.reproduces}; "
-             f"reference arm {study.reference}; seeds {plan.seeds}; out {plan.out}"]
+             f"baseline arm {study.baseline}; seeds {plan.seeds}; out {plan.out}"]
     for a in study.arms:
         lines.append(f"  arm {a.name:<16} {a.label!r:<36} pipeline {'+'.join(a.pipeline) or '(base)'}")
     lines.append("")

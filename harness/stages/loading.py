@@ -86,12 +86,13 @@ class StageStart:
 def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     """Seed, join the process group of a torchrun / accelerate launch (if any), open the run directory and,
     unless the run is complete, load the model and the data. Rank 0 goes first: it writes the manifest and
-    builds what is cached (stage 0, the phantom set); the other processes then read them."""
+    builds the phantom set; the other processes then read them. The tiny stage-0 base is not built here: the
+    plan builds it as a node of its own, and `regbench train` in one explicit call before the stage
+    (harness/cli/stage_commands.py: prepare_base), so a stage's seeded RNGs never depend on whether stage 0
+    ran first; a stage that finds no base says how to build it (base_path)."""
     from harness.preflight import check_inputs, check_names
     from harness.runs.records import FollowerRun
     from harness.stages.common import load_splits, require_train, seed_everything, start_run
-    from harness.stages.paths import uses_tiny_base
-    from harness.stages.pretrain import build_base
 
     check_names(cfg, stage)  # names and input folders first: a typo must not cost a model load or a stage 0
     check_inputs(cfg, stage)
@@ -107,8 +108,6 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
         if not start.complete:
             # The data before the model (neither draws from the global RNGs): a bad data set fails in seconds.
             start.splits = require_train(load_splits(cfg, progress), cfg, stage)
-            if not cfg.init_from and uses_tiny_base(cfg):
-                build_base(cfg, progress)  # stage 0, a step of its own (cached: built once per machine)
             start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
             if cfg.model.gradient_checkpointing:
                 enable_gradient_checkpointing(start.model)

@@ -56,3 +56,30 @@ def test_a_model_path_or_a_real_preset_needs_no_stage_0(tmp_path, no_build):
 
 def test_the_runner_builds_stage_0_as_its_own_node():
     assert DEFAULT_FUNCTIONS["pretrain"] == "harness.stages.pretrain:build_base"
+
+
+def test_a_stage_that_builds_stage_0_first_starts_from_the_same_rngs_as_one_that_finds_it(tmp_path, monkeypatch):
+    """`regbench train warmup` on an empty cache builds stage 0 before the stage is seeded, so the stage draws
+    the same random numbers as it does with the base cached (before: stage 0's training ran after the stage's
+    seed_everything and left the global RNGs where its own training ended)."""
+    import numpy as np
+    import torch
+
+    import harness.stages.loading as loading
+    from harness.cli import main
+
+    seen = []
+
+    def probe(cfg, progress=True):  # the model load: record the RNGs the stage starts from, then stop
+        seen.append((torch.get_rng_state(), np.random.get_state()[1].copy()))
+        raise RuntimeError("probe: stop before the model loads")
+
+    monkeypatch.setattr(loading, "load_for_stage", probe)
+    common = [*TINY, f"data.synth_dir={tmp_path / 'data'}"]
+    assert main(["train", "warmup", *common, f"cache_dir={tmp_path / 'fresh'}", f"out_dir={tmp_path / 'a'}",
+                 "--no-progress"]) == 2  # builds stage 0 first, then stops at the probe
+    assert (paths.base_dir(_cfg(tmp_path / "x", f"cache_dir={tmp_path / 'fresh'}")) / "DONE").is_file()
+    assert main(["train", "warmup", *common, f"cache_dir={tmp_path / 'fresh'}", f"out_dir={tmp_path / 'b'}",
+                 "--no-progress"]) == 2  # the base is cached now
+    (torch_a, np_a), (torch_b, np_b) = seen
+    assert torch.equal(torch_a, torch_b) and (np_a == np_b).all()
