@@ -162,6 +162,17 @@ class Experiment:
     preset: str | None = None
     index: dict = field(default_factory=dict)
 
+    @property
+    def contrasts(self) -> list[dict]:
+        """The study's primary contrasts as index.json records them ([{arm, baseline, metric, delta}]); empty
+        when the study declares none (then every difference is exploratory)."""
+        return list(self.index.get(IndexKey.CONTRASTS) or [])
+
+    @property
+    def decide(self) -> dict:
+        """The decision rule's settings (alpha, looks, spending) as index.json records them."""
+        return dict(self.index.get(IndexKey.DECIDE) or {})
+
     def arm(self, name: str) -> ArmRecord:
         for a in self.arms:
             if a.name == name:

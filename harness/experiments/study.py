@@ -22,7 +22,7 @@ MODEL_STAGES = ("warmup", "sft", "rl")
 OVERRIDE_SCOPES = ("all", *STAGES, "eval")
 
 _STUDY_KEYS = {"study", "title", "description", "reproduces", "baseline", "seeds", "pipeline", "arms", "preset",
-               "common", "stages", "analyses", "published_dataset", "stage_seeds",
+               "common", "stages", "analyses", "published_dataset", "stage_seeds", "contrasts", "decide",
                "reference"}  # the deprecated name of `baseline` (load_study warns)
 _ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
@@ -70,6 +70,11 @@ class Study:
     # `stage_seeds:` {stage: seed}: these stages run with this seed for every study seed, so the seeds share
     # them (e.g. one SFT model for all RL seeds, as a paper's RL runs start from one SFT model).
     stage_seeds: dict[str, int] = field(default_factory=dict)
+    # `contrasts:` the primary contrasts, one entry per (arm, baseline, metric, delta): the family the decision
+    # rule runs over (harness/decisions.py); every other difference in the tables is exploratory.
+    contrasts: list[dict] = field(default_factory=list)
+    # `decide:` the rule's settings: alpha, the planned seed counts of `--until-decided` (looks), alpha spending.
+    decide: dict = field(default_factory=dict)
 
     @property
     def reference(self) -> str:
@@ -207,7 +212,9 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
                  preset_file=preset_file, reproduces=doc.get("reproduces"), baseline=baseline, seeds=seeds,
                  arms=arms, common=doc.get("common") or {}, stages=doc.get("stages") or {}, analyses=analyses,
                  published_dataset=doc.get("published_dataset"),
-                 stage_seeds=check_stage_seeds(doc.get("stage_seeds"), str(path)))
+                 stage_seeds=check_stage_seeds(doc.get("stage_seeds"), str(path)),
+                 contrasts=check_contrasts(doc.get("contrasts"), str(path), names, baseline),
+                 decide=check_decide(doc.get("decide"), str(path)))
 
 
 def check_baseline(doc: dict, where: str, names: list[str]) -> str:
@@ -232,3 +239,70 @@ def check_stage_seeds(value: Any, where: str) -> dict[str, int]:
         raise ConfigError(f"{where}: 'stage_seeds' must map stages ({', '.join(STAGES)}) to integer seeds, "
                           f"got {value!r}")
     return dict(value)
+
+
+# Test metrics a contrast may name (the keys of an evaluation's metrics.json; all higher-is-better).
+CONTRAST_METRICS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "CIDEr", "findings_acc",
+                    "findings_exact", "ce_micro_f1", "ce_macro_f1", "ce_example_f1", "entity_f1")
+DECIDE_DEFAULTS = {"alpha": 0.05, "looks": None, "spending": "obrien_fleming"}
+SPENDING_KINDS = ("obrien_fleming", "pocock")
+
+
+def check_contrasts(value: Any, where: str, names: list[str], baseline: str) -> list[dict]:
+    """`contrasts:` a list of {arm, baseline (default: the study's), metrics: {metric: delta}}, flattened to one
+    entry per metric: {arm, baseline, metric, delta}. delta is the smallest difference that matters (> 0)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: 'contrasts' must be a list of {{arm, baseline, metrics: {{metric: delta}}}}")
+    out = []
+    for i, c in enumerate(value):
+        at = f"{where}: contrasts[{i}]"
+        if not isinstance(c, dict) or set(c) - {"arm", "baseline", "metrics"}:
+            raise ConfigError(f"{at} must be a mapping with keys arm, baseline (optional), metrics")
+        arm, base = c.get("arm"), c.get("baseline", baseline)
+        for key, name in (("arm", arm), ("baseline", base)):
+            if name not in names:
+                raise ConfigError(f"{at}: {key} '{name}' is not one of the arms: {', '.join(names)}")
+        if arm == base:
+            raise ConfigError(f"{at}: arm and baseline are both '{arm}'")
+        metrics = c.get("metrics")
+        if not isinstance(metrics, dict) or not metrics:
+            raise ConfigError(f"{at}: 'metrics' must map test metrics to their delta, e.g. {{ce_micro_f1: 0.02}}")
+        for metric, delta in metrics.items():
+            if metric not in CONTRAST_METRICS:
+                raise ConfigError(f"{at}: unknown metric '{metric}'; choose from {', '.join(CONTRAST_METRICS)}")
+            if isinstance(delta, bool) or not isinstance(delta, int | float) or not delta > 0:
+                raise ConfigError(f"{at}: delta of '{metric}' must be a number > 0 (the smallest difference that "
+                                  f"matters), got {delta!r}")
+            out.append({"arm": arm, "baseline": base, "metric": metric, "delta": float(delta)})
+    keys = [(c["arm"], c["baseline"], c["metric"]) for c in out]
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup:
+        raise ConfigError(f"{where}: contrast {dup[0]} - {dup[1]} on {dup[2]} is declared twice")
+    return out
+
+
+def check_decide(value: Any, where: str) -> dict:
+    """`decide:` {alpha (default 0.05), looks (planned seed counts of --until-decided, increasing, each >= 2),
+    spending (obrien_fleming | pocock)}."""
+    if value is None:
+        return dict(DECIDE_DEFAULTS)
+    if not isinstance(value, dict) or set(value) - set(DECIDE_DEFAULTS):
+        raise ConfigError(f"{where}: 'decide' must be a mapping with keys {', '.join(DECIDE_DEFAULTS)}")
+    out = {**DECIDE_DEFAULTS, **value}
+    alpha = out["alpha"]
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 0.5:
+        raise ConfigError(f"{where}: decide.alpha must be in (0, 0.5), got {alpha!r}")
+    looks = out["looks"]
+    if looks is not None:
+        ok = isinstance(looks, list) and looks and all(isinstance(k, int) and not isinstance(k, bool) and k >= 2
+                                                       for k in looks)
+        if not ok or sorted(set(looks)) != looks:
+            raise ConfigError(f"{where}: decide.looks must be increasing seed counts >= 2, e.g. [3, 5, 8]; got "
+                              f"{looks!r}")
+    if out["spending"] not in SPENDING_KINDS:
+        raise ConfigError(f"{where}: decide.spending must be one of {', '.join(SPENDING_KINDS)}, got "
+                          f"{out['spending']!r}")
+    out["alpha"] = float(alpha)
+    return out

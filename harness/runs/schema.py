@@ -36,6 +36,8 @@ class IndexKey:
     UPDATED = "updated"
     GIT_COMMIT = "git_commit"
     ARGV = "argv"
+    CONTRASTS = "contrasts"    # the study's primary contrasts: [{arm, baseline, metric, delta}]
+    DECIDE = "decide"          # the decision rule's settings: {alpha, looks, spending}
     LEGACY_BASELINE_ARM = "reference_arm"  # read only: indexes written before the baseline arm had its name
     LEGACY_REFERENCE = "reference"  # read only: the oldest indexes named the baseline arm so
 

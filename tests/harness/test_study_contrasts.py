@@ -1,0 +1,55 @@
+"""Study files declare their primary contrasts (`contrasts:`) and the decision rule (`decide:`); index.json
+records both for the report (harness/experiments/study.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.config import ConfigError
+from harness.experiments import build_plan, load_study
+from harness.experiments.index import build_index
+from harness.runs.schema import IndexKey
+from tests.harness.test_experiments import ARMS, write_study
+
+CONTRASTS = """contrasts:
+  - {arm: b, metrics: {ce_micro_f1: 0.02, BLEU_4: 0.005}}
+  - {arm: c, baseline: b, metrics: {ce_micro_f1: 0.03}}
+decide: {alpha: 0.1, looks: [3, 5]}
+"""
+
+
+def test_contrasts_flatten_to_one_per_metric_with_the_study_baseline_by_default(tmp_path):
+    study = load_study(write_study(tmp_path, ARMS, extra=CONTRASTS))
+    assert study.contrasts == [{"arm": "b", "baseline": "a", "metric": "ce_micro_f1", "delta": 0.02},
+                               {"arm": "b", "baseline": "a", "metric": "BLEU_4", "delta": 0.005},
+                               {"arm": "c", "baseline": "b", "metric": "ce_micro_f1", "delta": 0.03}]
+    assert study.decide == {"alpha": 0.1, "looks": [3, 5], "spending": "obrien_fleming"}
+    index = build_index(build_plan(study, tmp_path / "out"), {}, "now", argv=[])
+    assert index[IndexKey.CONTRASTS] == study.contrasts and index[IndexKey.DECIDE] == study.decide
+
+
+def test_a_study_without_contrasts_has_none_and_the_default_rule(tmp_path):
+    study = load_study(write_study(tmp_path, ARMS))
+    assert study.contrasts == [] and study.decide == {"alpha": 0.05, "looks": None, "spending": "obrien_fleming"}
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("contrasts: [{arm: z, metrics: {BLEU_4: 0.01}}]\n", "arm 'z' is not one of the arms"),
+    ("contrasts: [{arm: b, baseline: b, metrics: {BLEU_4: 0.01}}]\n", "arm and baseline are both 'b'"),
+    ("contrasts: [{arm: b, metrics: {gold: 0.01}}]\n", "unknown metric 'gold'"),
+    ("contrasts: [{arm: b, metrics: {BLEU_4: 0}}]\n", "delta of 'BLEU_4' must be a number > 0"),
+    ("contrasts: [{arm: b, metrics: {}}]\n", "'metrics' must map test metrics"),
+    ("contrasts: [{arm: b, metrics: {BLEU_4: 0.01}}, {arm: b, baseline: a, metrics: {BLEU_4: 0.02}}]\n",
+     "b - a on BLEU_4 is declared twice"),
+    ("contrasts: {arm: b}\n", "'contrasts' must be a list"),
+    ("decide: {alpha: 0.5}\n", "decide.alpha must be in (0, 0.5)"),
+    ("decide: {looks: [5, 3]}\n", "decide.looks must be increasing seed counts >= 2"),
+    ("decide: {looks: [1, 3]}\n", "decide.looks must be increasing seed counts >= 2"),
+    ("decide: {spending: linear}\n", "decide.spending must be one of obrien_fleming, pocock"),
+    ("decide: {alfa: 0.05}\n", "'decide' must be a mapping with keys alpha, looks, spending"),
+])
+def test_bad_contrasts_and_rules_name_the_key_and_value(tmp_path, extra, message):
+    path = write_study(tmp_path, ARMS, extra=extra)
+    with pytest.raises(ConfigError) as err:
+        load_study(path)
+    assert message in str(err.value) and str(path) in str(err.value)
