@@ -11,22 +11,25 @@ Per optimizer step:
   4. beta[B, G] from the regularizer; loss from policy_loss (Eq. 3-6); one AdamW step on the current policy.
      With rl.micro_batch_size, rollouts, frozen passes and the backward run over micro-batches of responses;
      the aggregation's normalisers are those of the whole step (core.aggregation_weights), so the gradient is
-     the one-batch gradient. A step whose rewards, logits, loss or gradient are not finite is skipped (no
-     optimizer step), logged and counted; rl.max_nonfinite_steps in a row stop the run with a checkpoint;
+     the one-batch gradient (StepLoss below). The update itself (micro-batch backwards, the all-reduce under a
+     launch, fp16 loss scaling, clipping, the optimizer or DeepSpeed step) is one call of the updater
+     (harness/parallel/updater.py, `Updater.update`). A step whose rewards, logits, loss or gradient are not
+     finite is skipped (no optimizer step), logged and counted (harness/grpo/nonfinite.py);
+     rl.max_nonfinite_steps in a row stop the run with a checkpoint (harness/grpo/checkpointing.py);
   5. regularizer.after_step (adaptive controller), reference.after_step (EMA), old <- current every N steps
      (counted per epoch and re-synced at each epoch start, or over the whole run: rl.old_sync).
 After every epoch (and every K steps if asked) the current policy decodes the validation prompts greedily,
 exactly as the test does (the generation config); the score s_val (Eq. 10) updates the best-validation
 snapshot (harness/grpo/selection.py), then the reference strategy may reset to it (VAPR). At the end the
-policy chosen by rl.select (best_val or final), the same rule for every arm, is left in the model. Dropout is
-off in every forward pass of the loop, so the ratio is exactly 1 when current = old.
+policy chosen by rl.select (best_val or final), the same rule for every arm, is left in the model
+(harness/grpo/final_policy.py). Dropout is off in every forward pass of the loop, so the ratio is exactly 1 when
+current = old. The log rows are assembled in harness/grpo/step_log.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -37,6 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from harness.config import RLConfig, TrainConfig
+from harness.grpo import checkpointing, final_policy
 from harness.grpo.core import (
     aggregation_normalizer,
     aggregation_weights,
@@ -47,12 +51,14 @@ from harness.grpo.core import (
     token_logprobs,
     zero_std_groups,
 )
+from harness.grpo.nonfinite import count_skipped, count_taken, frozen_problem, new_counts, reward_problem, stop_error
 from harness.grpo.rollout import Rollout, concat_rollouts, response_logits, sample_rollout
 from harness.grpo.selection import BestTracker
+from harness.grpo.step_log import run_summary, samples_record, step_row
 from harness.grpo.validation import ValidationCallback, ValidationEvent, validation_score
 from harness.models.precision import base_dtype
 from harness.parallel.distributed import Dist, shard
-from harness.parallel.updater import Updater, needs_scaler
+from harness.parallel.updater import UpdateOutcome, Updater, needs_scaler
 from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
 from harness.runs.checkpoint_io import load_state
 from harness.runs.records import RunDir
@@ -60,6 +66,63 @@ from harness.schedule import epoch_order, make_scheduler
 from harness.snapshots import SnapshotStore
 from regularizers.registry import reference_from_config, regularizer_from_config
 from rewards.registry import compute_reward
+
+
+class StepLoss:
+    """The loss of one step's micro-batches for `Updater.update`: `loss(forward, (a, b))` runs the current policy
+    over rows a..b and returns their share of the step's loss (Eq. 3-6; the aggregation's normalisers are those of
+    the whole step, core.aggregation_weights, so the micro-batches add up to the one-batch loss and gradient), or
+    why they cannot train. Keeps the betas and the reference entropies (from the frozen pass, or from the
+    current pass when ref == current in one micro-batch) and the per-token values for `stats()`."""
+
+    def __init__(self, rl: RLConfig, regularizer, lp_temp: float, ro: Rollout, chunks, frozen: dict,
+                 adv: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor):
+        self.rl, self.regularizer, self.lp_temp, self.ro, self.frozen = rl, regularizer, lp_temp, ro, frozen
+        self.adv, self.advantages, self.mask, self.whole = adv, advantages, mask, len(chunks) == 1
+        agg = {"group_size": adv.shape[1], "max_len": rl.max_new_tokens}
+        self.kw = dict(eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip, kl_estimator=rl.kl_estimator,
+                       aggregation=rl.aggregation, entropy_coef=rl.entropy_coef, **agg)
+        self.weights = None if self.whole else aggregation_weights(mask, rl.aggregation, **agg)
+        self.normalizer = aggregation_normalizer(mask, rl.aggregation, **agg)  # this process's share (Updater)
+        self.h_ref = frozen["ref"][1] if "ref" in frozen else None  # [N, T] reference entropies (RER)
+        self.beta, self.kept, self.last = None, [], {}
+        if not (regularizer.needs_reference and regularizer.needs_reference_entropy) or self.h_ref is not None:
+            self.beta = self._betas(self.h_ref)
+
+    def _betas(self, h_tok: torch.Tensor | None) -> torch.Tensor:
+        h = response_mean(h_tok, self.ro.response_mask.float()).view(*self.adv.shape) if h_tok is not None else None
+        return self.regularizer.betas(self.adv, h).reshape(-1)
+
+    def __call__(self, forward, rows: tuple[int, int]) -> torch.Tensor | str:
+        (a, b), sub, rl, frozen = rows, self.ro.rows(*rows), self.rl, self.frozen
+        logits = forward(response_logits, sub)
+        logp = token_logprobs(logits, sub.responses, self.lp_temp, rl.logprob_chunk_positions)
+        ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=rl.entropy_coef != 0)
+        del logits
+        if not (torch.isfinite(logp).all() and torch.isfinite(ent).all()):
+            return "logits of the current policy are not finite"
+        lp_old = frozen["old"][0][a:b] if "old" in frozen else logp.detach()
+        lp_ref = None
+        if self.regularizer.needs_reference:
+            lp_ref = frozen["ref"][0][a:b] if "ref" in frozen else logp.detach()
+            if self.beta is None:  # one micro-batch, ref == current: its entropies are this pass's (detached)
+                self.h_ref = ent.detach()
+                self.beta = self._betas(self.h_ref)
+        loss, self.last = policy_loss(logp, lp_old, lp_ref, self.advantages[a:b], self.beta[a:b], self.mask[a:b],
+                                      entropy=ent, token_weights=None if self.whole else self.weights[a:b], **self.kw)
+        if not torch.isfinite(loss):
+            return f"the loss is {float(loss.detach())} although rewards and logits are finite"
+        self.kept.append((logp.detach(), lp_old, lp_ref, ent.detach()))
+        return loss
+
+    def stats(self) -> dict:
+        """The step's loss statistics, exactly as one batch gives them."""
+        if self.whole:
+            return self.last
+        cat = [torch.cat(parts) if parts[0] is not None else None for parts in zip(*self.kept, strict=True)]
+        with torch.no_grad():
+            return policy_loss(cat[0], cat[1], cat[2], self.advantages, self.beta, self.mask, entropy=cat[3],
+                               **self.kw)[1]
 
 
 class GRPOTrainer:
@@ -105,52 +168,21 @@ class GRPOTrainer:
         # validation" refers to the schedule, so a cut run resumed with a larger max_steps equals an uncut one.
         self.schedule_steps = total
         self.step = 0
-        # Skipped (non-finite) steps: in a row, in total, and the message of the first of the current row.
-        self.nonfinite = {"in_a_row": 0, "total": 0, "first": None}
+        self.nonfinite = new_counts()  # skipped (non-finite) steps (harness/grpo/nonfinite.py)
         self.lp_temp = rl.logprob_temperature if rl.logprob_temperature is not None else rl.temperature
 
-    # -- checkpoints ------------------------------------------------------------------------------------
+    # -- checkpoints (harness/grpo/checkpointing.py) ---------------------------------------------------------
     @property
     def ckpt_path(self) -> Path:
-        return self.run.path / "checkpoint" / "rl_state.pt"
+        return checkpointing.checkpoint_path(self.run)
 
     def save_checkpoint(self) -> None:
-        # The state is identical on every process and rank 0 writes it; but for ZeRO's optimizer partitions,
-        # which every process writes beside it.
-        optimizer = self.updater.optimizer_state(self.optimizer, self.ckpt_path.parent)
-        if self.dist.main:
-            self._write_checkpoint(optimizer)
-        self.dist.barrier()
-
-    def _write_checkpoint(self, optimizer: dict | None) -> None:
-        path = self.ckpt_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        state = {"step": self.step, "live": {n: p.detach().cpu() for n, p in
-                                             zip(self.store.param_names(), self.store.parameters(), strict=True)},
-                 "store": self.store.state_dict(), "optimizer": optimizer,
-                 "scheduler": self.scheduler.state_dict(), "regularizer": self.regularizer.state_dict(),
-                 "reference": self.reference.state_dict(), "best": self.best.state_dict(),
-                 "nonfinite": dict(self.nonfinite), "engine": self.updater.state_dict()}
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        tmp.replace(path)
+        checkpointing.save_checkpoint(self)
 
     def try_resume(self) -> bool:
         if not self.ckpt_path.is_file():
             return False
-        state = load_state(self.ckpt_path)
-        with torch.no_grad():
-            for n, p in zip(self.store.param_names(), self.store.parameters(), strict=True):
-                p.copy_(state["live"][n])
-        self.store.load_state_dict(state["store"])
-        self.updater.load_optimizer_state(self.optimizer, state["optimizer"], self.ckpt_path.parent)
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.regularizer.load_state_dict(state["regularizer"])
-        self.reference.load_state_dict(state["reference"])
-        self.best.load_state_dict(state.get("best") or {})
-        self.nonfinite = {**self.nonfinite, **(state.get("nonfinite") or {})}
-        self.updater.load_state_dict(state.get("engine") or {})  # the fp16 loss scale
-        self.step = int(state["step"])
+        checkpointing.restore_checkpoint(self, load_state(self.ckpt_path))  # the safe loader (weights only)
         self.run.truncate_logs_after(self.step)
         return True
 
@@ -184,38 +216,42 @@ class GRPOTrainer:
         return [(a, min(a + size, n)) for a in range(0, n, size)] or [(0, 0)]
 
     @torch.no_grad()
-    def _frozen_logprobs(self, logits: torch.Tensor, ro: Rollout, want_entropy: bool):
-        """Log-probs (and entropies) of the responses from a frozen policy's logits, without grad."""
-        chunk = self.rl.logprob_chunk_positions
-        logp = token_logprobs(logits, ro.responses, self.lp_temp, chunk)
-        ent = token_entropy(logits, self.lp_temp, chunk) if want_entropy else None
-        return logp, ent
-
-    @torch.no_grad()
     def _frozen_pass(self, name: str | None, ro: Rollout, chunks, want_entropy: bool):
         """[N, L] log-probs (and entropies) of the responses under snapshot `name` (None: the live parameters,
         no swap), micro-batch by micro-batch. Called before the policy's own forward: swapping a snapshot in
         writes the live parameters, which no live graph may have saved."""
-        logps, ents = [], []
+        logps, ents, chunk = [], [], self.rl.logprob_chunk_positions
         with self.store.use(name) if name else contextlib.nullcontext():
             for a, b in chunks:
                 sub = ro.rows(a, b)
-                lp, ent = self._frozen_logprobs(response_logits(self.model, sub), sub, want_entropy)
-                logps.append(lp)
-                ents.append(ent)
+                logits = response_logits(self.model, sub)
+                logps.append(token_logprobs(logits, sub.responses, self.lp_temp, chunk))
+                ents.append(token_entropy(logits, self.lp_temp, chunk) if want_entropy else None)
         return torch.cat(logps), (torch.cat(ents) if want_entropy else None)
 
-    def _reward_problem(self, raw: np.ndarray, adv: torch.Tensor) -> str | None:
-        """Why the rewards cannot train (None when they can): the message names the reward."""
-        name = self.rl.reward
-        bad = ~np.isfinite(raw) | (np.abs(raw) > np.finfo(np.float32).max)
-        if bad.any():
-            return (f"reward {name!r} returned {int(bad.sum())} value(s) that are not finite in float32 (e.g. "
-                    f"{float(raw[bad][0])!r}); rewards must be finite numbers of moderate size")
-        if not bool(torch.isfinite(adv).all()):
-            return (f"reward {name!r} gave non-finite advantages (Eq. 2; rewards from {raw.min():.3g} to "
-                    f"{raw.max():.3g}): rewards too large for the group mean and std in float32")
-        return None
+    def _frozen_passes(self, ro: Rollout, chunks) -> dict:
+        """{"old": (log-probs, None), "ref": (log-probs, entropies or None)} of the frozen policies that need a pass.
+        A snapshot equal to the live parameters (old right after a sync, ref right after a reset) needs none:
+        the current pass's logits are the same numbers. Except for the reference entropies over several
+        micro-batches: the betas need them for the whole step before the first backward, so they come from a
+        no-grad pass of the live parameters."""
+        frozen = {}
+        for name in ["old"] + (["ref"] if self.regularizer.needs_reference else []):
+            ent_here = name == "ref" and self.regularizer.needs_reference_entropy
+            if not self.store.equal_to_live(name):
+                frozen[name] = self._frozen_pass(name, ro, chunks, ent_here)
+            elif ent_here and len(chunks) > 1:
+                frozen[name] = self._frozen_pass(None, ro, chunks, True)
+        return frozen
+
+    def _token_advantages(self, adv: torch.Tensor, ro: Rollout, chunks) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[N] advantages; with token weighting (DiTPO) [N, T]: A[i, t] = w[i, t] * A[i], and the weights w (the
+        gradient weighter looks through the old policy, row by row)."""
+        if self.weighter is None:
+            return adv.reshape(-1), None
+        with self.store.use("old"):
+            token_w = torch.cat([self.weighter.weights(self.model, ro.rows(a, b)) for a, b in chunks])
+        return adv.reshape(-1).unsqueeze(1) * token_w.to(adv.device), token_w
 
     def train_step(self) -> dict:
         rl, G = self.rl, self.rl.group_size
@@ -233,178 +269,50 @@ class GRPOTrainer:
         mask = ro.response_mask.float()
         if rl.zero_std_groups == "drop":
             mask = mask * (~zero_std).repeat_interleave(G).float().unsqueeze(1)
-        want_ent = rl.entropy_coef != 0
-        needs_ref = self.regularizer.needs_reference
-        needs_h = needs_ref and self.regularizer.needs_reference_entropy
         chunks = self._chunks(B * G)
-        whole = len(chunks) == 1
-        # Frozen passes first (see _frozen_pass). A snapshot equal to the live parameters (old right after a
-        # sync, ref right after a reset) needs no pass of its own: the current pass's logits are the same
-        # numbers. Except for the reference entropies over several micro-batches: the betas need them for the
-        # whole step before the first backward, so they come from a no-grad pass of the live parameters.
-        frozen = {}
-        for name in ["old"] + (["ref"] if needs_ref else []):
-            ent_here = name == "ref" and needs_h
-            if not self.store.equal_to_live(name):
-                frozen[name] = self._frozen_pass(name, ro, chunks, ent_here)
-            elif ent_here and not whole:
-                frozen[name] = self._frozen_pass(None, ro, chunks, True)
-        token_w = None
-        if self.weighter is not None:
-            # DiTPO: A[i, t] = w[i, t] * A[i]; the gradient weighter looks through the old policy (row by row).
-            with self.store.use("old"):
-                token_w = torch.cat([self.weighter.weights(self.model, ro.rows(a, b)) for a, b in chunks])
-        advantages = adv.reshape(-1)
-        if token_w is not None:
-            advantages = advantages.unsqueeze(1) * token_w.to(advantages.device)
-        agg = {"group_size": G, "max_len": rl.max_new_tokens}
-        loss_kw = dict(eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip,
-                       kl_estimator=rl.kl_estimator, aggregation=rl.aggregation, entropy_coef=rl.entropy_coef, **agg)
-        weights = None if whole else aggregation_weights(mask, rl.aggregation, **agg)
-        # Data parallel: scale to this process's share of the global normaliser; the mean of the scaled losses
-        # (and of their gradients, averaged below) is then the loss of the whole batch in one process.
-        scale = self.dist.loss_scale(aggregation_normalizer(mask, rl.aggregation, **agg)) if self.dist.active else 1.0
-        h_ref_tok = frozen["ref"][1] if "ref" in frozen else None
-        beta = None
-
-        def betas(h_tok):
-            h = response_mean(h_tok, ro.response_mask.float()).view(B, G) if h_tok is not None else None
-            return self.regularizer.betas(adv, h).reshape(-1)
-
-        if not needs_h or h_ref_tok is not None:
-            beta = betas(h_ref_tok)
-        cause = self._reward_problem(raw, adv)
-        for name, (lp, ent_f) in frozen.items():
-            if cause is None and not (torch.isfinite(lp).all() and (ent_f is None or torch.isfinite(ent_f).all())):
-                cause = f"logits of the {name} policy are not finite"
-        self.optimizer.zero_grad(set_to_none=True)
-        kept, stats = [], {}
-        for a, b in chunks if cause is None else []:
-            sub = ro.rows(a, b)
-            with self.updater.no_sync():  # gradients averaged once per step (updater.sync, below)
-                logits = self.updater.forward(response_logits, sub)
-            logp = token_logprobs(logits, sub.responses, self.lp_temp, rl.logprob_chunk_positions)
-            ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=want_ent)
-            del logits
-            if not (torch.isfinite(logp).all() and torch.isfinite(ent).all()):
-                cause = "logits of the current policy are not finite"
-                break
-            lp_old = frozen["old"][0][a:b] if "old" in frozen else logp.detach()
-            lp_ref = None
-            if needs_ref:
-                lp_ref = frozen["ref"][0][a:b] if "ref" in frozen else logp.detach()
-                if beta is None:  # one micro-batch, ref == current: its entropies are this pass's (detached)
-                    h_ref_tok = ent.detach()
-                    beta = betas(h_ref_tok)
-            loss, stats = policy_loss(logp, lp_old, lp_ref, advantages[a:b], beta[a:b], mask[a:b], entropy=ent,
-                                      token_weights=None if whole else weights[a:b], **loss_kw)
-            if not torch.isfinite(loss):
-                cause = f"the loss is {float(loss.detach())} although rewards and logits are finite"
-                break
-            with self.updater.no_sync():
-                self.updater.backward(loss * scale if self.dist.active else loss)
-            kept.append((logp.detach(), lp_old, lp_ref, ent.detach()))
-        if cause is None and not whole:  # the step's statistics, exactly as one batch would give them
-            cat = [torch.cat(parts) if parts[0] is not None else None for parts in zip(*kept, strict=True)]
-            with torch.no_grad():
-                _, stats = policy_loss(cat[0], cat[1], cat[2], advantages, beta, mask, entropy=cat[3], **loss_kw)
-        self.updater.sync()  # every process, also one that stopped early: DDP's all-reduce
-        gnorm = None
-        scaler_skip = False
-        if cause is None and not self.updater.deepspeed:  # DeepSpeed checks and clips in its step (below)
-            self.updater.unscale_(self.optimizer)
-            grads = [p.grad for p in self.params if p.grad is not None]
-            if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
-                if self.updater.scaler is not None:  # fp16 overflow: the scaler skips the step, lowers the scale
-                    scaler_skip = True
-                else:
-                    cause = "the gradient is not finite although the loss is"
-            elif self.tcfg.grad_clip > 0:
-                gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.tcfg.grad_clip)
-                if not torch.isfinite(gnorm):
-                    cause = f"the gradient norm is {float(gnorm)}"
-        # Every process skips or steps alike: a step is skipped when any process found a problem.
-        skip = float(self.dist.sum(torch.tensor([float(cause is not None)]))[0]) > 0
-        n_tokens = float(mask.sum())
+        frozen = self._frozen_passes(ro, chunks)  # before the policy's own forward (see _frozen_pass)
+        advantages, token_w = self._token_advantages(adv, ro, chunks)
+        loss = StepLoss(rl, self.regularizer, self.lp_temp, ro, chunks, frozen, adv, advantages, mask)
         lr = self.optimizer.param_groups[0]["lr"]
-        stepped = False
-        if skip:
-            self.optimizer.zero_grad(set_to_none=True)
-            self.updater.skip()
-            stats = self._count_nonfinite(cause)
-        else:
-            if self.dist.active:
-                stats = self.dist.reduce_stats(stats, n_tokens)
-            stepped = self.updater.step(self.optimizer)
-            if self.updater.deepspeed:
-                gnorm = self.updater.grad_norm()
-                if not stepped:  # DeepSpeed found the gradient not finite and did not step
-                    skip = True
-                    stats = self._count_nonfinite("the gradient is not finite although the loss is")
-            elif scaler_skip and self.updater.loss_scale < 1.0:
-                # Overflow at a loss scale below 1 is no fp16 range problem (the unscaled gradient is not finite
-                # either): counted, so that rl.max_nonfinite_steps stops a run the scaler cannot rescue.
-                skip = True
-                stats = self._count_nonfinite(f"the gradient is not finite at loss scale {self.updater.loss_scale}")
-            if not (scaler_skip or skip):
-                self.nonfinite["in_a_row"], self.nonfinite["first"] = 0, None
-            if self.updater.scaler is not None:  # an overflow the scaler skips is not counted as non-finite (above)
-                stats = {**stats, "scaler_skipped": not stepped, "loss_scale": self.updater.loss_scale}
+        outcome = self.updater.update(loss, chunks, self.optimizer, grad_clip=self.tcfg.grad_clip,
+                                      normalizer=loss.normalizer,
+                                      rejected=reward_problem(rl.reward, raw, adv) or frozen_problem(frozen))
+        stats = self._step_stats(outcome, loss, mask)
         with warnings.catch_warnings():
             # A skipped step still advances the schedule (the lr is a function of the step number); torch warns
             # when that happens before any optimizer step.
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
             self.scheduler.step()
         self.step += 1
-        if stepped:  # once per optimizer step taken (not after a skipped one, also not one the fp16 scaler skipped)
+        if outcome.stepped:  # once per optimizer step taken (not after a skipped one, nor one the scaler skipped)
             self.regularizer.after_step(stats.get("kl_mean"), B * G * self.dist.world)
         events = dict(self.reference.after_step(self.store, self.step) or {})
         if self._old_sync_due():
             self.store.capture("old")
             events["old_synced"] = True
-        all_rewards = self.dist.gather(rewards)  # [B * world, G]: the step's whole batch
-        all_zero_std = self.dist.gather(zero_std.float())
-        all_lengths = self.dist.gather(ro.lengths.float())
-        ref_entropy = None
-        if h_ref_tok is not None and not skip:
-            ref_entropy = float(self.dist.gather(response_mean(h_ref_tok, ro.response_mask.float())).mean())
-        row = {
-            "step": self.step, "epoch": self.step / self.steps_per_epoch,
-            "reward_mean": float(all_rewards.mean()), "reward_std": float(all_rewards.std(unbiased=False)),
-            "reward_min": float(all_rewards.min()), "reward_max": float(all_rewards.max()),
-            "frac_reward_zero_std": float(all_zero_std.float().mean()),
-            "ref_entropy_mean": ref_entropy,
-            "response_length": float(all_lengths.mean()), "lr": lr,
-            "grad_norm": float(gnorm) if gnorm is not None else None, "step_time": time.time() - t0,
-            **stats, **self.regularizer.log_stats(), **self.reference.log_stats(), **events,
-        }
-        if token_w is not None and not skip:
-            sel = token_w[ro.response_mask.bool()]
-            row.update(token_weight_max=float(sel.max()), token_weight_std=float(sel.std()))
-        if skip:
-            row = {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in row.items()}
+        row = step_row(self.dist, step=self.step, epoch=self.step / self.steps_per_epoch, rewards=rewards,
+                       zero_std=zero_std, lengths=ro.lengths, response_mask=ro.response_mask,
+                       ref_entropy_tok=loss.h_ref, token_weights=token_w, skipped=outcome.skipped, lr=lr,
+                       grad_norm=outcome.grad_norm, t0=t0, fields={**stats, **self.regularizer.log_stats(),
+                                                                    **self.reference.log_stats(), **events})
         self.run.log_step(row)
         if rl.samples_every and self.step % rl.samples_every == 0:
-            self.run.log_samples({
-                "step": self.step, "ids": [self.train_set.ids[i] for i in idx],
-                "candidates": ro.texts, "rewards": rewards.tolist(), "advantages": adv.tolist(),
-                "betas": beta.view(B, G).tolist() if beta is not None else None,
-            })
+            self.run.log_samples(samples_record(self.step, [self.train_set.ids[i] for i in idx], ro.texts, rewards,
+                                                adv, loss.beta))
         return row
 
-    def _count_nonfinite(self, cause: str | None) -> dict:
-        """Count a skipped step; its log fields (the cause from the first process that found one)."""
-        causes = [c for c in self.dist.gather_objects(cause) if c]
-        message = f"step {self.step + 1}: {causes[0]}"
-        nf = self.nonfinite
-        nf["in_a_row"] += 1
-        nf["total"] += 1
-        if nf["in_a_row"] == 1:
-            nf["first"] = message
-        if self.dist.main:
-            print(f"[rl] skipped {message} (no optimizer step; {nf['in_a_row']} in a row)", file=sys.stderr)
-        return {"skipped": True, "nonfinite_cause": causes[0], "nonfinite_in_a_row": nf["in_a_row"],
-                "nonfinite_total": nf["total"]}
+    def _step_stats(self, outcome: UpdateOutcome, loss: StepLoss, mask: torch.Tensor) -> dict:
+        """The step's loss statistics over all processes (weighted by response tokens), or a skipped step's count;
+        the fp16 scaler's fields when it saw the step."""
+        if outcome.skipped:  # no optimizer step (on any process)
+            stats = count_skipped(self.nonfinite, self.step + 1, outcome.cause, self.dist.main)
+        else:
+            stats = self.dist.reduce_stats(loss.stats(), float(mask.sum()))
+            if not outcome.overflow:  # a step the fp16 scaler skipped is not counted either way
+                count_taken(self.nonfinite)
+        if outcome.loss_scale is not None:
+            stats = {**stats, "scaler_skipped": not outcome.stepped, "loss_scale": outcome.loss_scale}
+        return stats
 
     def _old_sync_due(self) -> bool:
         """After optimizer step self.step: is it the N-th step (of the epoch, or of the run)?"""
@@ -473,28 +381,12 @@ class GRPOTrainer:
                     or self.step == self.total_steps or too_many:
                 self.save_checkpoint()
             if too_many:
-                raise FloatingPointError(
-                    f"{self.nonfinite['in_a_row']} RL steps in a row were not finite and skipped (rl.max_nonfinite_"
-                    f"steps = {self.rl.max_nonfinite_steps}); the first: {self.nonfinite['first']}. The run stopped "
-                    f"at step {self.step} with a checkpoint in {self.ckpt_path.parent}: rerun to resume")
+                raise stop_error(self.nonfinite, self.rl.max_nonfinite_steps, self.step, self.ckpt_path.parent)
         bar.close()
         selected = self.select_policy()
-        steps = self.run.steps()
-        rewards = [s["reward_mean"] for s in steps if s.get("reward_mean") is not None]  # None: skipped step
-        return {"steps": self.step, "wall_time_s": time.time() - t_start,
-                "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
-                "reward_mean_last_10": float(np.mean(rewards[-10:])) if rewards else None, **selected}
+        return {**run_summary(self.step, time.time() - t_start, self.run.steps()), **selected}
 
     def select_policy(self) -> dict:
-        """Leave the policy that rl.select names in the model and say where it came from. best_val without any
-        candidate validation (no validation set, or a run cut before its first epoch end) keeps the final policy
-        and says so."""
-        evals = [e for e in self.run.evals() if e.get("split") == "val"]
-        final_score = evals[-1]["val_score"] if evals and evals[-1].get("step") == self.step else None
-        if self.rl.select == "best_val" and "best" in self.store:
-            self.store.restore("best")
-            return {"select": "best_val", "selected_step": self.best.step, "selected_epoch": self.best.epoch,
-                    "selected_score": self.best.score, "final_step": self.step, "final_score": final_score}
-        why = "final" if self.rl.select == "final" else "final (no candidate validation for best_val)"
-        return {"select": why, "selected_step": self.step, "selected_epoch": self.step / self.steps_per_epoch,
-                "selected_score": final_score, "final_step": self.step, "final_score": final_score}
+        """Leave the policy that rl.select names in the model; where it came from (harness/grpo/final_policy.py)."""
+        return final_policy.select_policy(self.rl.select, self.store, self.best, self.run.evals(), self.step,
+                                          self.steps_per_epoch)

@@ -1,5 +1,12 @@
 """The training engine of a model stage: gradient all-reduce by accelerate's DDP, fp16 loss scaling.
 
+`Updater.update(loss_fn, micro_batches, optimizer, ...)` is one optimizer step from the stage's losses: the
+micro-batch loop (forward and backward under `no_sync`, each loss scaled by the process's share of the step's
+normaliser), the gradient all-reduce (`sync`), unscale, the non-finite checks, gradient clipping and the step
+(torch's, through the fp16 scaler, or DeepSpeed's), decided alike on every process; it returns an
+`UpdateOutcome`. The pieces it is made of (`forward`, `no_sync`, `backward`, `sync`, `unscale_`, `step`, `skip`)
+stay public for a stage with other rules (warm-up / SFT: harness/stages/lm_train.py).
+
 One process (the demo, every CPU run): `Updater` is a thin pass-through -- `forward(fn, ...)` is `fn(model, ...)`,
 `backward` is `loss.backward()`, `step` is `optimizer.step()` -- so single-process numbers are those of plain
 torch, bit for bit.
@@ -37,7 +44,8 @@ optimizer state is checkpointed per process (`save_partition` / `load_partition`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -62,9 +70,30 @@ def _zero_loss(_model, params: list[torch.Tensor]) -> torch.Tensor:
     return sum((p.reshape(-1)[:1] * 0.0).sum() for p in params)
 
 
+def _plain(value) -> float | None:
+    return float(value) if value is not None else None
+
+
 def needs_scaler(dtype: torch.dtype) -> bool:
     """fp16 has 5 exponent bits: small activation gradients underflow without a loss scale (bf16 has fp32's)."""
     return dtype == torch.float16
+
+
+@dataclass
+class UpdateOutcome:
+    """What `Updater.update` did. `stepped` and `cause` are the same on every process."""
+
+    stepped: bool = False  # the optimizer moved the weights
+    cause: str | None = None  # why the step was rejected as not finite (the first process's reason): no step
+    grad_norm: float | None = None  # before clipping; None: not clipped (grad_clip 0, rejected early) or unknown
+    loss_scale: float | None = None  # fp16: the scale after the step; None without a scaler or if rejected before it
+    overflow: bool = False  # fp16: the scaled gradient overflowed, the scaler skipped the step (the scaler working)
+
+    @property
+    def skipped(self) -> bool:
+        """A rejected (non-finite) step, for the caller to count; a step the scaler skipped is not one, unless
+        the loss scale is already below 1 (then no fp16 range problem: the true gradient is not finite)."""
+        return self.cause is not None
 
 
 class Updater:
@@ -135,6 +164,65 @@ class Updater:
             self._backwards = 0
         elif self.ddp is not None:
             self.ddp(_zero_loss, self.params).backward()
+
+    # -- one optimizer step from the losses ------------------------------------------------------------------
+    def update(self, loss_fn: Callable, micro_batches: Iterable, optimizer: torch.optim.Optimizer, *,
+               grad_clip: float = 0.0, normalizer: torch.Tensor | None = None,
+               rejected: str | None = None) -> UpdateOutcome:
+        """One optimizer step: `loss_fn(forward, batch)` for every micro-batch, backward of its loss, then the
+        step, on every process alike.
+
+        `loss_fn` runs the pass to backpropagate through `forward(fn, *args)` (= `fn(model, *args)`, through DDP
+        when launched) and returns the micro-batch's loss, already weighted so that the losses add up to the step's
+        loss; or a str naming why the step cannot train (e.g. non-finite logits or loss): no further micro-batch
+        runs and the step is rejected. `normalizer`: this process's share of the step's normaliser (e.g. its
+        response-token count); under a launch each loss is scaled by `dist.loss_scale(normalizer)`, so that the
+        averaged gradient is the whole batch's (None: the processes weigh equally). `rejected`: a reason found
+        before any loss (no forward runs). A process with a reason rejects the step for all: every process then
+        skips the optimizer step alike (`UpdateOutcome.cause`, the first process's reason). Otherwise the
+        gradients are unscaled (fp16), checked and clipped to `grad_clip` (> 0; DeepSpeed checks and clips in its
+        own step) and the optimizer steps."""
+        scale = self.dist.loss_scale(normalizer) if self.dist.active and normalizer is not None else 1.0
+        optimizer.zero_grad(set_to_none=True)
+        cause = rejected
+        for batch in micro_batches if cause is None else ():
+            with self.no_sync():  # gradients averaged once per step (sync, below)
+                loss = loss_fn(self.forward, batch)
+                if isinstance(loss, str):
+                    cause = loss
+                    break
+                self.backward(loss * scale if self.dist.active else loss)
+        self.sync()  # every process, also one that stopped early: the all-reduce
+        gnorm, overflow = None, False
+        if cause is None and not self.deepspeed:  # DeepSpeed checks and clips in its step (below)
+            self.unscale_(optimizer)
+            grads = [p.grad for p in self.params if p.grad is not None]
+            if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
+                if self.scaler is not None:  # fp16 overflow: the scaler skips the step, lowers the scale
+                    overflow = True
+                else:
+                    cause = "the gradient is not finite although the loss is"
+            elif grad_clip > 0:
+                gnorm = torch.nn.utils.clip_grad_norm_(self.params, grad_clip)
+                if not torch.isfinite(gnorm):
+                    cause = f"the gradient norm is {float(gnorm)}"
+        # Every process skips or steps alike: a step is rejected when any process found a problem.
+        if float(self.dist.sum(torch.tensor([float(cause is not None)]))[0]) > 0:
+            optimizer.zero_grad(set_to_none=True)
+            self.skip()
+            first = next(c for c in self.dist.gather_objects(cause) if c)
+            return UpdateOutcome(cause=first, grad_norm=_plain(gnorm))
+        stepped = self.step(optimizer)
+        if self.deepspeed:
+            gnorm = self.grad_norm()
+            if not stepped:  # DeepSpeed found the gradient not finite and did not step
+                cause = "the gradient is not finite although the loss is"
+        elif overflow and self.loss_scale < 1.0:
+            # Overflow at a loss scale below 1 is no fp16 range problem (the unscaled gradient is not finite
+            # either): rejected, so that a caller counting rejected steps stops a run the scaler cannot rescue.
+            cause = f"the gradient is not finite at loss scale {self.loss_scale}"
+        return UpdateOutcome(stepped=stepped, cause=cause, grad_norm=_plain(gnorm), loss_scale=self.loss_scale,
+                             overflow=overflow)
 
     # -- the optimizer step ------------------------------------------------------------------------------
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:

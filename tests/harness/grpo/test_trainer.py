@@ -383,3 +383,23 @@ def test_a_resume_after_the_final_checkpoint_logs_no_second_final_validation(tin
     again.train()
     assert again.run.evals() == rows
     assert torch.equal(again.store.parameters()[0], tr.store.parameters()[0])
+
+
+def test_each_step_is_one_updater_call_and_the_checkpoint_keeps_its_keys(tiny_model, tiny_processor, tmp_path,
+                                                                          prompt_set):
+    """The step's micro-batches, the all-reduce, scaling, clipping and the step are one `Updater.update`; the
+    checkpoint's keys are an on-disk format ("engine": the updater's state)."""
+    from harness.runs.checkpoint_io import load_state
+
+    tr = _trainer(tiny_model, tiny_processor, tmp_path, prompt_set, regularizer="rer", micro_batch_size=1)
+    calls = []
+    real = tr.updater.update
+    tr.updater.update = lambda loss, chunks, *a, **k: calls.append((list(chunks), k)) or real(loss, chunks, *a, **k)
+    tr.train()
+    assert [c for c, _ in calls] == [[(0, 1), (1, 2), (2, 3), (3, 4)]] * 2
+    assert all(k["grad_clip"] == tr.tcfg.grad_clip and k["rejected"] is None for _, k in calls)
+    assert all(r["grad_norm"] is not None and r["grad_norm"] > 0 for r in tr.run.steps())
+    state = load_state(tr.ckpt_path)
+    assert set(state) == {"step", "live", "store", "optimizer", "scheduler", "regularizer", "reference", "best",
+                          "nonfinite", "engine"}
+    assert state["step"] == 2 and state["engine"] == {} and state["nonfinite"] == tr.nonfinite

@@ -1,12 +1,13 @@
-"""harness/parallel/updater.py in one process: fp16 loss scaling with torch's GradScaler on the CPU, and a
-scaler-skipped RL step that is not counted as a non-finite step (rl.max_nonfinite_steps)."""
+"""harness/parallel/updater.py in one process: fp16 loss scaling with torch's GradScaler on the CPU, a
+scaler-skipped RL step that is not counted as a non-finite step (rl.max_nonfinite_steps), and `Updater.update`
+(one optimizer step from micro-batch losses)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from harness.parallel.updater import Updater, needs_scaler
+from harness.parallel.updater import UpdateOutcome, Updater, needs_scaler
 
 
 def _model():
@@ -67,6 +68,95 @@ def test_a_rejected_step_leaves_the_scaler_ready_for_the_next():
     updater.skip()  # e.g. another process found a non-finite reward
     opt.zero_grad(set_to_none=True)
     assert _step(updater, model, opt, x)  # unscale_ twice without update() would raise in torch
+
+
+X = torch.tensor([[0.3, -1.7, 2.9], [1.1, 0.4, -0.6], [-0.8, 2.2, 0.5], [1.9, -0.3, -1.4], [0.2, 0.9, 1.3]])
+
+
+def _weighted_loss(forward, rows):
+    """Micro-batch rows a..b of X: their share of the mean over all 5 rows (the weights of the whole step)."""
+    a, b = rows
+    return forward(lambda m, v: (m(v) ** 2).sum() / len(X), X[a:b])
+
+
+def _update(chunks, **kw):
+    model = _model()
+    updater = Updater(model, list(model.parameters()), fp16_scaler=kw.pop("fp16", False))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    return model, updater, opt, updater.update(kw.pop("loss", _weighted_loss), chunks, opt, **kw)
+
+
+@pytest.mark.parametrize("chunks", [[(0, 2), (2, 5)], [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]])
+def test_update_over_micro_batches_equals_the_one_batch_step(chunks):
+    one, _, _, out_one = _update([(0, 5)], grad_clip=0.5)
+    micro, _, _, out_micro = _update(chunks, grad_clip=0.5)
+    assert out_one.stepped and out_micro.stepped and not out_micro.skipped and out_micro.loss_scale is None
+    assert out_micro.grad_norm == pytest.approx(out_one.grad_norm, rel=1e-6) and out_one.grad_norm > 0.5  # clipped
+    for a, b in zip(one.parameters(), micro.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+    # and the one-batch step is plain torch: backward, clip, step
+    plain = _model()
+    opt = torch.optim.AdamW(plain.parameters(), lr=0.01)
+    ((plain(X) ** 2).sum() / len(X)).backward()
+    norm = torch.nn.utils.clip_grad_norm_(plain.parameters(), 0.5)
+    opt.step()
+    assert out_one.grad_norm == float(norm)
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), one.parameters(), strict=True))
+
+
+def test_update_without_clipping_reports_no_grad_norm():
+    _, _, _, out = _update([(0, 5)])
+    assert out == UpdateOutcome(stepped=True, cause=None, grad_norm=None, loss_scale=None, overflow=False)
+
+
+def test_a_loss_fn_that_names_a_problem_skips_the_step_and_reports_the_cause():
+    seen = []
+
+    def loss(forward, rows):
+        seen.append(rows)
+        return "the loss is nan" if rows == (2, 4) else _weighted_loss(forward, rows)
+
+    model, _, opt, out = _update([(0, 2), (2, 4), (4, 5)], loss=loss, grad_clip=1.0)
+    assert out.skipped and out.cause == "the loss is nan" and not out.stepped
+    assert seen == [(0, 2), (2, 4)]  # no micro-batch after the one that failed
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), _model().parameters(), strict=True))
+    assert all(p.grad is None for p in model.parameters()) and not opt.state  # the partial gradient is dropped
+
+
+def test_a_reason_found_before_the_update_runs_no_forward():
+    def loss(forward, rows):
+        raise AssertionError("no forward for a rejected step")
+
+    model, _, _, out = _update([(0, 5)], loss=loss, rejected="reward 'x' returned 1 value(s) that are not finite")
+    assert out.skipped and out.cause.startswith("reward 'x'") and out.grad_norm is None
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), _model().parameters(), strict=True))
+
+
+def test_a_non_finite_gradient_is_rejected_without_a_scaler():
+    def loss(forward, rows):
+        value = _weighted_loss(forward, rows)
+        value.register_hook(lambda g: g * float("nan"))  # finite loss, NaN gradient
+        return value
+
+    model, _, opt, out = _update([(0, 2), (2, 5)], loss=loss, grad_clip=1.0)
+    assert out.cause == "the gradient is not finite although the loss is" and not out.stepped
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), _model().parameters(), strict=True))
+
+
+def test_an_fp16_overflow_is_the_scalers_skip_until_the_scale_is_below_one():
+    def overflow(forward, rows):
+        return _weighted_loss(forward, rows) * 1e34  # finite (~1e35); times the scale 2 ** 16 it is not
+
+    model, updater, opt, out = _update([(0, 5)], loss=overflow, grad_clip=1.0, fp16=True)
+    assert out.overflow and not out.stepped and not out.skipped and out.grad_norm is None
+    assert out.loss_scale == updater.loss_scale == 2.0 ** 15
+    updater.scaler = torch.amp.GradScaler("cpu", init_scale=1.5)
+    out = updater.update(lambda f, r: _weighted_loss(f, r) * float("inf"), [(0, 5)], opt)
+    assert out.overflow and out.skipped and out.cause == "the gradient is not finite at loss scale 0.75"
+    assert out.loss_scale == 0.75
+    out = updater.update(_weighted_loss, [(0, 2), (2, 5)], opt, grad_clip=1.0)  # the scaler is ready again
+    assert out.stepped and out.loss_scale == 0.75 and not out.overflow
+    assert not torch.equal(model.weight, _model().weight)
 
 
 @pytest.fixture
