@@ -11,20 +11,17 @@ and rank 0 writes it; it is read back with the safe loader (harness/runs/checkpo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from harness.grpo.trainer import GRPOTrainer
-    from harness.runs.records import RunDir
+from harness.runs.records import RunDir
 
 
 def checkpoint_path(run: RunDir) -> Path:
     return run.path / "checkpoint" / "rl_state.pt"
 
 
-def save_checkpoint(trainer: GRPOTrainer) -> None:
+def save_checkpoint(trainer) -> None:
     """Write the trainer's state (rank 0; every process writes its ZeRO optimizer partition) and wait for it."""
     path = checkpoint_path(trainer.run)
     optimizer = trainer.updater.optimizer_state(trainer.optimizer, path.parent)
@@ -33,7 +30,7 @@ def save_checkpoint(trainer: GRPOTrainer) -> None:
     trainer.dist.barrier()
 
 
-def _write(trainer: GRPOTrainer, path: Path, optimizer: dict | None) -> None:
+def _write(trainer, path: Path, optimizer: dict | None) -> None:
     store = trainer.store
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {"step": trainer.step, "live": {n: p.detach().cpu() for n, p in
@@ -47,7 +44,7 @@ def _write(trainer: GRPOTrainer, path: Path, optimizer: dict | None) -> None:
     tmp.replace(path)
 
 
-def restore_checkpoint(trainer: GRPOTrainer, state: dict) -> None:
+def restore_checkpoint(trainer, state: dict) -> None:
     """Put a loaded checkpoint `state` back into the trainer (the live weights before the optimizer state)."""
     store = trainer.store
     with torch.no_grad():
