@@ -24,6 +24,7 @@ from reports.analyses import within_group_std
 from reports.bootstrap import DEFAULT_B
 from reports.examples import STAGE_NAMES, fig4_table, find_inversion, inversion_rows, text_figure
 from reports.experiment import Experiment, load_experiment
+from reports.figures.verdicts import fig_verdicts
 from reports.html import Figure, Table, write_page
 from reports.published import published_table
 from reports.stages import stage_table
@@ -43,6 +44,8 @@ from reports.tables import (
     to_markdown,
     wide_rows,
 )
+from reports.tables.cells import md_table
+from reports.verdicts import rule_text, study_verdicts, verdict_rows
 
 
 def _fmt_ci(s, digits: int = 3) -> str:
@@ -184,6 +187,24 @@ def _fig2_bounds(exp: Experiment) -> list[tuple[str, float, float, float]]:
     return out
 
 
+def verdict_items(exp: Experiment, tdir: Path, fdir: Path, md_parts: list[str]) -> list[Table | Figure]:
+    """The page's lead: the declared primary contrasts decided (reports/verdicts.py), as a forest plot and a
+    table; [] when the study declares no contrasts."""
+    verdicts = study_verdicts(exp)
+    if verdicts is None:
+        return []
+    labels = {a.name: a.label for a in exp.arms}
+    header, rows = verdict_rows(verdicts, labels)
+    note = rule_text(verdicts)
+    md = "## Verdicts\n\n" + md_table(header, rows) + f"\n\n- {note}\n"
+    (tdir / "verdicts.md").write_text(md, encoding="utf-8")
+    md_parts.append(md)
+    png = fig_verdicts(verdicts.decisions, fdir, labels)[0]
+    return [Figure("Verdicts: each declared contrast", png, "difference arm - baseline and its interval in units "
+                   "of the contrast's delta; the shaded band is ± delta; the word is the rule's outcome."),
+            Table("Verdicts (declared primary contrasts)", header, rows, [note])]
+
+
 def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, *, B: int = DEFAULT_B,
                  seed: int = 0, window: int | None = None, metrics: list[str] | None = None,
                  optuna_studies: list[tuple[Path, object]] = ()) -> Path:
@@ -199,6 +220,7 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
     spec: TableSpec = default_spec(exp, metrics, B=B, seed=seed)
     df = results_frame(exp, spec)
     md_parts = [f"# {exp.title}\n"]
+    verdict_section = verdict_items(exp, tdir, fdir, md_parts)
     html_tables: list[Table] = []
     texts: list[str] = []
     if not len(df) or not (df.n > 0).any():
@@ -219,7 +241,7 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             to_csv(df[df.baseline_arm.notna() & (df.arm != df.baseline_arm)], tdir / "differences.csv")
             md_parts.append(diff_md)
             header, rows = differences_rows(df, spec.digits)
-            html_tables.append(Table(f"Differences to the baseline arm {exp.baseline_arm}", header, rows,
+            html_tables.append(Table(f"Exploratory differences to the baseline arm {exp.baseline_arm}", header, rows,
                                      [DIFFERENCES_NOTE]))
         fac = matrix_factors(exp)
         if fac:
@@ -310,12 +332,13 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             + ", ".join(f"{k} {v}" for k, v in n_by_arm.items()),
             "Runs by status: " + ", ".join(f"{k} {v}" for k, v in status.items()),
             f"Baseline arm: {exp.baseline_arm or 'none'}; intervals: 95% t-interval over seeds; paired t-test over "
-            f"shared seeds, or the paired bootstrap over test reports (B = {B}) for one shared seed; within noise "
-            f"after Holm-Bonferroni (reports/stats.py, reports/bootstrap.py).",
+            f"shared seeds, or the paired bootstrap over test reports (B = {B}) for one shared seed (reports/stats.py, "
+            f"reports/bootstrap.py); differences are exploratory except the declared contrasts (Verdicts).",
             f"Source: {Path(experiment_dir).resolve()}; built {time.strftime('%Y-%m-%d %H:%M:%S')}."]
     failed = [f"{r.arm} seed {r.seed}: {r.error}" for r in exp.runs if r.status == "failed"]
     stages = stage_table(exp)
-    sections = [("Tables", texts + html_tables + a_tables + ([stages] if stages else [])), ("Figures", figs),
+    sections = [*([("Verdicts", verdict_section)] if verdict_section else []),
+                ("Tables", texts + html_tables + a_tables + ([stages] if stages else [])), ("Figures", figs),
                 ("Examples (Fig. 4, Fig. S6: the texts)", ex_tables),
                 ("Not drawn", skipped), ("Failed runs", failed)]
     return write_page(out / "index.html", exp.title, meta, sections)

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.cli.args import int_list, name_list
+from harness.config import ConfigError
 
 
 def cmd_demo(ns) -> int:
@@ -36,6 +37,16 @@ def cmd_experiment(ns) -> int:
             study.arm(a)
         print(describe_plan(build_plan(study, out, seeds, ns.stages_dir), seeds=seeds, arms=arms))
         return 0
+    if ns.until_decided:
+        from harness.experiments.sequential import run_until_decided
+
+        if seeds:
+            raise ConfigError("--until-decided chooses the seeds (the study's, then the next integers): drop --seeds")
+        result, _ = run_until_decided(study, out, max_seeds=ns.max_seeds, workers=ns.workers, arms=arms,
+                                      launcher=ns.launcher, stages_dir=ns.stages_dir)
+        return 0 if result is not None and result.ok else 1
+    if ns.max_seeds is not None:
+        raise ConfigError("--max-seeds goes with --until-decided")
     result = run_experiment(study, out, workers=ns.workers, seeds=seeds, arms=arms, launcher=ns.launcher,
                             stages_dir=ns.stages_dir)
     return 0 if result.ok else 1
@@ -68,4 +79,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--launcher", default=None, metavar="CMD",
                            help='run warm-up, SFT and RL as `CMD -m harness.cli train ...`, e.g. "torchrun '
                                 '--nproc_per_node 8" (data parallel over the GPUs; needs --workers 1)')
+            p.add_argument("--until-decided", action="store_true",
+                           help="run seeds in rounds (the study's decide.looks) until every declared contrast is "
+                                "better, worse or equivalent, alpha spent over the looks (sequential.json)")
+            p.add_argument("--max-seeds", type=int, default=None, metavar="K",
+                           help="with --until-decided: stop after K seeds (without decide.looks: looks 3, 5, 8, "
+                                "... up to K)")
         p.set_defaults(func=cmd_experiment)

@@ -7,8 +7,6 @@ import math
 
 import pandas as pd
 
-from reports.tables.frame import NOISE_MARK
-
 
 def fmt(v, digits: int) -> str:
     return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{digits}f}"
@@ -31,9 +29,7 @@ def our_cell(rec, digits: int, arm_n: int, latex: bool = False) -> str:
         cell += f" [{fmt(rec.ci_lo, digits)}, {fmt(rec.ci_hi, digits)}]"
     if rec.n != arm_n:
         cell += f" (n={rec.n})"
-    if rec.within_noise is True:
-        cell += r" $\approx$" if latex else f" {NOISE_MARK}"
-    return cell
+    return cell  # no decision mark: differences here are exploratory (decisions: reports/verdicts.py)
 
 
 def tests_used(df: pd.DataFrame) -> list[str]:

@@ -7,10 +7,8 @@ import math
 import pandas as pd
 
 from reports.experiment import Experiment
-from reports.stats import ALPHA
 from reports.tables.cells import fmt_p, md_table, tests_used
 from reports.tables.frame import (
-    NOISE_MARK,
     TableSpec,
 )
 
@@ -36,23 +34,24 @@ def differences_rows(df: pd.DataFrame, digits: int = 4) -> tuple[list[str], list
             if math.isfinite(r.diff_lo):
                 c += f" [{r.diff_lo:+.{digits}f}, {r.diff_hi:+.{digits}f}]"
             if math.isfinite(r.p_value):
-                c += f" p={fmt_p(r.p_value)} pH={fmt_p(r.p_holm)}"
-            c += f" {NOISE_MARK}" if r.within_noise is True else (" (no test)" if r.within_noise is None else "")
+                c += f" p={fmt_p(r.p_value)}"
+            c += " (no test)" if r.within_noise is None else ""
             cells.append(c)
         n_rep = int(a.n_reports.max())
         rows.append([a.label.iloc[0], str(int(a.n_paired.max())), str(n_rep) if n_rep else "–"] + cells)
     return header, rows
 
 
-DIFFERENCES_NOTE = (f"Cells: difference arm - baseline [95% interval] p = two-sided p-value, pH = the same after "
-                    f"Holm-Bonferroni over every comparison of the table; {NOISE_MARK}: pH >= {ALPHA} (within "
-                    f"noise). Over >= 2 shared seeds: mean paired difference, t-interval, paired t-test (sign-flip "
-                    f"permutation when all differences are equal). Over one shared seed: full-set difference, "
-                    f"percentile interval and shifted-null p of the paired bootstrap over test reports (same "
-                    f"resampled report ids for both arms, corpus metrics recomputed per resample; METEOR as the "
-                    f"mean of its segment scores, CIDEr with the full set's document frequencies). (no test): one "
-                    f"shared seed and no per-report outputs. refused: the two arms' test models were chosen by "
-                    f"different rl.select rules or decoded with different settings (reports/protocol.py).")
+DIFFERENCES_NOTE = ("Exploratory: no difference here is a decision (those are the study's declared primary "
+                    "contrasts, in the Verdicts section, with their own correction). Cells: difference arm - baseline "
+                    "[95% interval] p = raw two-sided p-value, not corrected for the table's many comparisons. "
+                    "Over >= 2 shared seeds: mean paired difference, t-interval, paired t-test (sign-flip "
+                    "permutation when all differences are equal). Over one shared seed: full-set difference, "
+                    "percentile interval and shifted-null p of the paired bootstrap over test reports (same "
+                    "resampled report ids for both arms, corpus metrics recomputed per resample; METEOR as the "
+                    "mean of its segment scores, CIDEr with the full set's document frequencies). (no test): one "
+                    "shared seed and no per-report outputs. refused: the two arms' test models were chosen by "
+                    "different rl.select rules or decoded with different settings (reports/protocol.py).")
 
 
 def differences_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> str:
@@ -62,6 +61,6 @@ def differences_markdown(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> 
     if not rows:
         return ""
     tests = tests_used(df)
-    text = [f"### Differences to the baseline arm `{exp.baseline_arm}`\n", md_table(header, rows), "",
+    text = [f"### Exploratory differences to the baseline arm `{exp.baseline_arm}`\n", md_table(header, rows), "",
             f"- {DIFFERENCES_NOTE} Tests used: {'; '.join(tests) or 'none'}."]
     return "\n".join(text) + "\n"

@@ -10,14 +10,13 @@ import pandas as pd
 from reports.deltas import CE_GROUP, NLG_GROUP, format_delta, group_delta
 from reports.experiment import Experiment
 from reports.published import load_published, our_metric_key
-from reports.stats import ALPHA, POWER
+from reports.stats import POWER
 from reports.tables.cells import arm_n, fmt, latex_escape, md_table, our_cell, tests_used
 from reports.tables.frame import (
     MDD_LABEL,
     NOISE_MARK,
     TableSpec,
     mdd_by_metric,
-    n_comparisons,
     published_lookup,
     published_value,
 )
@@ -115,8 +114,8 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
         out.append(f"Baseline arm: `{baseline}`. Every comparison (arm - baseline) is in the differences table with "
                    f"its interval and p: {'; '.join(tests) or 'none (no shared seed)'}"
                    + (f", over n = {', '.join(map(str, n_reports))} test reports" if n_reports else "")
-                   + f". {NOISE_MARK} = within noise: p after Holm-Bonferroni over the {n_comparisons(df)} "
-                   f"comparisons of this table >= {ALPHA}.")
+                   + ". Those differences are exploratory (raw p, no decision); decisions are the declared primary "
+                   "contrasts' (Verdicts).")
     out.append("Tested at: the policy each arm's test scores come from (RL: the step of the selected policy, "
                "rl.select's choice or the last step, and the rule; other arms: the end of their last stage), per "
                "seed when they differ.")
@@ -129,8 +128,8 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
     if mdd:
         out.append(f"{MDD_LABEL}: the smallest true difference a single comparison detects with probability "
                    f"{POWER} at this table's n (seeds: paired t-test, pooled std of the paired differences; "
-                   f"one seed: bootstrap standard error over test reports); a smaller difference marked "
-                   f"{NOISE_MARK} is not ruled out.")
+                   f"one seed: bootstrap standard error over test reports); a smaller difference is not ruled out by "
+                   "a non-significant p.")
     if spec.published in DELTA_TABLES:
         out.append("ΔNLG / ΔCE: relative change of the summed NLG metrics (B-1..4, R-L, MTR) / CE metrics (P, R, "
                    "F1, RG) against the stage-1 row (ours: our S1 arm's means; paper: as printed); `*`: without RG "

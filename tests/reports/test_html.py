@@ -44,7 +44,7 @@ def test_page_is_self_contained(built_report):
     for needle in ("Seeds: 0, 1, 2", "rer_vapr 3, ckl 3, no_kl 3, no_vapr 1", "REVA-PO Table 4",
                    "Supp. A.3", "Fig. 3(d)", "Failed runs", "no_vapr seed 1: stage rl: RuntimeError: boom",
                    "Stages: every run's pipeline", "complete 12s *", "Optuna: rer_bounds", "MDD (alpha 0.05",
-                   "Holm-Bonferroni", "variant: P_sign, non-zero advantages only", "P_top1 groups used"):
+                   "Exploratory differences", "variant: P_sign, non-zero advantages only", "P_top1 groups used"):
         assert needle in html.unescape(text), needle
 
 
