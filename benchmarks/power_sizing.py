@@ -27,13 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("study_dir", type=Path)
     ap.add_argument("arm")
-    ap.add_argument("reference")
+    ap.add_argument("baseline")
     ap.add_argument("--target", type=float, default=0.01)
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args(argv)
     per_seed: dict[str, list[tuple[float, float]]] = {m: [] for m in METRICS}
     n = 0
-    for ref_dir in sorted((args.study_dir / args.reference).glob("seed*")):
+    for ref_dir in sorted((args.study_dir / args.baseline).glob("seed*")):
         arm_file = args.study_dir / args.arm / ref_dir.name / "eval" / "predictions_final_test.jsonl"
         ref_file = ref_dir / "eval" / "predictions_final_test.jsonl"
         if not (arm_file.is_file() and ref_file.is_file()):
@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             per_seed[m].append((boot[m].diff, boot[m].se))
     if len(per_seed[METRICS[0]]) < 2:
         raise SystemExit(f"{args.study_dir}: fewer than 2 seeds with test predictions for both "
-                         f"'{args.arm}' and '{args.reference}'")
-    print(f"{args.arm} - {args.reference}: {len(per_seed[METRICS[0]])} seeds, n = {n} test reports")
+                         f"'{args.arm}' and '{args.baseline}'")
+    print(f"{args.arm} - {args.baseline}: {len(per_seed[METRICS[0]])} seeds, n = {n} test reports")
     print("| metric | per-seed diffs | sd seed | sd report | sd train | MDD now | "
           f"MDD {args.seeds} seeds, n=n | n for MDD<={args.target} at {args.seeds} seeds | seeds at n |")
     print("|---|---|---|---|---|---|---|---|---|")

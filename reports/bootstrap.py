@@ -173,7 +173,7 @@ def resample_weights(n: int, B: int = DEFAULT_B, seed: int = 0) -> np.ndarray:
 class BootResult:
     metric: str
     n_reports: int
-    diff: float  # full-set arm - reference
+    diff: float  # full-set arm - baseline
     lo: float
     hi: float
     p: float
@@ -182,14 +182,14 @@ class BootResult:
     note: str = ""
 
 
-def paired_bootstrap(arm: ReportData, reference: ReportData, metrics: Iterable[str] | None = None,
+def paired_bootstrap(arm: ReportData, baseline: ReportData, metrics: Iterable[str] | None = None,
                      B: int = DEFAULT_B, seed: int = 0, level: float = 0.95,
                      weights: np.ndarray | None = None) -> dict[str, BootResult]:
-    """Paired bootstrap of arm - reference over their shared report ids (see the module docstring)."""
-    ids = [k for k in reference.ids if k in set(arm.ids)]
+    """Paired bootstrap of arm - baseline over their shared report ids (see the module docstring)."""
+    ids = [k for k in baseline.ids if k in set(arm.ids)]
     if not ids:
         raise ValueError("the two arms share no test report id")
-    a, r = arm.take(ids), reference.take(ids)
+    a, r = arm.take(ids), baseline.take(ids)
     have = set(a.metrics()) & set(r.metrics())
     wanted = [m for m in (metrics or a.metrics()) if m in have]
     w = resample_weights(len(ids), B, seed) if weights is None else np.asarray(weights, dtype=np.float64)

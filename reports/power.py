@@ -1,6 +1,6 @@
 """Sizing a study: how many test reports and seeds make a contrast's minimum detectable difference small enough.
 
-A contrast (arm - reference on one metric) at seed s is d_s = delta + t_s + e_s: t_s, the training noise of that
+A contrast (arm - baseline on one metric) at seed s is d_s = delta + t_s + e_s: t_s, the training noise of that
 seed (std `sd_train`, does not shrink with the test split), and e_s, the test split's sampling noise, whose std is
 `sd_report / sqrt(n)` for n test reports (`sd_report`: the paired per-report std, read off the within-seed paired
 bootstrap as se * sqrt(n)). The paired t-test over S seeds sees sd = sqrt(sd_train^2 + sd_report^2 / n), so its

@@ -1,4 +1,4 @@
-"""Which checkpoint each arm was tested at, and whether two arms were scored the same way.
+"""Which selected policy each arm was tested at, and whether two arms were scored the same way.
 
 A comparison is only fair when both arms' test models were chosen by the same rule (`rl.select`: best_val or
 final, issue 9) and decoded with the same greedy settings. Both are read from the run records:

@@ -1,4 +1,4 @@
-"""The training engine of a model stage: gradient all-reduce by accelerate's DDP, fp16 loss scaling.
+"""The updater of a model stage: gradient all-reduce by accelerate's DDP, fp16 loss scaling, DeepSpeed ZeRO steps.
 
 `Updater.update(loss_fn, micro_batches, optimizer, ...)` is one optimizer step from the stage's losses: the
 micro-batch loop (forward and backward under `no_sync`, each loss scaled by the process's share of the step's

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class VAPRReference(ReferenceStrategy):
     """Reset to the best validation snapshot after epochs M, 2M, ... (M = ``reset_every_epochs`` = 3 in the
     paper), i.e. at the start of the epoch that follows, and never after the last validation: a reset there
-    would only replace the trained policy by the best one, which is the checkpoint rule's job (``rl.select``),
+    would only replace the trained policy by the best one, which is the selection rule's job (``rl.select``),
     not the reference strategy's.
 
     ``val_every_steps``: also validate every K optimizer steps (the loop reads it); such mid-epoch validations
