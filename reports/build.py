@@ -200,7 +200,7 @@ def verdict_items(exp: Experiment, tdir: Path, fdir: Path, md_parts: list[str]) 
     (tdir / "verdicts.md").write_text(md, encoding="utf-8")
     md_parts.append(md)
     png = fig_verdicts(verdicts.decisions, fdir, labels)[0]
-    return [Figure("Verdicts: each declared contrast", png, "difference arm - baseline and its interval in units "
+    return [Figure("Verdicts: each declared contrast", png, "Difference arm - baseline and its interval in units "
                    "of the contrast's delta; the shaded band is ± delta; the word is the rule's outcome."),
             Table("Verdicts (declared primary contrasts)", header, rows, [note])]
 
