@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.runs.schema import IndexKey
 from reports import figures as F
 from reports import overoptimization as OO
 from reports.analyses import within_group_std
@@ -187,6 +188,15 @@ def _fig2_bounds(exp: Experiment) -> list[tuple[str, float, float, float]]:
     return out
 
 
+def test_reports_line(exp: Experiment) -> str:
+    """What the test reports are: one shared split (verdicts are about that split) or a fresh draw per seed."""
+    if exp.index.get(IndexKey.TEST_REPORTS) == "per_seed":
+        return ("Test reports: a fresh draw of phantom studies per seed, none trained on (test_reports: per_seed): "
+                "seed-level results are about the testbed's population.")
+    return ("Test reports: one shared test split for every seed (test_reports: shared): seed-level results are about "
+            "this split; a persistent arm x report effect of it is not averaged out by more seeds.")
+
+
 def verdict_items(exp: Experiment, tdir: Path, fdir: Path, md_parts: list[str]) -> list[Table | Figure]:
     """The page's lead: the declared primary contrasts decided (reports/verdicts.py), as a forest plot and a
     table; [] when the study declares no contrasts."""
@@ -334,6 +344,7 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             f"Baseline arm: {exp.baseline_arm or 'none'}; intervals: 95% t-interval over seeds; paired t-test over "
             f"shared seeds, or the paired bootstrap over test reports (B = {B}) for one shared seed (reports/stats.py, "
             f"reports/bootstrap.py); differences are exploratory except the declared contrasts (Verdicts).",
+            test_reports_line(exp),
             f"Source: {Path(experiment_dir).resolve()}; built {time.strftime('%Y-%m-%d %H:%M:%S')}."]
     failed = [f"{r.arm} seed {r.seed}: {r.error}" for r in exp.runs if r.status == "failed"]
     stages = stage_table(exp)

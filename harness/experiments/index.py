@@ -84,7 +84,7 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
         IndexKey.PRESET_FILE: str(study.preset_file), IndexKey.REPRODUCES: study.reproduces,
         IndexKey.BASELINE_ARM: study.baseline, IndexKey.PUBLISHED_DATASET: study.published_dataset,
         IndexKey.SEEDS: plan.seeds, IndexKey.ARMS: [a.describe() for a in study.arms],
-        IndexKey.CONTRASTS: study.contrasts, IndexKey.DECIDE: study.decide,
+        IndexKey.CONTRASTS: study.contrasts, IndexKey.DECIDE: study.decide, IndexKey.TEST_REPORTS: study.test_reports,
         IndexKey.STAGES_DIR: _rel(plan, plan.stages_root), IndexKey.RUNS: runs, IndexKey.SUMMARY: summary,
         IndexKey.CREATED: created, IndexKey.UPDATED: now(), IndexKey.GIT_COMMIT: git_commit(),
         IndexKey.ARGV: list(argv if argv is not None else sys.argv),

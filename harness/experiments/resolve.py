@@ -34,10 +34,21 @@ def stage_document(study: Study, arm: Arm, stage: str) -> dict:
     return doc
 
 
+# `test_reports: per_seed`: seed k's test reports are the test split of the phantom set drawn with generator seed
+# PER_SEED_TEST_OFFSET + k (plus the study's data.synth_seed): a draw of the same population that no stage trains on
+# (the training stages keep the study's synth_seed; stage 0 has its own pretrain.data_seed).
+PER_SEED_TEST_OFFSET = 1_000_000
+
+
 def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[str, Any] | None = None) -> RunConfig:
     """A validated RunConfig for (arm, seed, stage), `paths` (out_dir, init_from, ...) set on top."""
+    doc = stage_document(study, arm, stage)
+    if stage == "eval" and study.test_reports == "per_seed":
+        data = doc.setdefault("data", {})
+        if data.get("dataset", "phantom") == "phantom" and data.get("annotation") is None:
+            data["synth_seed"] = int(data.get("synth_seed", 0)) + PER_SEED_TEST_OFFSET + seed
     seed = study.stage_seeds.get(stage, seed)
-    return build_config(stage_document(study, arm, stage), {"seed": seed, **(paths or {})},
+    return build_config(doc, {"seed": seed, **(paths or {})},
                         source=f"{study.path.name}, arm '{arm.name}', stage '{stage}'")
 
 

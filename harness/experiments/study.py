@@ -23,6 +23,7 @@ OVERRIDE_SCOPES = ("all", *STAGES, "eval")
 
 _STUDY_KEYS = {"study", "title", "description", "reproduces", "baseline", "seeds", "pipeline", "arms", "preset",
                "common", "stages", "analyses", "published_dataset", "stage_seeds", "contrasts", "decide",
+               "test_reports",
                "reference"}  # the deprecated name of `baseline` (load_study warns)
 _ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
@@ -75,6 +76,10 @@ class Study:
     contrasts: list[dict] = field(default_factory=list)
     # `decide:` the rule's settings: alpha, the planned seed counts of `--until-decided` (looks), alpha spending.
     decide: dict = field(default_factory=dict)
+    # `test_reports:` "shared" (default: every seed is tested on the same test split, so a verdict is about that
+    # split) or "per_seed" (phantom data: each seed is tested on its own draw of studies that no stage trained on,
+    # so a verdict is about the testbed's population; harness/experiments/resolve.py).
+    test_reports: str = "shared"
 
     @property
     def reference(self) -> str:
@@ -214,7 +219,8 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
                  published_dataset=doc.get("published_dataset"),
                  stage_seeds=check_stage_seeds(doc.get("stage_seeds"), str(path)),
                  contrasts=check_contrasts(doc.get("contrasts"), str(path), names, baseline),
-                 decide=check_decide(doc.get("decide"), str(path)))
+                 decide=check_decide(doc.get("decide"), str(path)),
+                 test_reports=check_test_reports(doc.get("test_reports", "shared"), str(path)))
 
 
 def check_baseline(doc: dict, where: str, names: list[str]) -> str:
@@ -306,3 +312,12 @@ def check_decide(value: Any, where: str) -> dict:
                           f"{out['spending']!r}")
     out["alpha"] = float(alpha)
     return out
+
+
+TEST_REPORTS = ("shared", "per_seed")
+
+
+def check_test_reports(value: Any, where: str) -> str:
+    if value not in TEST_REPORTS:
+        raise ConfigError(f"{where}: test_reports must be one of {', '.join(TEST_REPORTS)}, got {value!r}")
+    return value

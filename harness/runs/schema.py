@@ -38,6 +38,7 @@ class IndexKey:
     ARGV = "argv"
     CONTRASTS = "contrasts"    # the study's primary contrasts: [{arm, baseline, metric, delta}]
     DECIDE = "decide"          # the decision rule's settings: {alpha, looks, spending}
+    TEST_REPORTS = "test_reports"  # "shared" (one test split for every seed) or "per_seed" (a fresh draw per seed)
     LEGACY_BASELINE_ARM = "reference_arm"  # read only: indexes written before the baseline arm had its name
     LEGACY_REFERENCE = "reference"  # read only: the oldest indexes named the baseline arm so
 

@@ -53,3 +53,32 @@ def test_bad_contrasts_and_rules_name_the_key_and_value(tmp_path, extra, message
     with pytest.raises(ConfigError) as err:
         load_study(path)
     assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_per_seed_test_reports_draw_a_fresh_phantom_test_set_for_each_seed_and_keep_the_training_stages(tmp_path):
+    from harness.experiments.resolve import PER_SEED_TEST_OFFSET
+
+    shared = build_plan(load_study(write_study(tmp_path, ARMS, seeds="[0, 1]")), tmp_path / "a")
+    fresh = build_plan(load_study(write_study(tmp_path, ARMS, seeds="[0, 1]", name="fresh",
+                                              extra="test_reports: per_seed\n")), tmp_path / "b")
+    assert {n.key for n in fresh.stage_nodes()} == {n.key for n in shared.stage_nodes()}  # training unchanged
+
+    def eval_seed(plan, seed):
+        return plan.nodes[plan.runs["a", seed].eval_node].config["data"]["synth_seed"]
+
+    assert [eval_seed(shared, s) for s in (0, 1)] == [0, 0]
+    assert [eval_seed(fresh, s) for s in (0, 1)] == [PER_SEED_TEST_OFFSET, PER_SEED_TEST_OFFSET + 1]
+    # every training stage reads the study's seed-0 set; each seed's test set is its own data node
+    def data_nodes(plan):
+        return {n.id for n in plan.nodes.values() if n.kind == "data"}
+
+    assert len(data_nodes(shared)) == 1 and len(data_nodes(fresh)) == 3
+    index = build_index(fresh, {}, "now", argv=[])
+    assert index[IndexKey.TEST_REPORTS] == "per_seed"
+    assert build_index(shared, {}, "now", argv=[])[IndexKey.TEST_REPORTS] == "shared"
+
+
+def test_test_reports_must_be_shared_or_per_seed(tmp_path):
+    path = write_study(tmp_path, ARMS, extra="test_reports: fresh\n")
+    with pytest.raises(ConfigError, match="test_reports must be one of shared, per_seed, got 'fresh'"):
+        load_study(path)
