@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Any
 
-from harness.config import RunConfig, apply_overrides, build_config, to_dict
+from harness.config import ConfigError, RunConfig, apply_overrides, build_config, to_dict
 from harness.experiments.study import Arm, Study, deep_merge
 
 
@@ -45,8 +45,11 @@ def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[st
     doc = stage_document(study, arm, stage)
     if stage == "eval" and study.test_reports == "per_seed":
         data = doc.setdefault("data", {})
-        if data.get("dataset", "phantom") == "phantom" and data.get("annotation") is None:
-            data["synth_seed"] = int(data.get("synth_seed", 0)) + PER_SEED_TEST_OFFSET + seed
+        if data.get("dataset", "phantom") != "phantom" or data.get("annotation") is not None:
+            raise ConfigError(f"{study.path.name}: test_reports: per_seed draws a fresh phantom test set per seed; "
+                              f"arm '{arm.name}' evaluates on a fixed annotation ({data.get('annotation')}): use "
+                              "test_reports: shared")
+        data["synth_seed"] = int(data.get("synth_seed", 0)) + PER_SEED_TEST_OFFSET + seed
     seed = study.stage_seeds.get(stage, seed)
     return build_config(doc, {"seed": seed, **(paths or {})},
                         source=f"{study.path.name}, arm '{arm.name}', stage '{stage}'")

@@ -82,3 +82,11 @@ def test_test_reports_must_be_shared_or_per_seed(tmp_path):
     path = write_study(tmp_path, ARMS, extra="test_reports: fresh\n")
     with pytest.raises(ConfigError, match="test_reports must be one of shared, per_seed, got 'fresh'"):
         load_study(path)
+
+
+def test_per_seed_test_reports_refuse_a_fixed_annotation(tmp_path):
+    ann = tmp_path / "annotation.json"
+    ann.write_text('{"train": [], "val": [], "test": []}')
+    extra = f"test_reports: per_seed\ncommon: {{data: {{dataset: iu_xray, annotation: {ann}}}}}\n"
+    with pytest.raises(ConfigError, match="per_seed draws a fresh phantom test set per seed"):
+        build_plan(load_study(write_study(tmp_path, ARMS, extra=extra)), tmp_path / "out")
