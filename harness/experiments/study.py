@@ -81,15 +81,6 @@ class Study:
     # so a verdict is about the testbed's population; harness/experiments/resolve.py).
     test_reports: str = "shared"
 
-    @property
-    def reference(self) -> str:
-        """The deprecated name of `baseline`, kept for callers not yet renamed."""
-        return self.baseline
-
-    @reference.setter
-    def reference(self, name: str) -> None:
-        self.baseline = name
-
     def arm(self, name: str) -> Arm:
         for a in self.arms:
             if a.name == name:
