@@ -38,6 +38,11 @@ class DataConfig:
     views: int | None = knob(None, "Views per study: null = the data set's default (every view for IU-Xray, 1-5 "
                                    "per study, as REVA-PO's official loader; the first for MIMIC-CXR, as R2Gen's "
                                    "and the official loader); N = at most the first N.")
+    report_cleaning: str = knob("r2gen", 'How reference reports are cleaned (harness/data/cleaning.py): "r2gen" = '
+                                         "R2Gen's clean_report_iu_xray / clean_report_mimic_cxr (this project's "
+                                         'default); "reva_po" = REVA-PO\'s official code: MIMIC-CXR adds ":" -> " :" '
+                                         "to R2Gen's (words joined by a colon are split), IU-Xray and the phantom "
+                                         "set as R2Gen (the MIMIC-CXR presets). docs/paper_vs_code.md.")
     synth_dir: str = knob("runs/data/phantom", "Folder of the synthetic (phantom) set (this project).")
     synth_n: int = knob(1500, "Studies in the synthetic set, >= 10 (this project).")
     synth_seed: int = knob(0, "Seed of the synthetic set; same seed -> identical files (this project).")

@@ -77,6 +77,8 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              "must be phantom, iu_xray or mimic_cxr")
         need(cfg.data.dataset == "phantom" or cfg.data.annotation is not None, "data.annotation",
              cfg.data.annotation, "is required for real data sets")
+        need(cfg.data.report_cleaning in ("r2gen", "reva_po"), "data.report_cleaning", cfg.data.report_cleaning,
+             "must be r2gen or reva_po")
         need(cfg.data.views is None or cfg.data.views >= 1, "data.views", cfg.data.views, "must be >= 1 or null")
         need(cfg.data.synth_n >= 10, "data.synth_n", cfg.data.synth_n, "must be >= 10")
         need(cfg.data.train_subset in ("first", "random"), "data.train_subset", cfg.data.train_subset,

@@ -20,10 +20,9 @@ import numpy as np
 from PIL import Image
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
-from harness.data.cleaning import clean_report, has_words
+from harness.data.cleaning import clean_report, cleaning_style, has_words
 
 DATASETS: tuple[str, ...] = ("iu_xray", "mimic_cxr", "phantom")
-_CLEANING_STYLE = {"iu_xray": "iu_xray", "mimic_cxr": "mimic_cxr", "phantom": "iu_xray"}
 # Views used per study when `views` is None: every view for IU-Xray (1-5 per study; REVA-PO's official
 # loader), the first for MIMIC-CXR (R2Gen's and the official loader) and the phantom set (one image per case).
 DEFAULT_VIEWS: dict[str, int | None] = {"iu_xray": None, "mimic_cxr": 1, "phantom": 1}
@@ -47,6 +46,7 @@ def load_annotation(
     check_images: bool = True,
     views: int | None = None,
     allow_outside_image_dir: bool = False,
+    cleaning: str = "r2gen",
 ) -> dict[str, list[Sample]]:
     """Read an annotation file into cleaned samples per split.
 
@@ -54,6 +54,7 @@ def load_annotation(
     default (`DEFAULT_VIEWS`: every view for IU-Xray). A study with fewer views keeps all it has (one at least).
     Image paths must stay inside `image_dir` (no absolute path, no `..`) unless `allow_outside_image_dir`: an
     annotation file copied from elsewhere must not make the program read arbitrary files.
+    `cleaning`: the report cleaner family, "r2gen" or "reva_po" (harness/data/cleaning.py: cleaning_style).
     Raises FileNotFoundError or ValueError naming the file (and the item id) on any bad input.
     """
     path = Path(path)
@@ -63,6 +64,7 @@ def load_annotation(
         raise ValueError(f"views = {views!r} for {path}: must be a positive integer or None (every view)")
     if views is None:
         views = DEFAULT_VIEWS[dataset]
+    style = cleaning_style(dataset, cleaning)
     if not path.is_file():
         raise FileNotFoundError(f"annotation file not found: {path}")
     try:
@@ -81,12 +83,12 @@ def load_annotation(
         items = data[split]
         if not isinstance(items, list):
             raise ValueError(f"{path}: split {split!r} must be a list of items")
-        out[split] = [_parse_item(item, path, dataset, image_dir, check_images, views, allow_outside_image_dir)
+        out[split] = [_parse_item(item, path, style, image_dir, check_images, views, allow_outside_image_dir)
                       for item in items]
     return out
 
 
-def _parse_item(item: object, path: Path, dataset: str, image_dir: Path, check_images: bool,
+def _parse_item(item: object, path: Path, style: str, image_dir: Path, check_images: bool,
                 max_views: int | None, allow_outside: bool = False) -> Sample:
     if not isinstance(item, dict):
         raise ValueError(f"{path}: every item must be an object, got {type(item).__name__}")
@@ -99,7 +101,7 @@ def _parse_item(item: object, path: Path, dataset: str, image_dir: Path, check_i
             raise ValueError(f"{where}: missing field {key!r}")
     if not isinstance(item["report"], str):
         raise ValueError(f"{where}: field 'report' must be a string")
-    report = clean_report(item["report"], _CLEANING_STYLE[dataset])
+    report = clean_report(item["report"], style)
     if not has_words(report):
         raise ValueError(f"{where}: report is empty after cleaning (no words in {item['report'][:40]!r})")
     views = item["image_path"]

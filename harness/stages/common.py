@@ -51,7 +51,7 @@ def load_splits(cfg: RunConfig, progress: bool = True) -> dict:
     else:
         ann = Path(d.annotation)
     splits = load_annotation(ann, d.dataset, image_dir=d.image_dir, views=d.views,
-                             allow_outside_image_dir=d.allow_outside_image_dir)
+                             allow_outside_image_dir=d.allow_outside_image_dir, cleaning=d.report_cleaning)
     splits["train"] = select_train(splits.get("train", []), d, str(ann))
     caps = {"val": d.max_val, "test": d.max_test}
     return {k: (v[: caps[k]] if caps.get(k) else v) for k, v in splits.items()}

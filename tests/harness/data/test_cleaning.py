@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.data.cleaning import clean_report, has_words, r2gen_clean
+from harness.data.cleaning import clean_report, cleaning_style, has_words, r2gen_clean
 
 # Hand-worked through R2Gen's `clean_report_iu_xray` rules (substitutions in order, split at ". ", per-sentence
 # deletions); the expected strings are R2Gen's, spaces included.
@@ -56,6 +56,38 @@ def test_r2gen_clean_mimic_cases(raw, expected):
     assert r2gen_clean(raw, "mimic_cxr") == expected
 
 
+# REVA-PO's official MIMIC-CXR cleaner: R2Gen's plus ":" -> " :" after the list numbering, before the sentence
+# split (issue 24). Hand-worked: (raw, R2Gen's string, REVA-PO's string); R2Gen's sentence rule deletes the colon
+# in both, so REVA-PO's only separates the words it joined.
+REVA_PO_MIMIC_CASES = [
+    # A colon without a following space: R2Gen glues the words, REVA-PO's keeps them apart.
+    ("IMPRESSION:No acute process.", "impressionno acute process .", "impression no acute process ."),
+    # With a space after the colon only the raw string differs (an extra space), not the tokens.
+    ("FINDINGS: Lungs clear.", "findings lungs clear .", "findings  lungs clear ."),
+    # Times: "10:30" -> "1030" (R2Gen) or "10 30".
+    ("Time 10:30. Stable.", "time 1030 . stable .", "time 10 30 . stable ."),
+    # ".:" becomes ". :", which holds a sentence end ". ": one more sentence, its leading colon deleted.
+    ("Heart normal.: Lungs clear", "heart normal lungs clear .", "heart normal .  lungs clear ."),
+    # After the numbering rules: "1. " gone, " 2. " a sentence end, then the colons.
+    ("1. Heart:normal 2. Lungs:clear", "heartnormal . lungsclear .", "heart normal . lungs clear ."),
+]
+
+
+@pytest.mark.parametrize(("raw", "r2gen", "reva_po"), REVA_PO_MIMIC_CASES)
+def test_reva_po_mimic_cleaner_splits_words_at_colons(raw, r2gen, reva_po):
+    assert r2gen_clean(raw, "mimic_cxr") == r2gen
+    assert r2gen_clean(raw, "mimic_cxr_reva_po") == reva_po
+
+
+def test_cleaning_style_per_data_set():
+    assert cleaning_style("mimic_cxr") == "mimic_cxr" and cleaning_style("mimic_cxr", "reva_po") == "mimic_cxr_reva_po"
+    # REVA-PO's IU-Xray cleaner is R2Gen's (so is the phantom set's, written in IU-Xray's style).
+    assert cleaning_style("iu_xray", "reva_po") == cleaning_style("iu_xray") == "iu_xray"
+    assert cleaning_style("phantom", "reva_po") == "iu_xray"
+    with pytest.raises(ValueError, match="unknown report cleaning 'official'"):
+        cleaning_style("mimic_cxr", "official")
+
+
 def test_clean_report_is_r2gen_tokens_joined_by_single_spaces():
     assert clean_report("Heart normal. . Lungs clear .") == "heart normal . . lungs clear ."
     assert clean_report("FINDINGS:\nThe lungs are clear.\nNo effusion.") == "findings the lungs are clear no effusion ."
@@ -72,7 +104,7 @@ _TEXT = st.text(alphabet=st.sampled_from(list("ab12345 ._-/\\'\"\n:;<@[]()#é"))
 
 
 @settings(max_examples=300, deadline=None)
-@given(_TEXT, st.sampled_from(["iu_xray", "mimic_cxr"]))
+@given(_TEXT, st.sampled_from(["iu_xray", "mimic_cxr", "mimic_cxr_reva_po"]))
 def test_clean_report_idempotent_and_whitespace_equal(raw, style):
     once = clean_report(raw, style)
     assert clean_report(once, style) == once
@@ -81,11 +113,18 @@ def test_clean_report_idempotent_and_whitespace_equal(raw, style):
 
 
 @settings(max_examples=300, deadline=None)
-@given(_TEXT, st.sampled_from(["iu_xray", "mimic_cxr"]))
+@given(_TEXT, st.sampled_from(["iu_xray", "mimic_cxr", "mimic_cxr_reva_po"]))
 def test_only_separators_hold_dots(raw, style):
     tokens = r2gen_clean(raw, style).split()
     assert all(t == "." or "." not in t for t in tokens)
     assert not any(c in r2gen_clean(raw, style) for c in "/\\'\"_:;<@[]()")
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXT)
+def test_reva_po_mimic_equals_r2gen_without_colons(raw):
+    if ":" not in raw:
+        assert r2gen_clean(raw, "mimic_cxr_reva_po") == r2gen_clean(raw, "mimic_cxr")
 
 
 def test_unknown_style():

@@ -115,6 +115,18 @@ def test_mimic_first_view_only(tmp_path):
     assert sample.report == "final report dr . notified . no pneumothorax ."
 
 
+def test_mimic_reports_cleaned_as_reva_po_on_request(tmp_path):
+    # data.report_cleaning: reva_po (the MIMIC-CXR presets) splits words a colon joined; IU-Xray stays R2Gen's.
+    _png(tmp_path / "images" / "a.jpg")
+    item = {"id": "d1", "report": "IMPRESSION:No acute process.", "image_path": ["a.jpg"]}
+    path = _write(tmp_path / "annotation.json", {"train": [item], "val": [], "test": []})
+    assert load_annotation(path, "mimic_cxr")["train"][0].report == "impressionno acute process ."
+    assert load_annotation(path, "mimic_cxr", cleaning="reva_po")["train"][0].report == "impression no acute process ."
+    assert load_annotation(path, "iu_xray", cleaning="reva_po")["train"][0].report == "impressionno acute process ."
+    with pytest.raises(ValueError, match="unknown report cleaning"):
+        load_annotation(path, "mimic_cxr", cleaning="R2Gen")
+
+
 def test_annotation_with_categories(tmp_path):
     _png(tmp_path / "images" / "s1" / "0.png")
     items = [
