@@ -39,7 +39,7 @@ class RLConfig:
                                       "(Algorithm 1 lines 4 and 10: `step` runs 1..S in every epoch; the official "
                                       'code does the same); "global" counts optimizer steps over the whole run.')
     select: str = knob("best_val", 'Which RL policy is saved and tested, the same rule for every arm: "best_val" '
-                                   "(the policy with the best validation score s_val, Eq. 10, as the official "
+                                   "(the policy with the best validation score s_val, rl.val_score, as the official "
                                    'runner tests) or "final" (the last policy). The run records the step it came '
                                    "from (metrics.json: selected_step). Also defines VAPR's anchor "
                                    "(harness/grpo/selection.py).")
@@ -63,11 +63,24 @@ class RLConfig:
                                          "> 1 or null (off).")
     kl_estimator: str = knob("k3", "KL estimator per token: k1, k2 or k3 (k3 = Eq. 6).")
     aggregation: str = knob("token_mean", "Loss aggregation (harness/aggregation/, aggregate): token_mean (all "
-                                          "tokens of the step; the official code, DAPO), group_token_mean (Eq. 3 "
-                                          "as written: per group, then the mean over groups), seq_mean_token_mean "
-                                          "(original GRPO), dr_grpo (Liu et al. 2025: token sum / (N x "
-                                          "max_new_tokens); needs advantage_scale none, as Dr. GRPO also drops the "
-                                          "std division).")
+                                          "tokens of the step, DAPO; this project's default), group_token_mean "
+                                          "(per group, then the mean over groups: Eq. 3 as written, and what the "
+                                          "official code computes, 1 prompt per GPU with each rank's token mean "
+                                          "averaged over the ranks; the paper presets; equal for any number of "
+                                          "processes and micro-batches), seq_mean_token_mean (original GRPO), "
+                                          "dr_grpo (Liu et al. 2025: token sum / (N x max_new_tokens); needs "
+                                          "advantage_scale none, as Dr. GRPO also drops the std division). "
+                                          "docs/paper_vs_code.md.")
+    policy_dropout: bool = knob(False, "Whether the current policy's forward pass (the one with grad) runs in "
+                                       "train mode, so that model.lora_dropout is active in it, as in the official "
+                                       "code (the paper presets); the rollouts and the old, reference and "
+                                       "validation passes stay in eval mode (deterministic) either way. false "
+                                       "(this project's default): dropout off in every pass, so the ratio is "
+                                       "exactly 1 while current = old. With true the old / reference passes always "
+                                       "run (a snapshot equal to the live weights no longer shares the current "
+                                       "pass's values), and micro-batches or processes draw their own dropout "
+                                       "masks (equal to one batch in expectation, not bit for bit). "
+                                       "docs/paper_vs_code.md.")
     advantage_scale: str = knob("std", 'Advantage scale (Eq. 2): "std" divides by the group\'s std (+1e-6); '
                                        '"none" keeps R - mean (Dr. GRPO).')
     entropy_coef: float = knob(0.0, "Entropy bonus, >= 0 (0 for MIMIC-CXR, 0.001 for IU-Xray).")
@@ -85,8 +98,11 @@ class RLConfig:
     reference_args: dict[str, Any] = knob(help="Options of a registered reference strategy that RLConfig has no "
                                                "field for, by the class's field names (as regularizer_args).",
                                           default_factory=dict)
-    val_score: str = knob("paper", "Validation score: paper Eq. 10 (sum(M) + lambda RG) / (|M| + 1), or official "
-                                   "mean(M) + lambda RG, M = BLEU-1..4, METEOR, ROUGE-L.")
+    val_score: str = knob("paper", "Validation score s_val, which picks the best policy (rl.select best_val: the "
+                                   "tested checkpoint) and VAPR's anchor: paper = Eq. 10, (sum(M) + lambda RG) / "
+                                   "(|M| + 1); official = the official code, mean(M) + lambda RG (RG weighs 6x "
+                                   "more against the metrics than in Eq. 10; the paper presets); M = BLEU-1..4, "
+                                   "METEOR, ROUGE-L. The report tables state it. docs/paper_vs_code.md.")
     val_lambda: float = knob(0.1, "lambda of the validation score (Eq. 10: 0.1), >= 0.")
     val_rg_metric: str = knob("entity_f1", "RG of the validation score: the paper uses RadGraph F1 (radgraph-xl, "
                                            "partial: `radgraph`, needs its weights); the default is the offline "

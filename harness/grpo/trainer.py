@@ -22,8 +22,12 @@ After every epoch (and every K steps if asked) the current policy decodes the va
 exactly as the test does (the generation config); the score s_val (Eq. 10) updates the best-validation
 snapshot (harness/grpo/selection.py), then the reference strategy may reset to it (VAPR). At the end the
 policy chosen by rl.select (best_val or final), the same rule for every arm, is left in the model
-(harness/grpo/final_policy.py). Dropout is off in every forward pass of the loop, so the ratio is exactly 1 when
-current = old. The log rows are assembled in harness/grpo/step_log.py.
+(harness/grpo/final_policy.py). The log rows are assembled in harness/grpo/step_log.py.
+
+Dropout: the rollouts and the old, reference and validation passes run in eval mode (dropout off: the same
+weights give the same numbers). The current policy's pass with grad runs in eval mode too by default, so the ratio
+is exactly 1 when current = old; with rl.policy_dropout (the official code, the paper presets) it runs in train
+mode, LoRA dropout active, and then no frozen pass borrows the current pass's values (`_frozen_passes`).
 """
 
 from __future__ import annotations
@@ -240,8 +244,10 @@ class GRPOTrainer:
             ent_here = name == "ref" and self.regularizer.needs_reference_entropy
             if not self.store.equal_to_live(name):
                 frozen[name] = self._frozen_pass(name, ro, chunks, ent_here)
-            elif ent_here and len(chunks) > 1:
-                frozen[name] = self._frozen_pass(None, ro, chunks, True)
+            elif self.rl.policy_dropout or (ent_here and len(chunks) > 1):
+                # rl.policy_dropout: the current pass runs with dropout, so its values are not this policy's
+                # (eval-mode) values; the live parameters are this snapshot's, so no swap is needed.
+                frozen[name] = self._frozen_pass(None, ro, chunks, ent_here)
         return frozen
 
     def _token_advantages(self, adv: torch.Tensor, ro: Rollout, chunks) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -258,7 +264,7 @@ class GRPOTrainer:
         t0 = time.time()
         idx = shard(self._batch_indices(self.step), self.dist)  # this process's prompts
         B = len(idx)
-        self.model.eval()  # dropout off everywhere in the loop (see module docstring)
+        self.model.eval()  # dropout off in the rollouts and frozen passes (see module docstring)
         ro = self._rollout(idx)
         refs = [self.train_set.references[i] for i in idx for _ in range(G)]
         raw = np.asarray(compute_reward(rl.reward, ro.texts, refs), dtype=np.float64)
@@ -274,9 +280,13 @@ class GRPOTrainer:
         advantages, token_w = self._token_advantages(adv, ro, chunks)
         loss = StepLoss(rl, self.regularizer, self.lp_temp, ro, chunks, frozen, adv, advantages, mask)
         lr = self.optimizer.param_groups[0]["lr"]
-        outcome = self.updater.update(loss, chunks, self.optimizer, grad_clip=self.tcfg.grad_clip,
-                                      normalizer=loss.normalizer,
-                                      rejected=reward_problem(rl.reward, raw, adv) or frozen_problem(frozen))
+        try:
+            self.model.train(rl.policy_dropout)  # the current policy's pass with grad (rl.policy_dropout)
+            outcome = self.updater.update(loss, chunks, self.optimizer, grad_clip=self.tcfg.grad_clip,
+                                          normalizer=loss.normalizer,
+                                          rejected=reward_problem(rl.reward, raw, adv) or frozen_problem(frozen))
+        finally:
+            self.model.eval()
         stats = self._step_stats(outcome, loss, mask)
         with warnings.catch_warnings():
             # A skipped step still advances the schedule (the lr is a function of the step number); torch warns

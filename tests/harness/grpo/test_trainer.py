@@ -403,3 +403,37 @@ def test_each_step_is_one_updater_call_and_the_checkpoint_keeps_its_keys(tiny_mo
     assert set(state) == {"step", "live", "store", "optimizer", "scheduler", "regularizer", "reference", "best",
                           "nonfinite", "engine"}
     assert state["step"] == 2 and state["engine"] == {} and state["nonfinite"] == tr.nonfinite
+
+
+def test_policy_dropout_ratio_at_a_sync_is_not_one_while_old_and_ref_stay_deterministic(
+        tiny_model, tiny_processor, tmp_path, prompt_set, monkeypatch):
+    # rl.policy_dropout (the official code, the paper presets): the current policy's pass runs in train mode, LoRA
+    # dropout 0.1 active; the old and reference passes run in eval mode, so they are bit-identical when repeated,
+    # and at a sync (old = ref = current) the ratio and the KL are no longer exactly 1 and 0. Off (the default,
+    # the tiny presets): every pass in eval mode, the ratio at a sync is exactly 1.
+    rows = {}
+    for dropout in (False, True):
+        tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / str(dropout), prompt_set,
+                      regularizer="rer", policy_dropout=dropout)
+        tr.reference.on_start(tr.store)
+        tr.train_step()  # LoRA's B starts at 0 (dropout would change nothing): one step moves it
+        assert not tr.model.training  # the update leaves the model in eval mode
+        for name in ("old", "ref"):
+            tr.store.capture(name)  # a sync of old and a reset of ref: both equal the live weights
+        real, modes = tr._frozen_pass, []
+
+        def repeated(name, ro, chunks, want_entropy, real=real, modes=modes, tr=tr):
+            modes.append(tr.model.training)
+            first, again = real(name, ro, chunks, want_entropy), real(name, ro, chunks, want_entropy)
+            for a, b in zip(first, again, strict=True):
+                assert (a is None and b is None) or torch.equal(a, b)  # deterministic: bit-identical repeats
+            return first
+
+        monkeypatch.setattr(tr, "_frozen_pass", repeated)
+        rows[dropout] = tr.train_step()
+        # Dropout on: the old and ref passes run (eval mode) although they equal the live weights; off: the
+        # current pass's values are theirs, no frozen pass runs.
+        assert modes == ([False, False] if dropout else [])
+        assert not tr.model.training
+    assert rows[False]["ratio_mean"] == 1.0 and rows[False]["kl_mean"] == 0.0
+    assert rows[True]["ratio_mean"] != 1.0 and rows[True]["kl_mean"] > 0.0

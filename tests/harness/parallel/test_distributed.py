@@ -127,6 +127,80 @@ def test_scaled_losses_with_averaged_gradients_equal_the_whole_batch(tmp_path):
             torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7, msg=aggregation)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The official code's normaliser (issue 24): 1 prompt per GPU, each rank's loss the token mean of its one group,
+# the ranks' gradients averaged = the mean over groups of per-group token means. rl.aggregation=group_token_mean
+# must give that objective on any number of processes, with or without micro-batches.
+
+
+def _per_group_objective(theta: torch.Tensor, groups) -> torch.Tensor:
+    """The official run, written out: one rank per group (G = 2 rows), each rank's loss the token mean over its
+    group (policy_loss with token_mean on that group alone), averaged over the ranks as DDP averages."""
+    losses = [_loss(theta, [2 * g, 2 * g + 1], "token_mean")[0] for g in groups]
+    return sum(losses) / len(losses)
+
+
+def test_group_token_mean_is_the_official_per_group_objective_in_one_process():
+    theta = torch.tensor([0.7, -0.2], requires_grad=True)
+    expected = _per_group_objective(theta, range(4))
+    (expected_grad,) = torch.autograd.grad(expected, theta)
+    whole, mask = _loss(theta, list(range(8)), "group_token_mean")
+    torch.testing.assert_close(whole, expected, rtol=1e-6, atol=1e-7)
+    # Micro-batches that cut a group in two (rows 0-2, 3-7), weighted by the whole step's normalisers.
+    weights = aggregation_weights(mask, "group_token_mean", **AGG)
+    parts = [_loss(theta, rows, "group_token_mean", weights[rows])[0] for rows in ([0, 1, 2], [3, 4, 5, 6, 7])]
+    (grad,) = torch.autograd.grad(sum(parts), theta)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-6, atol=1e-7)
+    # token_mean (all tokens of the step) is another objective: groups with more tokens weigh more.
+    (other,) = torch.autograd.grad(_loss(theta, list(range(8)), "token_mean")[0], theta)
+    assert not torch.allclose(other, expected_grad, rtol=1e-3)
+
+
+def _official_worker(rank: int, world: int, port: int, out: str) -> None:
+    try:
+        _env(rank, world, port)
+        from harness.parallel.distributed import finalize, init_distributed
+        from harness.parallel.updater import Updater
+
+        d = init_distributed()
+        results = {}
+        # 4 groups (2 per process, one micro-batch each) and 2 groups (1 per process: the official layout).
+        for n_groups in (4, 2):
+            policy = torch.nn.Module()
+            policy.theta = torch.nn.Parameter(torch.tensor([0.7, -0.2]))
+            updater = Updater(policy, [policy.theta], d)
+            (expected,) = torch.autograd.grad(_per_group_objective(policy.theta, range(n_groups)), policy.theta)
+            groups = shard(list(range(n_groups)), d)
+            rows = [r for g in groups for r in (2 * g, 2 * g + 1)]
+            _, mask = _loss(policy.theta, rows, "group_token_mean")
+            # As the trainer does: the share of the normaliser (groups with tokens) scales the process's loss.
+            scale = d.loss_scale(aggregation_normalizer(mask, "group_token_mean", **AGG))
+            weights = aggregation_weights(mask, "group_token_mean", **AGG)
+            for g in range(len(groups)):
+                at = [2 * g, 2 * g + 1]
+                with updater.no_sync():
+                    loss, _ = updater.forward(lambda m, rs, w: _loss(m.theta, rs, "group_token_mean", w),
+                                              [rows[i] for i in at], weights[at])
+                    updater.backward(loss * scale)
+            updater.sync()
+            results[n_groups] = (policy.theta.grad.clone(), expected, scale)
+        torch.save(results, Path(out) / f"official{rank}.pt")
+        finalize()
+    except BaseException:
+        (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+def test_group_token_mean_is_the_official_per_group_objective_on_two_processes(tmp_path):
+    _launch(_official_worker, 2, str(tmp_path))
+    for rank in (0, 1):
+        results = torch.load(tmp_path / f"official{rank}.pt")
+        for n_groups, (got, expected, _scale) in results.items():
+            torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7, msg=f"{n_groups} groups")
+        # One group per process: each process's loss is its group's token mean, unscaled (the official code).
+        assert results[2][2] == 1.0
+
+
 def test_a_single_process_is_a_no_op():
     from harness.parallel.updater import Updater
 
