@@ -6,7 +6,10 @@ final, issue 9) and decoded with the same greedy settings. Both are read from th
 - the checkpoint: the RL run's metrics.json `selected_step` / `final_step` (arms without RL: the end of their
   last stage);
 - the decoding: the test evaluation's `decoding` (harness/stages/evaluate.py); older records without it are
-  "unknown" and never refused.
+  "unknown" and never refused;
+- the validation score that chose the tested checkpoint (rl.select best_val) and VAPR's anchor: the RL run's
+  `config.rl.val_score` / `val_lambda` / `val_rg_metric` (REVA-PO Eq. 10 or the official code's weighting,
+  docs/paper_vs_code.md), stated beside every results table (`selection_score`, `selection_score_note`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,44 @@ def select_rule(run: Run) -> str | None:
         return str(rule)
     recorded = run.rl_metrics.get("select")
     return str(recorded).split()[0] if recorded else None
+
+
+# rl.val_score (harness/config/rl.py) in words; M = BLEU-1..4, METEOR, ROUGE-L.
+VAL_SCORES = {"paper": "Eq. 10, (sum(M) + {lam} RG) / (|M| + 1)", "official": "official code, mean(M) + {lam} RG"}
+
+
+def selection_score(run: Run) -> str | None:
+    """The validation score that picked the run's tested checkpoint (rl.select best_val) and VAPR's anchor, in
+    words, e.g. "official code, mean(M) + 0.1 RG (RG: radgraph)"; None when no validation score chose anything
+    (no RL stage, or rl.select final without VAPR)."""
+    if run.rl_dir is None:
+        return None
+    rl = run.config.get("rl") or {}
+    if select_rule(run) != "best_val" and rl.get("reference") != "vapr":
+        return None
+    kind = rl.get("val_score")
+    if kind is None:
+        return "not recorded"
+    lam = rl.get("val_lambda", 0.1)
+    text = VAL_SCORES.get(str(kind), str(kind)).format(lam=f"{float(lam):g}")
+    return f"{text} (RG: {rl['val_rg_metric']})" if rl.get("val_rg_metric") else text
+
+
+def selection_score_note(exp: Experiment, arms) -> str | None:
+    """One sentence for a table: which validation score chose each arm's tested checkpoint and VAPR's anchor."""
+    by_score: dict[str, list[str]] = {}
+    for arm in arms:
+        for score in dict.fromkeys(selection_score(r) for r in exp.runs_of(arm)):
+            if score is not None:
+                by_score.setdefault(score, []).append(arm)
+    if not by_score:
+        return None
+    head = ("Validation score s_val (rl.val_score) that selected the tested checkpoint (rl.select best_val) and "
+            "VAPR's anchor, M = BLEU-1..4, METEOR, ROUGE-L: ")
+    if len(by_score) == 1:
+        return head + f"{next(iter(by_score))}, every RL arm that selects by it (docs/paper_vs_code.md)."
+    parts = [f"{score} for {', '.join(f'`{a}`' for a in arms_)}" for score, arms_ in by_score.items()]
+    return head + "; ".join(parts) + " (docs/paper_vs_code.md)."
 
 
 def decoding(run: Run) -> dict | None:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from reports.deltas import CE_GROUP, NLG_GROUP, format_delta, group_delta
 from reports.experiment import Experiment
+from reports.protocol import selection_score_note
 from reports.published import load_published, our_metric_key
 from reports.stats import POWER
 from reports.tables.cells import arm_n, fmt, latex_escape, md_table, our_cell, tests_used
@@ -119,6 +120,9 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
     out.append("Tested at: the policy each arm's test scores come from (RL: the step of the selected policy, "
                "rl.select's choice or the last step, and the rule; other arms: the end of their last stage), per "
                "seed when they differ.")
+    selected_by = selection_score_note(exp, list(dict.fromkeys(df.arm)))
+    if selected_by:
+        out.append(selected_by)
     refused = sorted({f"{a}: {i}" for a, i in zip(df.arm, df.protocol_issue, strict=True)
                       if isinstance(i, str)})
     if refused:

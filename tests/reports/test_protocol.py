@@ -7,7 +7,7 @@ import json
 import pytest
 
 from reports.experiment import load_experiment
-from reports.protocol import arm_tested_at, protocol_issue
+from reports.protocol import arm_tested_at, protocol_issue, selection_score, selection_score_note
 from reports.protocol import tested_at as run_tested_at
 from reports.tables import default_spec, differences_markdown, results_frame, to_markdown
 from tests.reports.conftest import write_experiment
@@ -78,3 +78,31 @@ def test_different_decoding_is_refused(root):
     _edit(root / "no_kl" / "seed1" / "eval" / "metrics.json", lambda d: d.pop("decoding"))
     _edit(root / "no_kl" / "seed2" / "eval" / "metrics.json", lambda d: d.pop("decoding"))
     assert protocol_issue(load_experiment(root), "no_kl", "rer_vapr") is None
+
+
+def test_tables_state_the_validation_score_that_selected_the_checkpoint(root):
+    # Issue 24: Eq. 10 and the official code's weighting can pick different checkpoints (and VAPR anchors); every
+    # results table says which one each arm selected by.
+    for seed in (0, 1, 2):
+        for arm, kind in (("ckl", "official"), ("rer_vapr", "paper"), ("no_kl", "paper")):
+            _edit(root / "stages" / f"rl-seed{seed}-{arm}" / "manifest.json", lambda d, kind=kind: d["config"][
+                "rl"].update(val_score=kind, val_lambda=0.1, val_rg_metric="radgraph"))
+    exp = load_experiment(root)
+    assert selection_score(exp.runs_of("ckl")[0]) == "official code, mean(M) + 0.1 RG (RG: radgraph)"
+    assert selection_score(exp.runs_of("rer_vapr")[0]) == "Eq. 10, (sum(M) + 0.1 RG) / (|M| + 1) (RG: radgraph)"
+    md = to_markdown(exp, results_frame(exp, default_spec(exp, B=200)), default_spec(exp, B=200))
+    assert "Validation score s_val (rl.val_score) that selected the tested checkpoint" in md
+    assert "official code, mean(M) + 0.1 RG (RG: radgraph) for `ckl`" in md
+    # rl.select final without VAPR: no validation score chose the tested policy, so none is named for the arm;
+    # with VAPR the score still chose the anchor.
+    _edit(root / "stages" / "rl-seed0-no_vapr" / "manifest.json", lambda d: d["config"]["rl"].update(
+        select="final", val_score="official"))
+    for seed in (0, 1, 2):
+        _edit(root / "stages" / f"rl-seed{seed}-ckl" / "manifest.json", lambda d: d["config"]["rl"].update(
+            select="final"))
+    exp = load_experiment(root)
+    assert selection_score(exp.runs_of("no_vapr")[0]) is None
+    assert selection_score(exp.runs_of("ckl")[0]) == "official code, mean(M) + 0.1 RG (RG: radgraph)"
+    note = selection_score_note(exp, ["no_vapr", "rer_vapr", "no_kl"])
+    assert note.endswith("Eq. 10, (sum(M) + 0.1 RG) / (|M| + 1) (RG: radgraph), every RL arm that selects by it "
+                         "(docs/paper_vs_code.md).")
