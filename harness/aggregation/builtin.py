@@ -1,4 +1,5 @@
-"""The four built-in aggregations (token_mean is the official REVA-PO code's default)."""
+"""The four built-in aggregations (token_mean is this project's default; group_token_mean is what REVA-PO's Eq. 3
+and its official code compute, the paper presets' choice: docs/paper_vs_code.md)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def _dr_grpo_normalizer(n_rows: int, max_len: int | None) -> float:
 
 @register_aggregation("token_mean")
 class TokenMean(Aggregation):
-    """DAPO-style, the official REVA-PO code (default): sum over all masked tokens of the step / number of masked
-    tokens; every token weighs the same, long responses are not down-weighted."""
+    """DAPO-style (this project's default): sum over all masked tokens of the step / number of masked tokens; every
+    token of the step weighs the same, long responses are not down-weighted. Not what REVA-PO's official run
+    computes (that is group_token_mean: its ranks hold one prompt each)."""
 
     def reduce(self, x, m, group_size, max_len):
         return (x * m).sum() / m.sum().clamp(min=1.0)
@@ -37,8 +39,11 @@ class TokenMean(Aggregation):
 
 @register_aggregation("group_token_mean")
 class GroupTokenMean(Aggregation):
-    """REVA-PO Eq. 3 as written: per group ``1 / sum_i |o_i| * sum_i sum_t``, then the mean over groups. Groups
-    without a masked token are left out."""
+    """REVA-PO Eq. 3 as written: per group ``1 / sum_i |o_i| * sum_i sum_t``, then the mean over groups. It is also
+    what the official code computes: 1 prompt per GPU, each rank's loss the token mean of its one group, DDP
+    averaging the ranks; here the same on any number of processes and micro-batches (the trainer scales each
+    process's loss by its share of the groups). Groups without a masked token are left out (the official run
+    cannot have one: its min_new_tokens is >= 40)."""
 
     def reduce(self, x, m, group_size, max_len):
         sums, counts = _group_sums((x * m).sum(dim=-1), group_size), _group_sums(m.sum(dim=-1), group_size)
