@@ -12,6 +12,19 @@ import torch
 from harness.grpo.core import response_mean
 from harness.parallel.distributed import Dist
 
+# The loss terms (harness/grpo/core.py policy_loss): each process's value is its share of the objective divided by
+# its share of the aggregation's normaliser, so their mean over processes weighs by that normaliser.
+LOSS_KEYS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
+
+
+def loss_stats(dist: Dist, stats: dict, tokens: float, normalizer: float) -> dict:
+    """The step's loss statistics over all processes: token means weighted by the processes' response tokens,
+    the loss terms by their normalisers (groups for group_token_mean, tokens for token_mean, ...), so that the
+    logged loss is the objective of the whole step on any number of processes; `*_min` / `*_max` by min / max."""
+    out = dist.reduce_stats(stats, tokens)
+    out.update(dist.reduce_stats({k: stats[k] for k in LOSS_KEYS if k in stats}, normalizer))
+    return out
+
 
 def step_row(dist: Dist, *, step: int, epoch: float, rewards: torch.Tensor, zero_std: torch.Tensor,
              lengths: torch.Tensor, response_mask: torch.Tensor, ref_entropy_tok: torch.Tensor | None,

@@ -58,7 +58,7 @@ from harness.grpo.core import (
 from harness.grpo.nonfinite import count_skipped, count_taken, frozen_problem, new_counts, reward_problem, stop_error
 from harness.grpo.rollout import Rollout, concat_rollouts, response_logits, sample_rollout
 from harness.grpo.selection import BestTracker
-from harness.grpo.step_log import run_summary, samples_record, step_row
+from harness.grpo.step_log import loss_stats, run_summary, samples_record, step_row
 from harness.grpo.validation import ValidationCallback, ValidationEvent, validation_score
 from harness.models.precision import base_dtype
 from harness.parallel.distributed import Dist, shard
@@ -312,12 +312,12 @@ class GRPOTrainer:
         return row
 
     def _step_stats(self, outcome: UpdateOutcome, loss: StepLoss, mask: torch.Tensor) -> dict:
-        """The step's loss statistics over all processes (weighted by response tokens), or a skipped step's count;
+        """The step's loss statistics over all processes (step_log.loss_stats), or a skipped step's count;
         the fp16 scaler's fields when it saw the step."""
         if outcome.skipped:  # no optimizer step (on any process)
             stats = count_skipped(self.nonfinite, self.step + 1, outcome.cause, self.dist.main)
         else:
-            stats = self.dist.reduce_stats(loss.stats(), float(mask.sum()))
+            stats = loss_stats(self.dist, loss.stats(), float(mask.sum()), float(loss.normalizer))
             if not outcome.overflow:  # a step the fp16 scaler skipped is not counted either way
                 count_taken(self.nonfinite)
         if outcome.loss_scale is not None:

@@ -201,6 +201,45 @@ def test_group_token_mean_is_the_official_per_group_objective_on_two_processes(t
         assert results[2][2] == 1.0
 
 
+class _TwoProcessStats(Dist):
+    """Rank 0 of two processes whose all-gather hands back the other process's (weight, stats) as well."""
+
+    def __init__(self, other: dict):
+        super().__init__(rank=0, world=2)
+        self.other = other  # weight name -> (weight, stats) of rank 1
+
+    def gather_objects(self, obj):
+        from harness.grpo.step_log import LOSS_KEYS
+
+        weight, stats = obj
+        which = "normalizer" if set(stats) <= set(LOSS_KEYS) else "tokens"
+        w, other = self.other[which]
+        return [obj, (w, {k: other[k] for k in stats})]
+
+
+@pytest.mark.parametrize("aggregation", ["group_token_mean", "token_mean"])
+def test_logged_loss_of_two_processes_is_the_whole_steps(aggregation):
+    # The step row's loss terms, reduced over processes, are the loss of the whole step (issue 24: weighting them by
+    # response tokens, as before, logged another number than the objective for group_token_mean).
+    from harness.grpo.step_log import loss_stats
+
+    theta = torch.tensor([0.7, -0.2])
+    whole, _ = _loss(theta, list(range(8)), aggregation)
+    x, logp_old, logp_ref, adv, beta, mask = _batch()
+    share = {}
+    for rank, rows in enumerate(([0, 1], [2, 3, 4, 5, 6, 7])):  # 1 group and 3: unequal shares
+        logp = -torch.nn.functional.softplus(x[rows] * theta[0] + theta[1])
+        _, stats = policy_loss(logp, logp_old[rows], logp_ref[rows], adv[rows], beta[rows], mask[rows],
+                               aggregation=aggregation, entropy=-logp, entropy_coef=0.01, **AGG)
+        share[rank] = (stats, float(mask[rows].sum()), float(aggregation_normalizer(mask[rows], aggregation, **AGG)))
+    other = {"tokens": (share[1][1], share[1][0]), "normalizer": (share[1][2], share[1][0])}
+    logged = loss_stats(_TwoProcessStats(other), *share[0])
+    _, expected = policy_loss(-torch.nn.functional.softplus(x * theta[0] + theta[1]), logp_old, logp_ref, adv, beta,
+                              mask, aggregation=aggregation, entropy=-x, entropy_coef=0.0, **AGG)
+    assert logged["loss"] == pytest.approx(float(whole), rel=1e-6)
+    assert logged["kl_mean"] == pytest.approx(expected["kl_mean"], rel=1e-6)  # token means stay token-weighted
+
+
 def test_a_single_process_is_a_no_op():
     from harness.parallel.updater import Updater
 
