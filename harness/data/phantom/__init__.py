@@ -27,7 +27,7 @@ from harness.data.phantom.vocabulary import (
     ZONED,
     ZONES,
 )
-from harness.data.phantom.writer import generate_item, split_counts, synthesize
+from harness.data.phantom.writer import case_and_report, generate_item, split_counts, synthesize
 
 __all__ = [
     "DEVICES",
@@ -43,6 +43,7 @@ __all__ = [
     "Case",
     "PhantomConfig",
     "Report",
+    "case_and_report",
     "compose_report",
     "draw_image",
     "generate_item",

@@ -39,20 +39,32 @@ def _pick(rng: np.random.Generator, options: tuple[str, ...]) -> str:
 
 
 def _positive_sentence(case: Case, name: str, rng: np.random.Generator) -> str:
-    side = case.laterality.get(name, "")
-    hedged = name in case.uncertain
-    if side == "bilateral":
-        options = (BILATERAL_HEDGED if hedged else BILATERAL)[name]
-    else:
-        options = (HEDGED if hedged else POSITIVE_TEXT)[name]
-    sev_words = SEV_WORD.get(name, {}).get(case.severity.get(name, ""), ("",))
-    sev = _pick(rng, sev_words)
+    options = statement_templates(case, name)
+    sev = _pick(rng, severity_words(case, name))
+    return fill_template(_pick(rng, options), case, name, sev)
+
+
+def statement_templates(case: Case, name: str) -> tuple[str, ...]:
+    """The templates a present finding's statement is drawn from (hedged or not, one side or both)."""
+    bilateral = case.laterality.get(name, "") == "bilateral"
+    if name in case.uncertain:
+        return (BILATERAL_HEDGED if bilateral else HEDGED)[name]
+    return (BILATERAL if bilateral else POSITIVE_TEXT)[name]
+
+
+def severity_words(case: Case, name: str) -> tuple[str, ...]:
+    """The words that may stand for the finding's severity ("" for an ungraded finding)."""
+    return SEV_WORD.get(name, {}).get(case.severity.get(name, ""), ("",))
+
+
+def fill_template(template: str, case: Case, name: str, sev: str) -> str:
+    """One template filled with the case's side, zone, lobe and rib and the severity word ``sev``."""
     zone = case.zone.get(name, "lower")
     lobe = {"upper": "upper lobe", "mid": "mid lung", "lower": "lower lobe"}[zone]
-    text = _pick(rng, options).format(
+    text = template.format(
         sev=sev,
         sevly=_adverb(sev),
-        side=side,
+        side=case.laterality.get(name, ""),
         zone=zone,
         lobe=lobe,
         ordinal=ORDINAL.get(case.rib or 0, ""),

@@ -13,10 +13,10 @@ from PIL import Image
 from tqdm import tqdm
 
 from harness.constants import OBSERVATIONS
-from harness.data.phantom.case import sample_case
+from harness.data.phantom.case import Case, sample_case
 from harness.data.phantom.config import PhantomConfig
 from harness.data.phantom.render import draw_image
-from harness.data.phantom.report import compose_report
+from harness.data.phantom.report import Report, compose_report
 from harness.runs.records import atomic_write_bytes
 
 
@@ -30,11 +30,17 @@ def _sample_generators(seed: int, index: int) -> list[np.random.Generator]:
     return [np.random.default_rng(s) for s in np.random.SeedSequence([seed, index]).spawn(3)]
 
 
+def case_and_report(cfg: PhantomConfig, index: int) -> tuple[Case, Report]:
+    """Case and report of sample ``index``, without drawing its image (the same as ``generate_item``'s)."""
+    case_rng, report_rng, _ = _sample_generators(cfg.seed, index)
+    case = sample_case(case_rng, cfg)
+    return case, compose_report(case, report_rng, cfg)
+
+
 def generate_item(cfg: PhantomConfig, index: int) -> tuple[dict, np.ndarray]:
     """Annotation item and image for sample ``index`` (independent of ``cfg.n``)."""
-    case_rng, report_rng, image_rng = _sample_generators(cfg.seed, index)
-    case = sample_case(case_rng, cfg)
-    report = compose_report(case, report_rng, cfg)
+    case, report = case_and_report(cfg, index)
+    image_rng = _sample_generators(cfg.seed, index)[2]
     present = case.present
     item_id = f"{cfg.id_prefix}_{index:05d}"
     item = {
