@@ -19,8 +19,12 @@ from harness.runs.records import RunDir, atomic_write_text, read_json
 from harness.runs.schema import METRICS_FILE, IndexKey, RunKey, StageKey
 
 DEMO_STUDY = Path(__file__).resolve().parent.parent / "experiments" / "demo_rl_ablation.yaml"
-COLUMNS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "findings_acc", "findings_exact",
-           "ce_micro_f1")
+COLUMNS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "gold_f1", "gold_exact", "ce_micro_f1",
+           "labeler_gold_disagree")
+LEGEND = ("gold_f1 / gold_exact: the phantom's gold reader (no reward sees it) on the generated reports against "
+          "what was drawn (micro-F1 / all 14 findings right); ce_micro_f1: the rule labeler that the clinical rewards "
+          "share, against the stored report labels; labeler_gold_disagree: share of reports where the two read "
+          "different findings")
 
 
 def verdict_arms(study=None) -> tuple[str, str, str, str] | None:
@@ -42,7 +46,7 @@ def format_table(rows: list[tuple[str, dict]]) -> str:
     for name, scores in rows:
         cells = [f"{scores[c]:.4f}" if isinstance(scores.get(c), int | float) else "n/a" for c in COLUMNS]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + LEGEND
 
 
 def reward_curve_summary(run: RunDir, window: int = 5) -> str:

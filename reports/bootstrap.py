@@ -11,6 +11,9 @@ all resamples at once:
 - CE micro P/R/F1: from summed TP/FP/FN; macro: per label from summed counts, then the mean over labels;
   example-based: the mean of per-report values (as `harness.evaluation.ce_scores`).
 - ROUGE-L, entity F1, findings accuracy: means of per-report values (their corpus definitions).
+- Gold (the phantom's gold reader against the image truth, harness/data/phantom/gold_reader.py): micro P/R/F1
+  from summed TP/FP/FN of reported presence (stated or hedged) against what was drawn; `gold_exact` and
+  `gold_acc`: means of per-report values.
 - CIDEr: the mean of per-report CIDEr-D with the document frequencies of the full test set held fixed.
 - METEOR: the mean of METEOR segment scores (METEOR's corpus score pools its statistics; the segment mean
   is what is resampled, and its difference is what the interval and p describe).
@@ -35,6 +38,7 @@ DEFAULT_B = 2000
 MEAN_METRICS = ("ROUGE_L", "CIDEr", "METEOR", "entity_f1", "findings_acc")
 CE_METRICS = tuple(f"ce_{avg}_{m}" for avg in ("micro", "macro", "example") for m in ("precision", "recall", "f1"))
 BLEU_METRICS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4")
+GOLD_METRICS = ("gold_precision", "gold_recall", "gold_f1", "gold_exact", "gold_acc")
 NOTES = {"METEOR": "METEOR segment mean", "CIDEr": "document frequencies of the full set"}
 
 
@@ -47,12 +51,16 @@ class ReportData:
     means: dict[str, np.ndarray] | None = None  # metric -> [N] per-report values (MEAN_METRICS)
     hyp_pos: np.ndarray | None = None  # [N, 14] bool: label == 1 in the hypothesis
     ref_pos: np.ndarray | None = None  # [N, 14] bool
+    gold_pos: np.ndarray | None = None  # [N, 14] bool: the gold reader's reported presence (stated or hedged)
+    truth_pos: np.ndarray | None = None  # [N, 14] bool: drawn (the phantom's image truth)
 
     def metrics(self) -> list[str]:
         out = list(BLEU_METRICS) if self.bleu is not None else []
         out += [m for m in MEAN_METRICS if m in (self.means or {})]
         if self.hyp_pos is not None and self.ref_pos is not None:
             out += list(CE_METRICS) + ["findings_acc"]
+        if self.gold_pos is not None and self.truth_pos is not None:
+            out += list(GOLD_METRICS)
         return list(dict.fromkeys(out))
 
     def take(self, ids: Sequence[str]) -> ReportData:
@@ -62,15 +70,21 @@ class ReportData:
         return ReportData(list(ids), None if self.bleu is None else self.bleu[idx],
                           {k: v[idx] for k, v in (self.means or {}).items()},
                           None if self.hyp_pos is None else self.hyp_pos[idx],
-                          None if self.ref_pos is None else self.ref_pos[idx])
+                          None if self.ref_pos is None else self.ref_pos[idx],
+                          None if self.gold_pos is None else self.gold_pos[idx],
+                          None if self.truth_pos is None else self.truth_pos[idx])
 
 
-def _positives(rows: list, name: str, source: str) -> np.ndarray:
+def _matrix(rows: list, name: str, source: str) -> np.ndarray:
     arr = np.array([[math.nan if v is None else float(v) for v in r] for r in rows], dtype=np.float64)
     if arr.ndim != 2 or arr.shape[1] != NUM_OBSERVATIONS:
         raise ValueError(f"{source}: field '{name}' must hold {NUM_OBSERVATIONS} labels per report, got shape "
                          f"{arr.shape}")
-    return arr == 1.0
+    return arr
+
+
+def _positives(rows: list, name: str, source: str) -> np.ndarray:
+    return _matrix(rows, name, source) == 1.0
 
 
 def report_data_from_rows(rows: list[dict], source: str = "predictions") -> ReportData | None:
@@ -95,6 +109,10 @@ def report_data_from_rows(rows: list[dict], source: str = "predictions") -> Repo
     if all("hyp_labels" in r and "ref_labels" in r for r in rows):
         data.hyp_pos = _positives([r["hyp_labels"] for r in rows], "hyp_labels", source)
         data.ref_pos = _positives([r["ref_labels"] for r in rows], "ref_labels", source)
+    if all("gold_labels" in r and "present" in r for r in rows):
+        gold = _matrix([r["gold_labels"] for r in rows], "gold_labels", source)
+        data.gold_pos = (gold == 1.0) | (gold == -1.0)
+        data.truth_pos = _matrix([r["present"] for r in rows], "present", source) == 1.0
     return data if data.metrics() else None
 
 
@@ -144,6 +162,13 @@ def corpus_scores(data: ReportData, weights: np.ndarray, metrics: Iterable[str])
             out[f"ce_macro_{name}"] = v.mean(axis=1)
         for name, v in _prf(tp.sum(1), fp.sum(1), fn.sum(1)).items():
             out[f"ce_example_{name}"] = (w @ v) / total
+    if any(m in GOLD_METRICS for m in wanted):
+        hp, tp_ = data.gold_pos, data.truth_pos
+        tp, fp, fn = (hp & tp_).astype(float), (hp & ~tp_).astype(float), (~hp & tp_).astype(float)
+        for name, v in _prf(w @ tp.sum(1), w @ fp.sum(1), w @ fn.sum(1)).items():
+            out[f"gold_{name}"] = v
+        out["gold_exact"] = (w @ (hp == tp_).all(axis=1).astype(float)) / total
+        out["gold_acc"] = (w @ (hp == tp_).mean(axis=1)) / total
     means = dict(data.means or {})
     if "findings_acc" not in means and data.hyp_pos is not None and data.ref_pos is not None:
         means["findings_acc"] = (data.hyp_pos == data.ref_pos).mean(axis=1)

@@ -277,6 +277,11 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
         (tdir / "overoptimization.md").write_text(OO.table_markdown(oo_table), encoding="utf-8")
         md_parts.append(OO.table_markdown(oo_table))
         html_tables.append(oo_table)
+        if OO.has_disagreement(exp):
+            dis_table = OO.disagreement_table(exp)
+            (tdir / "labeler_gold_disagreement.md").write_text(OO.table_markdown(dis_table), encoding="utf-8")
+            md_parts.append(OO.table_markdown(dis_table))
+            html_tables.append(dis_table)
         figs.append(Figure("Over-optimisation: gold and proxy against sqrt(KL to the SFT policy)",
                            OO.fig_frontier(exp, fdir)[0], "RL validations (evals.jsonl); reports/overoptimization.py."))
     png = F.fig2_rer_beta(fdir, _fig2_bounds(exp))[0]

@@ -1,8 +1,10 @@
 """Reward over-optimisation (issue 12; experiments/overoptimization.yaml): gold and proxy against KL.
 
 Reads the RL validations of each run (evals.jsonl, split val), which log `proxy_reward` (mean rl.reward of the
-greedy validation reports), `gold_f1` / `gold_exact` (their rule-labeled findings against the ground truth) and
-`kl_start_seq` (KL to the SFT policy, harness/grpo/val_drift.py).
+greedy validation reports), `gold_f1` / `gold_exact` (the phantom's gold reader, which no reward sees, on those
+reports against what was drawn), `labeler_f1` (the rule labeler that chexpert_f1, MCCS and entity F1 build on,
+against the stored report labels: the gold of runs before issue 24), `labeler_gold_disagree` (share of reports the
+two read differently) and `kl_start_seq` (KL to the SFT policy, harness/grpo/val_drift.py).
 
 - `fig_frontier`: per arm, gold and proxy against sqrt(KL) (Gao et al., 2022, plot their reward-model scores
   against d = sqrt(KL(pi || pi_init))); one point per validation, the line joins the means over seeds.
@@ -11,6 +13,9 @@ greedy validation reports), `gold_f1` / `gold_exact` (their rule-labeled finding
   by Holm-Bonferroni over the whole table). The contrast arm of an arm is the arm whose factors equal the
   study's baseline arm's factors except `reward` (constant KL with the same reward) and that has complete runs,
   else the baseline arm.
+- `disagreement_table`: per arm, how often the rule labeler and the gold reader disagree on the greedy reports,
+  at the first validation (before RL, when logged at step 0), at the last (after RL) and on the test split.
+  A policy that learns to please the labeler (a clinical-proxy arm hacking its reward) shows as a rising rate.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from reports.experiment import Experiment, Run, is_number
 from reports.html import Table
 from reports.stats import holm, paired_comparison, summarize
 
-END_METRICS = ("gold_f1", "gold_exact", "proxy_reward", "kl_start_seq")
+END_METRICS = ("gold_f1", "gold_exact", "labeler_f1", "proxy_reward", "kl_start_seq")
+DISAGREE_KEY = "labeler_gold_disagree"
 KL_KEY = "kl_start_seq"
 
 
@@ -85,13 +91,47 @@ def end_table(exp: Experiment, digits: int = 3) -> Table:
     rows = [row + [diff.get((i, m), "–") for m in END_METRICS] for i, row in enumerate(cells)]
     header = ["arm", "seeds", "vs"] + list(END_METRICS) + [f"Δ {m}" for m in END_METRICS]
     notes = ["Values at each run's last validation (the final policy), mean [95% t-interval over seeds].",
-             "gold_f1 / gold_exact: findings micro-F1 / exact match of the rule-labeled validation reports against "
-             "the phantom's ground-truth labels (no reward sees them); proxy_reward: mean rl.reward of the arm; "
+             "gold_f1 / gold_exact: findings micro-F1 / exact match of the validation reports read by the "
+             "phantom's gold reader (the generator's own grammar; no reward sees it) against what was drawn; "
+             "labeler_f1: the rule labeler (which the clinical rewards share) against the stored report labels; "
+             "proxy_reward: mean rl.reward of the arm; "
              "kl_start_seq: KL to the SFT policy along the greedy validation reports, nats per report.",
              "Δ: arm - contrast arm ('vs': constant KL with the same reward), 95% t-interval of the paired "
              "differences, paired t-test p adjusted by Holm-Bonferroni over the table (reports/stats.py). With one "
              "seed there is no test here; the test-split differences table has the bootstrap over reports."]
     return Table("Over-optimisation: end of RL (validation)", header, rows, notes)
+
+
+def has_disagreement(exp: Experiment) -> bool:
+    return any(is_number(e.get(DISAGREE_KEY)) for r in exp.runs for e in r.val_evals) or any(
+        is_number(r.scores.get(DISAGREE_KEY)) for r in exp.runs)
+
+
+def disagreement_table(exp: Experiment, digits: int = 3) -> Table:
+    """Rule labeler vs gold reader on each arm's greedy reports: before RL (the step-0 validation), after RL (the
+    last validation) and on the test split; mean [95% t-interval over seeds]."""
+    rows = []
+    for a in exp.arms:
+        before, after, test = [], [], []
+        for run in exp.runs_of(a.name):
+            vals = sorted((e for e in run.val_evals if is_number(e.get(DISAGREE_KEY))), key=lambda e: e.get("step", -1))
+            if vals and vals[0].get("step") == 0:
+                before.append(float(vals[0][DISAGREE_KEY]))
+            if vals:
+                after.append(float(vals[-1][DISAGREE_KEY]))
+            if is_number(run.scores.get(DISAGREE_KEY)):
+                test.append(float(run.scores[DISAGREE_KEY]))
+        reward = str(exp.factors(a.name).get("reward", "?"))
+        rows.append([a.name, reward, str(len(exp.runs_of(a.name)))]
+                    + [_fmt(summarize(v), digits) for v in (before, after, test)])
+    header = ["arm", "reward", "seeds", "val before RL (step 0)", "val after RL (last)", "test (tested policy)"]
+    notes = ["labeler_gold_disagree: share of greedy reports whose positive findings (label 1) differ between the "
+             "rule labeler (rewards/chexpert.py, which chexpert_f1, MCCS and entity F1 build on) and the phantom's "
+             "gold reader (harness/data/phantom/gold_reader.py, no reward sees it). The two agree on every "
+             "reference report of the generator; they differ on text outside its grammar, so a rising rate after "
+             "RL is a policy writing what the labeler reads and the grammar does not.",
+             "Before RL: the step-0 validation (every arm starts from the same SFT model); '–' where not logged."]
+    return Table("Rule labeler vs gold reader: disagreement before and after RL", header, rows, notes)
 
 
 def table_markdown(t: Table) -> str:
@@ -114,7 +154,7 @@ def fig_frontier(exp: Experiment, out_dir: str | Path) -> list[Path] | None:
     # One proxy panel per reward (their scales differ); the gold panel has every arm.
     rewards = list(dict.fromkeys(str(exp.factors(a.name).get("reward")) for a in exp.arms))
     fig, axes = plt.subplots(1, 1 + len(rewards), figsize=(5.5 * (1 + len(rewards)), 4.2), squeeze=False)
-    panels = [(axes[0][0], "gold_f1", "gold: findings micro-F1 (ground truth)", None)]
+    panels = [(axes[0][0], "gold_f1", "gold: findings micro-F1 (gold reader vs image truth)", None)]
     panels += [(axes[0][i + 1], "proxy_reward", f"proxy: mean rl.reward ({r})", r) for i, r in enumerate(rewards)]
     for ax, metric, ylabel, reward in panels:
         for k, a in enumerate(exp.arms):

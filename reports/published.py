@@ -25,7 +25,8 @@ CE_METRICS = ("P", "R", "F1", "RG")
 # Short column names as the paper prints them.
 SHORT_NAMES = {"BLEU_1": "B-1", "BLEU_2": "B-2", "BLEU_3": "B-3", "BLEU_4": "B-4", "ROUGE_L": "R-L",
                "METEOR": "MTR", "P": "P", "R": "R", "F1": "F1", "RG": "RG", "CIDEr": "CIDEr",
-               "entity_f1": "EntF1", "findings_acc": "FindAcc", "P_sign": "P_sign", "P_top1": "P_top1"}
+               "entity_f1": "EntF1", "findings_acc": "FindAcc", "gold_f1": "GoldF1", "gold_exact": "GoldEM",
+               "labeler_gold_disagree": "LblGoldDis", "P_sign": "P_sign", "P_top1": "P_top1"}
 
 
 def our_metric_key(published_key: str, ce_average: str = "micro", radgraph_level: str = "partial") -> str:

@@ -36,6 +36,7 @@ class Sample:
     image_paths: list[Path]
     labels: np.ndarray | None = None  # float [14]: 1, 0, -1, nan for not mentioned
     categories: list[str] | None = None  # positive observation names, in OBSERVATIONS order
+    present: np.ndarray | None = None  # int8 [14]: 1 where the phantom drew the observation (the image truth)
 
 
 def load_annotation(
@@ -125,7 +126,16 @@ def _parse_item(item: object, path: Path, style: str, image_dir: Path, check_ima
                 raise FileNotFoundError(f"{where}: image file not found: {image_path}")
     labels = _parse_labels(item["labels"], where) if item.get("labels") is not None else None
     categories = _parse_categories(item["categories"], where) if item.get("categories") is not None else None
-    return Sample(str(item_id), report, image_paths, labels, categories)
+    present = _parse_present(item["present"], where) if item.get("present") is not None else None
+    return Sample(str(item_id), report, image_paths, labels, categories, present)
+
+
+def _parse_present(values: object, where: str) -> np.ndarray:
+    """The phantom's image truth: 14 flags, 1 where drawn (harness/data/phantom/case.py: Case.present)."""
+    if (not isinstance(values, list) or len(values) != NUM_OBSERVATIONS
+            or any(v not in (0, 1) or isinstance(v, bool) for v in values)):
+        raise ValueError(f"{where}: 'present' must be a list of {NUM_OBSERVATIONS} flags 0 or 1, got {values!r}")
+    return np.array(values, dtype=np.int8)
 
 
 def _parse_labels(values: object, where: str) -> np.ndarray:

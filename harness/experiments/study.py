@@ -240,7 +240,8 @@ def check_stage_seeds(value: Any, where: str) -> dict[str, int]:
 
 # Test metrics a contrast may name (the keys of an evaluation's metrics.json; all higher-is-better).
 CONTRAST_METRICS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "CIDEr", "findings_acc",
-                    "findings_exact", "ce_micro_f1", "ce_macro_f1", "ce_example_f1", "entity_f1")
+                    "findings_exact", "ce_micro_f1", "ce_macro_f1", "ce_example_f1", "entity_f1", "gold_f1",
+                    "gold_exact", "gold_acc", "gold_precision", "gold_recall")
 DECIDE_DEFAULTS = {"alpha": 0.05, "looks": None, "spending": "obrien_fleming"}
 SPENDING_KINDS = ("obrien_fleming", "pocock")
 

@@ -1,4 +1,5 @@
-"""`regbench eval`: decode a split greedily and score it (NLG metrics and findings against the ground truth).
+"""`regbench eval`: decode a split greedily and score it (NLG metrics, CE findings of the `eval.ce_backend`
+labeler against the references' labels, and on the phantom the gold reader against what was drawn: `gold_*`).
 
 Prompts are rebuilt the way the model was trained: with the classifier's predicted diseases when the stage
 checkpoint records a classifier, plain otherwise.
@@ -45,18 +46,38 @@ def _labels_json(row: np.ndarray) -> list:
     return [None if np.isnan(v) else float(v) for v in np.asarray(row, dtype=np.float64)]
 
 
+def gold_eval(samples, hyps: list[str], ref_labels: np.ndarray, labeler: np.ndarray) -> tuple[dict, np.ndarray | None]:
+    """The phantom's gold (harness/data/phantom/gold_reader.py) when every sample carries its image truth: the
+    reader's scores against what was drawn (`gold_*`) and against the stored report labels (`gold_report_*`),
+    and how often the rule labeler's positives (`labeler`) differ from the reader's; with the reader's labels."""
+    from harness.stages.rl import image_truth
+
+    truth = image_truth(samples)
+    if truth is None:
+        return {}, None
+    from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
+
+    read = read_reports(hyps)
+    return {**gold_scores(read, truth, ref_labels), **disagreement(labeler, read)}, read
+
+
 def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_labels: np.ndarray,
-                    ref_labels: np.ndarray) -> list[dict]:
+                    ref_labels: np.ndarray, gold_labels: np.ndarray | None = None) -> list[dict]:
     """One row per test report: the texts and what the report's paired bootstrap (reports/bootstrap.py)
-    rescores resamples from: per-report NLG statistics, both label vectors (null = not mentioned), entity F1."""
+    rescores resamples from: per-report NLG statistics, both label vectors (null = not mentioned), entity F1;
+    on the phantom also the gold reader's labels (`gold_labels`) and the image truth (`present`)."""
     from rewards.entity import entity_f1
 
     refs = [s.report for s in samples]
     nlg = nlg_report_scores({s.id: s.report for s in samples}, {s.id: h for s, h in zip(samples, hyps, strict=True)})
     entity = entity_f1(hyps, refs)
-    return [{"id": s.id, "reference": s.report, "generated": h, "instruction": ins, "nlg": nlg[s.id],
+    rows = [{"id": s.id, "reference": s.report, "generated": h, "instruction": ins, "nlg": nlg[s.id],
              "hyp_labels": _labels_json(hl), "ref_labels": _labels_json(rl), "entity_f1": float(e)}
             for s, h, ins, hl, rl, e in zip(samples, hyps, instructions, hyp_labels, ref_labels, entity, strict=True)]
+    if gold_labels is not None:
+        for row, s, gl in zip(rows, samples, gold_labels, strict=True):
+            row.update(gold_labels=_labels_json(gl), present=[int(v) for v in s.present])
+    return rows
 
 
 def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", run: RunDir | None = None,
@@ -80,6 +101,9 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
                                                                cfg.eval.chexbert_mode)
     hyp_labels = label_with(cfg.eval.ce_backend, hyps, cfg.eval.chexbert_mode)
     scores.update(findings_scores(hyps, ref_labels, cfg.eval.ce_backend, cfg.eval.chexbert_mode, hyp_labels))
+    labeler = hyp_labels if cfg.eval.ce_backend == "rules" else label_with("rules", hyps)
+    gold, gold_labels = gold_eval(samples, hyps, ref_labels, labeler)
+    scores.update(gold)
     scores.update(clinical_scores(cfg, hyps, [s.report for s in samples]))
     # The decoding the reports were made with: reports refuse to compare arms tested with different ones.
     scores = {"split": split, "stage": spec.get("stage"), "n": len(samples), **scores,
@@ -88,7 +112,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
         scores["label"] = label
     if run is not None:
         run.log_eval(scores)
-        rows = prediction_rows(samples, hyps, instructions, hyp_labels, ref_labels)
+        rows = prediction_rows(samples, hyps, instructions, hyp_labels, ref_labels, gold_labels)
         atomic_write_text(run.path / f"predictions_{label or spec.get('stage')}_{split}.jsonl",
                           "".join(dumps(r) + "\n" for r in rows))
     return scores

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config import RunConfig
-from harness.evaluation import findings_scores, nlg_scores
+from harness.evaluation import findings_scores, label_with, nlg_scores
 from harness.grpo.trainer import GRPOTrainer
 from harness.grpo.val_drift import kl_summary, kl_to_snapshot
 from harness.grpo.validation import ValidationCallback, ValidationEvent
@@ -26,10 +26,11 @@ from harness.stages.loading import begin_stage
 
 
 def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None = None,
-                   gold_labels: np.ndarray | None = None, start: SnapshotStore | None = None):
+                   gold_labels: np.ndarray | None = None, start: SnapshotStore | None = None,
+                   gold_present: np.ndarray | None = None):
     """validate(model) -> scores of greedy reports on `val`, decoded exactly as the test split is (the generation
     config). Data-parallel: each process decodes its share, rank 0 scores the whole set and every process gets
-    the same scores (so "best" and VAPR decide the same way everywhere). `gold_labels` / `start`: see
+    the same scores (so "best" and VAPR decide the same way everywhere). `gold_labels` / `gold_present` / `start`: see
     score_validation and harness/grpo/val_drift.py (KL to `start`'s snapshot "start" on the greedy reports)."""
     dist = dist or Dist()
     mine = list(range(len(val)))[dist.rank::dist.world]
@@ -51,28 +52,41 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
             kls += [part[1]] if part[1] is not None else []
         if not dist.main:
             return dist.broadcast_object(None)
-        return dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels), **kl_summary(kls)})
+        return dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels, gold_present),
+                                      **kl_summary(kls)})
 
     return validate
 
 
-def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_labels: np.ndarray | None = None) -> dict:
+def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_labels: np.ndarray | None = None,
+                     gold_present: np.ndarray | None = None) -> dict:
     """BLEU / METEOR / ROUGE-L of the validation reports, and the RadGraph term `rg` of Eq. 10 if configured.
 
     `rg` averages over the pairs whose hypothesis and reference are both non-empty, as the official code's
     s_val does (radgraph's F1RadGraph would count an empty pair as 0 in its mean); `rg_pairs` says how many.
     Also (logged only, never a reward nor part of s_val): `proxy_reward`, the mean rl.reward of the validation
-    reports against their references (what RL optimises), and with `gold_labels` ([N, 14] ground-truth findings,
-    the phantom set's) the gold metric: `gold_f1` (micro-F1) and `gold_exact` (share of reports whose 14
-    presence flags all match) of the reports' rule-labeled findings."""
+    reports against their references (what RL optimises); with `gold_present` ([N, 14] image truth, the phantom
+    set's: what was drawn) the gold metric, the phantom's gold reader (harness/data/phantom/gold_reader.py, which
+    no reward sees): `gold_f1` (micro-F1) and `gold_exact` (share of reports whose 14 presence flags all match),
+    and `labeler_gold_disagree` (share of reports where the rule labeler's positives differ from the reader's);
+    with `gold_labels` ([N, 14] stored labels of the references) the rule labeler's agreement with them:
+    `labeler_f1`, `labeler_exact` (what `gold_f1` / `gold_exact` were before issue 24)."""
     from rewards.registry import compute_reward
 
     scores = nlg_scores(dict(zip(val.ids, val.references, strict=True)), dict(zip(val.ids, hyps, strict=True)),
                         metrics=["BLEU", "METEOR", "ROUGE_L"])
     scores["proxy_reward"] = float(np.mean(compute_reward(cfg.rl.reward, hyps, val.references)))
+    labeler = label_with("rules", hyps) if gold_labels is not None or gold_present is not None else None
     if gold_labels is not None:
-        gold = findings_scores(hyps, gold_labels, backend="rules")
-        scores.update(gold_f1=gold["ce_micro_f1"], gold_exact=gold["findings_exact"])
+        agreement = findings_scores(hyps, gold_labels, backend="rules", hyp_labels=labeler)
+        scores.update(labeler_f1=agreement["ce_micro_f1"], labeler_exact=agreement["findings_exact"])
+    if gold_present is not None:
+        from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
+
+        read = read_reports(hyps)
+        gold = gold_scores(read, gold_present)
+        scores.update(gold_f1=gold["gold_f1"], gold_exact=gold["gold_exact"])
+        scores["labeler_gold_disagree"] = disagreement(labeler, read)["labeler_gold_disagree"]
     backend = {"entity_f1": "entity_f1", "radgraph": "radgraph_f1"}.get(cfg.rl.val_rg_metric)
     if backend:
         pairs = [(h, r) for h, r in zip(hyps, val.references, strict=True) if h.strip() and r.strip()]
@@ -110,6 +124,13 @@ def ground_truth_labels(samples) -> np.ndarray | None:
     return np.stack([np.asarray(s.labels, dtype=np.float64) for s in samples])
 
 
+def image_truth(samples) -> np.ndarray | None:
+    """[N, 14] what the phantom drew (1 = present) when every sample carries it, else None (no gold reader)."""
+    if not samples or any(getattr(s, "present", None) is None for s in samples):
+        return None
+    return np.stack([np.asarray(s.present, dtype=np.float64) for s in samples])
+
+
 def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[ValidationCallback] = ()) -> Path:
     """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/parallel/distributed.py).
     `on_validation`: the trainer's validation callbacks (a search's pruning); one may raise RunPruned."""
@@ -130,9 +151,10 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
     # The policy RL starts from (also on resume: the model is rebuilt from init_from), for the validation KL.
     start_policy = SnapshotStore(model, device=next(model.parameters()).device)
     start_policy.capture("start")
-    gold = ground_truth_labels(val_samples)
+    validate = make_validator(cfg, val, processor, dist, ground_truth_labels(val_samples), start_policy,
+                              image_truth(val_samples))
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
-                          validate=make_validator(cfg, val, processor, dist, gold, start_policy), progress=progress,
+                          validate=validate, progress=progress,
                           dist=dist, on_validation=on_validation)
     trainer.generation_backend = cfg.generation.backend  # read by GRPOTrainer._rollout
     if dist.main and not progress:  # no bar (a study's worker): one line per validation instead

@@ -16,7 +16,8 @@ from reports.published import CE_METRICS, NLG_METRICS, SHORT_NAMES, load_publish
 from reports.stats import ALPHA, POWER, holm, mdd_normal, mdd_paired_t, paired_comparison, summarize
 
 DEFAULT_METRICS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "CIDEr", "ce_micro_precision",
-                   "ce_micro_recall", "ce_micro_f1", "radgraph_partial", "entity_f1", "findings_acc")
+                   "ce_micro_recall", "ce_micro_f1", "radgraph_partial", "entity_f1", "findings_acc", "gold_f1",
+                   "gold_exact", "labeler_gold_disagree")
 NOISE_MARK = "≈"
 MDD_LABEL = f"MDD (alpha {ALPHA}, power {POWER})"
 

@@ -105,9 +105,25 @@ def test_studies_as_written(study_file):
         "table2_mimic_cxr": {"reva_po", "base", "s1", "s1_s2"},
         "overoptimization": {f"{a}_{r}" for a, r in (("no_kl", "bleu4"), ("ckl_small", "bleu4"), ("ckl", "bleu4"),
                                                     ("ckl_large", "bleu4"), ("rer_vapr", "bleu4"), ("no_kl", "entity"),
-                                                    ("ckl", "entity"), ("rer_vapr", "entity"))},
+                                                    ("ckl", "entity"), ("rer_vapr", "entity"), ("no_kl", "chexpert"),
+                                                    ("ckl", "chexpert"), ("rer_vapr", "chexpert"))},
     }[study.name]
     assert names == expected
+
+
+def test_overoptimization_has_clinical_proxy_arms_and_decides_on_the_gold_readers_f1():
+    """Issue 24: arms whose reward reads reports with the rule labeler (chexpert_f1, entity_f1), under no KL,
+    constant KL and RER + VAPR, and the declared contrasts on gold_f1 (the gold reader's, which no reward sees)."""
+    oo = load_study(EXPERIMENTS / "overoptimization.yaml")
+    rl = {a.name: resolve_config(oo, a, "rl", 0).rl for a in oo.arms}
+    for reward, suffix in (("chexpert_f1", "chexpert"), ("entity_f1", "entity")):
+        arms = {f"{k}_{suffix}" for k in ("no_kl", "ckl", "rer_vapr")}
+        assert {rl[a].reward for a in arms} == {reward}
+        assert {(rl[a].regularizer, rl[a].reference) for a in arms} == {("none", "static"), ("constant", "static"),
+                                                                       ("rer", "vapr")}
+    metrics = {(c["arm"], c["baseline"], c["metric"]) for c in oo.contrasts}
+    assert {("no_kl_chexpert", "ckl_chexpert", "gold_f1"), ("no_kl_bleu4", "ckl_bleu4", "gold_f1")} <= metrics
+    assert not any(m == "ce_micro_f1" for _, _, m in metrics)
 
 
 def test_table4_and_reward_arms_set_what_they_say():

@@ -156,3 +156,29 @@ def test_paired_bootstrap_basics():
     assert paired_bootstrap(b, a, ["ROUGE_L"], B=500, seed=1)["ROUGE_L"] == res["ROUGE_L"]  # seeded
     with pytest.raises(ValueError, match="share no test report"):
         paired_bootstrap(a, ReportData(["zzz"], means={"ROUGE_L": np.zeros(1)}))
+
+
+def test_gold_metrics_on_the_full_set_equal_the_gold_readers_scores():
+    """gold_* from predictions rows (the reader's labels, hedged = reported; the image truth) equal
+    harness/data/phantom/gold_reader.py's gold_scores on the full set, and resample like the other metrics."""
+    from harness.data.phantom.gold_reader import gold_scores
+
+    rng = np.random.default_rng(5)
+    n = 60
+    gold = rng.choice([1.0, -1.0, 0.0, np.nan], size=(n, NUM_OBSERVATIONS), p=[0.15, 0.05, 0.3, 0.5])
+    present = (rng.random((n, NUM_OBSERVATIONS)) < 0.2).astype(int)
+    rows = [{"id": f"r{i}", "gold_labels": [None if np.isnan(v) else float(v) for v in g],
+             "present": [int(v) for v in p], "hyp_labels": [None] * NUM_OBSERVATIONS,
+             "ref_labels": [None] * NUM_OBSERVATIONS}
+            for i, (g, p) in enumerate(zip(gold, present, strict=True))]
+    data = report_data_from_rows(rows)
+    expected = gold_scores(gold, present)
+    full = corpus_scores(data, np.ones((1, n)), ["gold_f1", "gold_precision", "gold_recall", "gold_exact", "gold_acc"])
+    for m, v in full.items():
+        assert v[0] == pytest.approx(expected[m], abs=1e-12), m
+    w = np.zeros((1, n))
+    w[0, :3] = [2, 0, 1]
+    w[0, 3] = n - 3  # any multiset: weighted sums of the per-report counts
+    idx = np.repeat(np.arange(n), w[0].astype(int))
+    again = gold_scores(gold[idx], present[idx])
+    assert corpus_scores(data, w, ["gold_f1"])["gold_f1"][0] == pytest.approx(again["gold_f1"], abs=1e-12)

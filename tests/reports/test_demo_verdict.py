@@ -14,18 +14,22 @@ from reports.demo_verdict import contrast_text, selected_kl
 REF = [1, None, 1, 0, None, None, None, None, None, None, 1, None, None, None]
 
 
-def _row(i, hyp, rng):
+PRESENT = [int(v == 1) for v in REF]  # the image truth: findings 0, 2 and 10 drawn
+
+
+def _row(i, hyp, rng, gold=None):
     counts = dict(zip(BLEU_COUNT_KEYS, [12.0 - k + rng.integers(0, 3) for k in range(4)] + [20.0, 19.0, 18.0, 17.0,
                                                                                               20.0, 21.0], strict=True))
-    return {"id": f"r{i}", "nlg": counts, "hyp_labels": hyp, "ref_labels": REF}
+    return {"id": f"r{i}", "nlg": counts, "hyp_labels": hyp, "ref_labels": REF,
+            "gold_labels": hyp if gold is None else gold, "present": PRESENT}
 
 
-def _arm(tmp_path, name, hyps, kl_rows, selected):
+def _arm(tmp_path, name, hyps, kl_rows, selected, golds=None):
     ev, rl = tmp_path / name / "eval", tmp_path / name / "rl"
     ev.mkdir(parents=True)
     rl.mkdir(parents=True)
     rng = np.random.default_rng(len(name))
-    rows = [_row(i, h, rng) for i, h in enumerate(hyps)]
+    rows = [_row(i, h, rng, None if golds is None else golds[i]) for i, h in enumerate(hyps)]
     (ev / "predictions_final_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (rl / "metrics.json").write_text(json.dumps({"selected_step": selected}))
     (rl / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kl_rows))
@@ -40,13 +44,19 @@ def test_contrast_counts_gold_f1_by_hand(tmp_path):
     n = 7
     ref_ev, ref_rl = _arm(tmp_path, "ckl", [good] * n, [{"step": 5, "kl_start_seq": 1.25},
                                                          {"step": 10, "kl_start_seq": 2.7}], selected=5)
+    # The gold reader reads the arm's reports as the labeler does, except that it finds finding 2 hedged (-1):
+    # drawn, so it counts as reported against the image truth.
+    bad_gold = [1, None, -1] + bad[3:]
     arm_ev, arm_rl = _arm(tmp_path, "no_kl", [bad] * (n - 1) + [good],
-                          [{"step": 5, "kl_start_seq": 9.0}, {"step": 10, "kl_start_seq": 15.3}], selected=10)
+                          [{"step": 5, "kl_start_seq": 9.0}, {"step": 10, "kl_start_seq": 15.3}], selected=10,
+                          golds=[bad_gold] * (n - 1) + [good])
     text = contrast_text(arm_ev, ref_ev, arm_rl, ref_rl, "no KL", "constant KL", B=500)
-    # Hand count, arm: TP 6 + 2 = 8, FP 6, FN 12 + 1 = 13 -> F1 = 16 / 35; reference: 28 / 35.
-    expected = 16 / 35 - 28 / 35
-    got = float(re.search(r"gold findings micro-F1: ([+-][0-9.]+)", text).group(1))
-    assert got == pytest.approx(expected, abs=5e-5)
+    # Rule labeler vs report labels, arm: TP 6 + 2 = 8, FP 6, FN 12 + 1 = 13 -> F1 = 16 / 35; reference: 28 / 35.
+    got = float(re.search(r"rule labeler findings micro-F1 \(vs report labels\): ([+-][0-9.]+)", text).group(1))
+    assert got == pytest.approx(16 / 35 - 28 / 35, abs=5e-5)
+    # Gold reader vs image truth, arm: TP 12 + 2 = 14, FP 6, FN 6 + 1 = 7 -> F1 = 28 / 41; reference: 28 / 35.
+    got = float(re.search(r"gold findings micro-F1 \(gold reader vs image truth\): ([+-][0-9.]+)", text).group(1))
+    assert got == pytest.approx(28 / 41 - 28 / 35, abs=5e-5)
     assert "n = 7" in text and "no KL 15.30" in text and "constant KL 1.25" in text
     assert "test-split noise only" in text.split("\n")[1] and "training sd" in text.split("\n")[1]
     # one seed never decides: no decision word anywhere (before: "differ at 0.05" / "not distinguishable")

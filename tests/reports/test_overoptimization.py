@@ -15,7 +15,7 @@ from harness.runs.records import read_json
 from harness.runs.schema import analysis_file
 from harness.stages.analyze import KINDS
 from reports.experiment import load_experiment, read_jsonl
-from reports.overoptimization import END_METRICS, contrast_arm, end_table, final_values
+from reports.overoptimization import END_METRICS, contrast_arm, disagreement_table, end_table, final_values
 from reports.stats import holm, paired_comparison, summarize
 from tests.tiny_sizes import TINY
 
@@ -59,6 +59,11 @@ def test_reduced_study_runs_and_logs_gold_proxy_and_kl(study_dir):
         assert [e["step"] for e in rows] == [0, 2, 4]  # one validation per epoch of 2 steps, and the start
         for e in rows:
             assert 0 <= e["gold_f1"] <= 1 and 0 <= e["gold_exact"] <= 1 and math.isfinite(e["proxy_reward"])
+            # the gold reader's gold, the rule labeler's agreement beside it, and how often the two disagree
+            assert 0 <= e["labeler_f1"] <= 1 and 0 <= e["labeler_exact"] <= 1
+            assert 0 <= e["labeler_gold_disagree"] <= 1
+        scores = read_json(study_dir / r["eval_dir"] / "metrics.json")
+        assert {"gold_f1", "gold_report_f1", "ce_micro_f1", "labeler_gold_disagree"} <= set(scores)
         assert rows[0]["kl_start_seq"] == pytest.approx(0.0, abs=1e-6)  # the start policy is the SFT policy
         assert rows[-1]["kl_start_seq"] > 0  # RL moved it (lr 1e-3, 4 steps)
         rl_cfg = read_json(study_dir / r["dir"] / "rl" / "manifest.json")["config"]["rl"]
@@ -101,6 +106,16 @@ def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
     assert rows["no_kl_bleu4"][3 + len(END_METRICS) + END_METRICS.index(KL)] == \
         f"{c.diff:+.4f} [{c.lo:+.4f}, {c.hi:+.4f}] p={p:.3g}"
     assert rows["ckl_bleu4"][-1] == "–"  # no contrast with itself
+    # Rule labeler vs gold reader before RL (step 0), after RL (last validation) and on the test split
+    dis = disagreement_table(exp, digits=4)
+    drow = {r[0]: r for r in dis.rows}
+    for arm in ("no_kl_bleu4", "ckl_bleu4", "no_kl_entity"):
+        runs = exp.runs_of(arm)
+        first = summarize([r.val_evals[0]["labeler_gold_disagree"] for r in runs])
+        last = summarize([r.val_evals[-1]["labeler_gold_disagree"] for r in runs])
+        test = summarize([r.scores["labeler_gold_disagree"] for r in runs])
+        assert drow[arm][3:] == [f"{x.mean:.4f} [{x.lo:.4f}, {x.hi:.4f}]" for x in (first, last, test)]
+    assert "Rule labeler vs gold reader" in (report / "index.html").read_text()
 
 
 def test_rl_runs_print_progress_lines(study_dir):

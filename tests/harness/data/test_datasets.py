@@ -156,6 +156,7 @@ def test_phantom_set_loads(tmp_path):
             assert sample.categories == item["categories"]
             expected = [np.nan if v is None else v for v in item["labels"]]
             assert np.array_equal(sample.labels, expected, equal_nan=True)
+            assert sample.present.tolist() == item["present"]  # the image truth (the gold reader's)
     image = load_views(data["train"][0], 48)[0]
     assert image.size == (48, 48) and image.mode == "RGB"
 
@@ -230,6 +231,11 @@ def test_error_missing_image(iu_file):
 def test_error_unknown_category(iu_file):
     message = _item_error(iu_file, lambda item: item.update(categories=["Cardiomegaly", "Headache"]))
     assert "'Headache'" in message
+
+
+def test_error_bad_present(iu_file):
+    assert "'present'" in _item_error(iu_file, lambda item: item.update(present=[2] * len(OBSERVATIONS)))
+    assert "'present'" in _item_error(iu_file, lambda item: item.update(present=[1, 0]))
 
 
 def test_error_bad_labels(iu_file):

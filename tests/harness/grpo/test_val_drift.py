@@ -26,7 +26,7 @@ def _labels(sets, fill):
     return out
 
 
-def test_gold_metric_equals_a_hand_count():
+def test_labeler_agreement_equals_a_hand_count():
     from harness.config import RunConfig
     from harness.stages.rl import score_validation
     from rewards.chexpert import label_reports
@@ -39,9 +39,29 @@ def test_gold_metric_equals_a_hand_count():
     val = PromptSet([f"s{i}" for i in range(5)], [[None]] * 5, ["w"] * 5, ["mild cardiomegaly ."] * 5)
     for fill in (0.0, np.nan):
         scores = score_validation(RunConfig(), val, HYPS, _labels(TRUTH, fill))
-        assert scores["gold_f1"] == pytest.approx(8 / 12, abs=1e-12)
-        assert scores["gold_exact"] == pytest.approx(2 / 5, abs=1e-12)
-    assert "gold_f1" not in score_validation(RunConfig(), val, HYPS)  # no ground truth: no gold metric
+        assert scores["labeler_f1"] == pytest.approx(8 / 12, abs=1e-12)
+        assert scores["labeler_exact"] == pytest.approx(2 / 5, abs=1e-12)
+        assert "gold_f1" not in scores  # stored labels but no image truth: no gold reader
+    assert "labeler_f1" not in score_validation(RunConfig(), val, HYPS)  # no ground truth: no gold metric
+
+
+def test_gold_metric_is_the_gold_readers_against_the_image_truth():
+    from harness.config import RunConfig
+    from harness.data.phantom.gold_reader import read_reports
+    from harness.stages.rl import score_validation
+
+    # The gold reader reads only the generator's sentences: "heart size is normal" and "there is a right
+    # pneumothorax" (no severity word) are not among them, so report 3 states only its edema.
+    found = [{OBSERVATIONS[j] for j in np.flatnonzero(row == 1)} for row in read_reports(HYPS)]
+    assert found == [{"Cardiomegaly"}, {"Pleural Effusion"}, {"No Finding"}, {"Edema"}, set()]
+    # Against what was drawn (TRUTH): TP = 1 + 1 + 0 + 1 + 0 = 3; FP = 1 (No Finding, report 2);
+    # FN = 0 + 1 + 1 + 1 + 1 = 4 -> F1 6 / 11; exact: report 0 = 1 / 5. The labeler differs on report 3 only.
+    val = PromptSet([f"s{i}" for i in range(5)], [[None]] * 5, ["w"] * 5, ["mild cardiomegaly ."] * 5)
+    scores = score_validation(RunConfig(), val, HYPS, _labels(TRUTH, np.nan), _labels(TRUTH, 0.0))
+    assert scores["gold_f1"] == pytest.approx(6 / 11, abs=1e-12)
+    assert scores["gold_exact"] == pytest.approx(1 / 5, abs=1e-12)
+    assert scores["labeler_gold_disagree"] == pytest.approx(1 / 5, abs=1e-12)
+    assert scores["labeler_f1"] == pytest.approx(8 / 12, abs=1e-12)
 
 
 def test_proxy_reward_is_the_mean_rl_reward_of_the_validation_reports():
@@ -61,12 +81,13 @@ def test_proxy_reward_is_the_mean_rl_reward_of_the_validation_reports():
 
 def test_ground_truth_labels_only_when_every_sample_has_them():
     from harness.data.datasets import Sample
-    from harness.stages.rl import ground_truth_labels
+    from harness.stages.rl import ground_truth_labels, image_truth
 
-    a = Sample("a", "r", [], labels=np.array([1.0] + [np.nan] * 13))
+    a = Sample("a", "r", [], labels=np.array([1.0] + [np.nan] * 13), present=np.array([1] + [0] * 13))
     b = Sample("b", "r", [], labels=None, categories=["Edema"])
-    assert ground_truth_labels([a, a]).shape == (2, 14)
+    assert ground_truth_labels([a, a]).shape == (2, 14) and image_truth([a, a]).shape == (2, 14)
     assert ground_truth_labels([a, b]) is None and ground_truth_labels([]) is None
+    assert image_truth([a, b]) is None and image_truth([]) is None
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -129,7 +150,9 @@ def test_validator_logs_proxy_gold_and_kl(monkeypatch, lora_model, tiny_processo
     store.capture("start")
     cfg = RunConfig()
     scores = rl_stage.make_validator(cfg, val, tiny_processor, gold_labels=_labels(TRUTH[:4], 0.0),
-                                     start=store)(lora_model)
+                                     start=store, gold_present=_labels(TRUTH[:4], 0.0))(lora_model)
     assert scores["kl_start_seq"] == pytest.approx(0.0, abs=1e-6)
-    assert scores["gold_f1"] == pytest.approx(8 / 11) and scores["gold_exact"] == pytest.approx(2 / 4)
+    assert scores["labeler_f1"] == pytest.approx(8 / 11) and scores["labeler_exact"] == pytest.approx(2 / 4)
+    # gold reader (see test_gold_metric_is_the_gold_readers_against_the_image_truth): TP 3, FP 1, FN 3
+    assert scores["gold_f1"] == pytest.approx(6 / 10) and scores["gold_exact"] == pytest.approx(1 / 4)
     assert {"proxy_reward", "BLEU_4", "kl_start_token"} <= set(scores)
