@@ -81,7 +81,8 @@ def test_full_tiny_pipeline(workdir, capsys):
 
     data = report_data_from_rows(read_jsonl(preds[0]))
     metrics = ["BLEU_1", "BLEU_4", "ROUGE_L", "CIDEr", "ce_micro_f1", "ce_macro_f1", "ce_example_f1",
-               "findings_acc", "entity_f1"]
+               "findings_acc", "entity_f1", "gold_f1", "gold_exact", "gold_acc"]  # gold: the phantom's gold reader
+    assert 0 <= scores["labeler_gold_disagree"] <= 1 and 0 <= scores["gold_report_f1"] <= 1
     full = corpus_scores(data, np.ones((1, 6)), metrics)
     for m in metrics:
         assert full[m][0] == pytest.approx(scores[m], abs=1e-12), m
