@@ -10,7 +10,9 @@
   regbench config show --study FILE --arm NAME [--stage S] [--seed K] [--preset P] [--set k=v]
   regbench demo [--out DIR]
   regbench experiment run FILE [--workers 2] [--out DIR] [--seeds 0,1] [--arms a,b] [--preset P] [--set k=v]
+  regbench experiment run FILE --executor slurm [--sbatch partition=gpu] [--max-resubmits 3] [...]
   regbench experiment list FILE [--out DIR] [--preset P] [--set k=v]
+  regbench experiment status DIR
   regbench search run FILE [--n-trials N] [--out DIR] [--workers 1] [--preset P] [--set k=v] [--storage URL]
   regbench search report OUT [--dest DIR]
   regbench search confirm OUT [--top 3] [--seeds 0,1,2] [--workers 2]

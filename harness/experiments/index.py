@@ -46,7 +46,8 @@ def run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
     return "pending", None, None
 
 
-def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None = None) -> dict:
+def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None = None,
+                executor: str = "local") -> dict:
     """index.json's content (layout: harness/runs/schema.py)."""
     study = plan.study
     runs, summary = [], dict.fromkeys(RUN_STATUSES, 0)
@@ -63,6 +64,8 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
                 stages[stage][StageKey.INIT_FROM] = rp.init_from[stage]
             if n.error:
                 stages[stage][StageKey.PRUNED if n.status == PRUNED else StageKey.ERROR] = n.error
+            if n.jobs:
+                stages[stage][StageKey.SLURM_JOBS] = list(n.jobs)
         ev = plan.nodes[rp.eval_node]
         info = run_info.get((arm, seed), {})
         if rp.analysis_node:
@@ -70,13 +73,15 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
             stages[ANALYSIS_STAGE] = {StageKey.KEY: an.key, StageKey.DIR: _rel(plan, an.run_dir),
                                       StageKey.STATUS: an.status, StageKey.ELAPSED_S: an.elapsed_s,
                                       StageKey.KINDS: an.config["kinds"],
-                                      **({StageKey.ERROR: an.error} if an.error else {})}
+                                      **({StageKey.ERROR: an.error} if an.error else {}),
+                                      **({StageKey.SLURM_JOBS: list(an.jobs)} if an.jobs else {})}
         runs.append({
             RunKey.ARM: arm, RunKey.SEED: seed, RunKey.DIR: _rel(plan, rp.dir), RunKey.STATUS: status,
             RunKey.ERROR: error, RunKey.FAILED_STAGE: failed_stage, RunKey.FINAL_STAGE: rp.final_stage,
             RunKey.EVAL_DIR: _rel(plan, ev.run_dir),
             RunKey.METRICS: _rel(plan, ev.run_dir / METRICS_FILE) if status == "complete" else None,
             RunKey.EVAL_KEY: ev.key, RunKey.ELAPSED_S: info.get("elapsed_s"), RunKey.STAGES: stages,
+            **({RunKey.EVAL_SLURM_JOBS: list(ev.jobs)} if ev.jobs else {}),
         })
     return {
         IndexKey.FORMAT: INDEX_FORMAT, IndexKey.STUDY: study.name, IndexKey.TITLE: study.title,
@@ -87,5 +92,7 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
         IndexKey.CONTRASTS: study.contrasts, IndexKey.DECIDE: study.decide, IndexKey.TEST_REPORTS: study.test_reports,
         IndexKey.STAGES_DIR: _rel(plan, plan.stages_root), IndexKey.RUNS: runs, IndexKey.SUMMARY: summary,
         IndexKey.CREATED: created, IndexKey.UPDATED: now(), IndexKey.GIT_COMMIT: git_commit(),
-        IndexKey.ARGV: list(argv if argv is not None else sys.argv),
+        IndexKey.ARGV: list(argv if argv is not None else sys.argv), IndexKey.EXECUTOR: executor,
+        **({IndexKey.SLURM_JOBS: {nid: list(n.jobs) for nid, n in plan.nodes.items() if n.jobs}}
+           if executor == "slurm" else {}),
     }

@@ -34,6 +34,7 @@ class Node:
     error: str | None = None
     traceback: str | None = None
     elapsed_s: float | None = None
+    jobs: list[str] = field(default_factory=list)  # --executor slurm: its Slurm job ids, the last one current
 
 
 @dataclass

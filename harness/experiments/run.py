@@ -33,6 +33,8 @@ from harness.runs.schema import (
 )
 
 _POOL_DIED = "worker process died (killed, e.g. out of memory?)"
+# Where stage runs execute: worker processes of this machine, or jobs of a Slurm cluster.
+EXECUTORS = ("local", "slurm")
 
 
 @dataclass
@@ -51,7 +53,8 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                    seeds: list[int] | None = None, arms: list[str] | None = None,
                    functions: dict[str, str | Callable] | None = None, log: Callable[[str], None] | None = None,
                    argv: list[str] | None = None, launcher: str | None = None,
-                   stages_dir: str | Path | None = None, wait_for_locks: bool = False) -> ExperimentResult:
+                   stages_dir: str | Path | None = None, wait_for_locks: bool = False,
+                   executor: str = "local", slurm=None) -> ExperimentResult:
     """Run the selected arms x seeds of a study (all by default); see the package docstring.
 
     `stages_dir` puts the stage runs in a folder shared with other studies (see `build_plan`); a stage run
@@ -59,8 +62,13 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     with `wait_for_locks` (search drivers sharing a folder), is waited for and then reused.
 
     `launcher` (e.g. "torchrun --nproc_per_node 8") runs the warm-up, SFT and RL stages as launched
-    multi-process commands, one at a time (so `workers` must be 1); see `launch_stage`."""
-    if launcher and workers > 1:
+    multi-process commands, one at a time (so `workers` must be 1); see `launch_stage`.
+
+    `executor` "slurm" submits every stage run as a Slurm job instead (harness/experiments/slurm.py; `slurm`: its
+    SlurmOptions); `workers` then does not apply, and `launcher` runs inside the jobs of multi-GPU stages."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if launcher and workers > 1 and executor == "local":
         raise ConfigError(f"--launcher runs each stage over all the machine's processes: use --workers 1, not "
                           f"{workers}")
     if not isinstance(study, Study):
@@ -72,6 +80,11 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
         study.arm(a)  # unknown names are errors
     plan = build_plan(study, out, seeds, stages_dir)
     selected = [k for k in plan.runs if (not arms or k[0] in arms) and (k[1] in (seeds or study.seeds))]
+    if executor == "slurm":
+        from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions
+
+        return SlurmExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks,
+                                  slurm or SlurmOptions()).run()
     return _ExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks).run()
 
 
@@ -102,7 +115,10 @@ def _needed_order(plan: Plan, selected: list[tuple[str, int]]) -> list[str]:
 
 
 class _ExperimentRun:
-    """One call of run_experiment: the graph's state while it runs."""
+    """One call of run_experiment: the graph's state while it runs, on local workers (SlurmExperimentRun, in
+    harness/experiments/slurm.py, overrides the executor's steps: open, loop, close)."""
+
+    executor_name = "local"
 
     def __init__(self, plan: Plan, selected: list[tuple[str, int]], fns: dict[str, str],
                  log: Callable[[str], None], argv: list[str] | None, launcher: str | None, workers: int,
@@ -131,7 +147,7 @@ class _ExperimentRun:
         self.log(f"[experiment {self.study.name}] {text}")
 
     def write_index(self) -> dict:
-        index = build_index(self.plan, self.run_info, self.created, self.argv)
+        index = build_index(self.plan, self.run_info, self.created, self.argv, self.executor_name)
         atomic_write_json(self.index_path, index)
         return index
 
@@ -141,17 +157,13 @@ class _ExperimentRun:
             if k not in self.pending_runs:
                 self.say(f"{k[0]} seed {k[1]}: already complete, skipped")
         self.say(f"preset {self.study.preset}: {len(self.pending_runs)} of {len(selected)} runs to do, "
-                 f"{len(self.order)} stage runs, {self.workers} worker(s); index {self.index_path}")
+                 f"{len(self.order)} stage runs, {self.where()}; index {self.index_path}")
         self.write_index()
-        self.executor = make_executor(self.workers)
+        self._open_executor()
         try:
             self._loop()
         finally:
-            self.executor.shutdown(wait=True, cancel_futures=True)
-            for nid in self.running.values():
-                plan.nodes[nid].status = "pending"
-                if plan.nodes[nid].kind in STAGES:
-                    release_lock(plan.nodes[nid].run_dir)
+            self._close_executor()
             index = self.write_index()
         failed = [(r[RunKey.ARM], r[RunKey.SEED]) for r in index[IndexKey.RUNS] if r[RunKey.STATUS] == "failed"
                   and (r[RunKey.ARM], r[RunKey.SEED]) in selected]
@@ -160,6 +172,19 @@ class _ExperimentRun:
         self.say(f"done in {time.time() - self.t0:.0f}s: {n_ok} complete, {len(failed)} failed; "
                  f"index {self.index_path}")
         return ExperimentResult(self.index_path, index, failed, ran)
+
+    def where(self) -> str:
+        return f"{self.workers} worker(s)"
+
+    def _open_executor(self) -> None:
+        self.executor = make_executor(self.workers)
+
+    def _close_executor(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        for nid in self.running.values():
+            self.plan.nodes[nid].status = "pending"
+            if self.plan.nodes[nid].kind in STAGES:
+                release_lock(self.plan.nodes[nid].run_dir)
 
     def _loop(self) -> None:
         while self.remaining or self.running:
@@ -189,43 +214,58 @@ class _ExperimentRun:
         progressed = False
         for nid in list(self.remaining):
             node = self.plan.nodes[nid]
-            dep_status = [self.plan.nodes[d].status for d in node.deps]
-            if any(s in ("failed", "skipped", PRUNED) for s in dep_status):
-                bad = next(self.plan.nodes[d] for d in node.deps
-                           if self.plan.nodes[d].status in ("failed", "skipped", PRUNED))
-                node.status, node.error = "skipped", f"needs {bad.kind} run {bad.key}, which did not finish"
-                self.remaining.remove(nid)
+            if self._skip_if_inputs_failed(nid, node):
                 progressed = True
                 continue
+            dep_status = [self.plan.nodes[d].status for d in node.deps]
             if all(s == "complete" for s in dep_status) and len(self.running) < self.limit:
                 if self._start(nid, node):
                     progressed = True
         return progressed
 
-    def _start(self, nid: str, node: Node) -> bool:
-        """Start one ready node, unless another runner holds its stage run; whether anything changed."""
+    def _skip_if_inputs_failed(self, nid: str, node: Node) -> bool:
+        """Mark a waiting node skipped when one of its inputs failed, was skipped or pruned; whether it was."""
+        bad = next((self.plan.nodes[d] for d in node.deps
+                    if self.plan.nodes[d].status in ("failed", "skipped", PRUNED)), None)
+        if bad is None:
+            return False
+        node.status, node.error = "skipped", f"needs {bad.kind} run {bad.key}, which did not finish"
+        self.remaining.remove(nid)
+        return True
+
+    def _claim(self, nid: str, node: Node) -> bool | None:
+        """Before a node starts: its folder, and the stage run's lock. True: start it (this runner holds the
+        lock); False: not now (another runner holds it and wait_for_locks); None: settled without running (locked
+        by another runner, so failed; or finished by one meanwhile, so complete)."""
         if node.kind in STAGES or node.kind == "eval":
             node.run_dir.mkdir(parents=True, exist_ok=True)
-        if node.kind in STAGES:
-            held = acquire_lock(node.run_dir)
-            if held and self.wait_for_locks:
-                if nid not in self.waiting:
-                    self.waiting.add(nid)
-                    self.say(f"waiting for {node.kind} ({node_label(node)}): {held}")
-                return False
-            self.waiting.discard(nid)
+        if node.kind not in STAGES:
             self.remaining.remove(nid)
-            if held:
-                node.status, node.error = "failed", held
-                self.say(f"FAILED {node.kind} ({node_label(node)}): {held}")
-                return True
-            if node_done(node):  # another runner finished it while this one planned or waited
-                release_lock(node.run_dir)
-                node.status = "complete"
-                self.say(f"{node.kind} ({node_label(node)}) was finished by another runner: reused")
-                return True
-        else:
-            self.remaining.remove(nid)
+            return True
+        held = acquire_lock(node.run_dir)
+        if held and self.wait_for_locks:
+            if nid not in self.waiting:
+                self.waiting.add(nid)
+                self.say(f"waiting for {node.kind} ({node_label(node)}): {held}")
+            return False
+        self.waiting.discard(nid)
+        self.remaining.remove(nid)
+        if held:
+            node.status, node.error = "failed", held
+            self.say(f"FAILED {node.kind} ({node_label(node)}): {held}")
+            return None
+        if node_done(node):  # another runner finished it while this one planned or waited
+            release_lock(node.run_dir)
+            node.status = "complete"
+            self.say(f"{node.kind} ({node_label(node)}) was finished by another runner: reused")
+            return None
+        return True
+
+    def _start(self, nid: str, node: Node) -> bool:
+        """Start one ready node, unless another runner holds its stage run; whether anything changed."""
+        claimed = self._claim(nid, node)
+        if claimed is not True:
+            return claimed is None
         node.status = "running"
         fut = self.executor.submit(execute_node, node.kind, self.fns[node.kind], node.config, node.model_dir,
                                    self.launcher)
@@ -236,13 +276,18 @@ class _ExperimentRun:
     def _collect(self, fut: Future) -> bool:
         """Record one finished node (the eval's metrics.json, times, status); whether the worker pool broke."""
         nid = self.running.pop(fut)
-        node = self.plan.nodes[nid]
         broken = False
         try:
             res = fut.result()
         except BrokenProcessPool:
             res = {"ok": False, "error": _POOL_DIED, "traceback": traceback.format_exc(), "elapsed_s": None}
             broken = True
+        self._record(nid, res)
+        return broken
+
+    def _record(self, nid: str, res: dict) -> None:
+        """Record one node's result (execute_node's dict): the eval's metrics.json, times, status, its lock."""
+        node = self.plan.nodes[nid]
         node.elapsed_s = None if res.get("elapsed_s") is None else round(res["elapsed_s"], 2)
         for user in node.users:
             self.stage_time[user] = self.stage_time.get(user, 0.0) + (res.get("elapsed_s") or 0.0)
@@ -261,7 +306,6 @@ class _ExperimentRun:
             node.status, node.error = PRUNED, res[PRUNED]
         else:
             node.status, node.error, node.traceback = "failed", res["error"], res.get("traceback")
-        return broken
 
     def _replace_broken_pool(self) -> None:
         """A worker died: what the pool still ran fails with it, and a fresh pool takes over."""

@@ -23,7 +23,7 @@ OVERRIDE_SCOPES = ("all", *STAGES, "eval")
 
 _STUDY_KEYS = {"study", "title", "description", "reproduces", "baseline", "seeds", "pipeline", "arms", "preset",
                "common", "stages", "analyses", "published_dataset", "stage_seeds", "contrasts", "decide",
-               "test_reports",
+               "test_reports", "resources",
                "reference"}  # the deprecated name of `baseline` (load_study warns)
 _ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
@@ -80,6 +80,9 @@ class Study:
     # split) or "per_seed" (phantom data: each seed is tested on its own draw of studies that no stage trained on,
     # so a verdict is about the testbed's population; harness/experiments/resolve.py).
     test_reports: str = "shared"
+    # `resources:` (harness/experiments/resources.py) what each kind of stage run asks a Slurm cluster for; the
+    # local executor ignores it. node kind -> Resources, every kind present.
+    resources: dict = field(default_factory=dict)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -142,10 +145,10 @@ def merge_over_preset(path: Path, preset: str | Path | None, sets: list[str] | N
     if preset_file is None:
         raise ConfigError(f"{path}: a {what} needs 'base: presets/<preset>.yaml' (or --preset)")
     doc = load_yaml(preset_file)
-    unknown = sorted(set(doc) - {"preset", "description", "common", "stages"})
+    unknown = sorted(set(doc) - {"preset", "description", "common", "stages", "resources"})
     if unknown:
         raise ConfigError(f"{preset_file}: unknown key '{unknown[0]}'; a preset has preset, description, common, "
-                          "stages")
+                          "stages, resources")
     preset_name = doc.get("preset") or preset_file.stem
     doc.pop("description", None)
     deep_merge(doc, raw)
@@ -198,6 +201,7 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
     if dup:
         raise ConfigError(f"{path}: arm name '{dup[0]}' appears twice")
     baseline = check_baseline(doc, str(path), names)
+    from harness.experiments.resources import check_resources
     from harness.stages.analyze import parse_study_analyses
 
     try:
@@ -211,7 +215,8 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
                  stage_seeds=check_stage_seeds(doc.get("stage_seeds"), str(path)),
                  contrasts=check_contrasts(doc.get("contrasts"), str(path), names, baseline),
                  decide=check_decide(doc.get("decide"), str(path)),
-                 test_reports=check_test_reports(doc.get("test_reports", "shared"), str(path)))
+                 test_reports=check_test_reports(doc.get("test_reports", "shared"), str(path)),
+                 resources=check_resources(doc.get("resources"), str(path)))
 
 
 def check_baseline(doc: dict, where: str, names: list[str]) -> str:

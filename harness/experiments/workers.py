@@ -114,6 +114,14 @@ def _init_worker(slots=None) -> None:
 LAUNCHED_STAGES = ("warmup", "sft", "rl")
 
 
+class LaunchFailed(RuntimeError):
+    """A launched stage exited with a non-zero status (`returncode`; REQUEUE_EXIT_CODE: preempted, resumable)."""
+
+    def __init__(self, message: str, returncode: int):
+        super().__init__(message)
+        self.returncode = returncode
+
+
 def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
     """Run a model stage as `<launcher> -m harness.cli train <stage> <out_dir>/launch_config.yaml`, e.g. under
     torchrun over the machine's GPUs (harness/parallel/distributed.py); its output goes to <out_dir>/launch.log.
@@ -140,13 +148,14 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
                             preexec_fn=death_signal_setter()).returncode  # noqa: PLW1509 - no allocation in it
     if rc != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
-        raise RuntimeError(f"`{shlex.join(cmd)}` exited with status {rc}; the end of {log_path}:\n{tail}")
+        raise LaunchFailed(f"`{shlex.join(cmd)}` exited with status {rc}; the end of {log_path}:\n{tail}", rc)
     return out / "model"
 
 
 def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
                  launcher: str | None = None) -> dict:
-    """Run one node; never raises (the error and traceback come back in the result)."""
+    """Run one node; never raises an Exception (the error and traceback come back in the result, with the exit
+    status of a launched stage as `returncode`)."""
     from harness.errors import RunPruned
     from harness.runs.lock import scope
 
@@ -158,7 +167,7 @@ def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
         return {"ok": False, "pruned": e.reason, "error": None, "elapsed_s": time.time() - t0}
     except Exception as e:  # noqa: BLE001 - recorded in the index; other arms go on
         return {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                "elapsed_s": time.time() - t0}
+                "elapsed_s": time.time() - t0, "returncode": getattr(e, "returncode", None)}
 
 
 def _execute_node(kind: str, function: str, config: dict, model_dir: str | None, launcher: str | None,

@@ -39,6 +39,8 @@ class IndexKey:
     CONTRASTS = "contrasts"    # the study's primary contrasts: [{arm, baseline, metric, delta}]
     DECIDE = "decide"          # the decision rule's settings: {alpha, looks, spending}
     TEST_REPORTS = "test_reports"  # "shared" (one test split for every seed) or "per_seed" (a fresh draw per seed)
+    EXECUTOR = "executor"      # where the stage runs ran last: "local" (worker processes) or "slurm" (jobs)
+    SLURM_JOBS = "slurm_jobs"  # --executor slurm: node id -> its job ids (resubmissions after the first; last current)
     LEGACY_BASELINE_ARM = "reference_arm"  # read only: indexes written before the baseline arm had its name
     LEGACY_REFERENCE = "reference"  # read only: the oldest indexes named the baseline arm so
 
@@ -67,6 +69,7 @@ class RunKey:
     EVAL_KEY = "eval_key"
     ELAPSED_S = "elapsed_s"
     STAGES = "stages"              # stage name (and "analysis") -> StageKey mapping
+    EVAL_SLURM_JOBS = "eval_slurm_jobs"  # --executor slurm: the test evaluation's job ids (last current)
     LEGACY_RL_DIR = "rl_dir"       # read only: hand-written indexes
     LEGACY_SCORES = "scores"       # read only: hand-written indexes with the test scores inline
 
@@ -82,6 +85,7 @@ class StageKey:
     ERROR = "error"
     PRUNED = "pruned"              # why a validation callback stopped this stage (a search's pruner)
     KINDS = "kinds"                # analysis: the Supp. A record kinds
+    SLURM_JOBS = "slurm_jobs"      # --executor slurm: the stage run's job ids (resubmissions after the first)
 
 
 ANALYSIS_STAGE = "analysis"  # the `stages` entry of a run's analysis records

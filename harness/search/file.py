@@ -21,6 +21,7 @@ from harness.experiments import (
     resolve_config,
     yaml_scalar,
 )
+from harness.experiments.resources import check_resources
 from harness.search.space import (
     _SEARCH_KEYS,
     Param,
@@ -75,7 +76,7 @@ def load_search(path: str | Path, preset: str | Path | None = None, sets: list[s
                     preset_file=preset_file, seeds=seeds, pipeline=pipeline, n_trials=n_trials,
                     objective=objective, sampler=sampler, pruner=pruner, fixed=fixed, params=list(params.values()),
                     common=doc.get("common") or {}, stages=doc.get("stages") or {}, sets=list(sets or []),
-                    storage=storage)
+                    storage=storage, resources=check_resources(doc.get("resources"), where))
     # Every key must be a real config field: resolve one trial's configs at the middle of the space.
     from harness.experiments import build_plan
 
@@ -142,4 +143,4 @@ def _short(value: Any) -> str:
 def experiment_study(search: Search, arms: list[Arm]) -> Study:
     return Study(name=search.name, title=search.title, path=search.path, preset=search.preset,
                  preset_file=search.preset_file, reproduces=None, baseline=arms[0].name, seeds=search.seeds,
-                 arms=arms, common=search.common, stages=search.stages)
+                 arms=arms, common=search.common, stages=search.stages, resources=search.resources)

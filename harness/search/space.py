@@ -14,7 +14,7 @@ from harness.experiments import STAGES
 from harness.search.objective import TEST_PREFIX, VAL_OBJECTIVES, is_number
 
 _SEARCH_KEYS = {"search", "title", "description", "seeds", "pipeline", "n_trials", "objective", "sampler",
-                "pruner", "fixed", "space", "preset", "common", "stages", "storage"}
+                "pruner", "fixed", "space", "preset", "common", "stages", "storage", "resources"}
 _PARAM_KEYS = {"type", "low", "high", "log", "step", "choices", "stage"}
 # Load-time check of the space: every corner is resolved when there are at most this many (else the edges only).
 MAX_CORNERS = 256
@@ -67,6 +67,7 @@ class Search:
     stages: dict = field(default_factory=dict)
     sets: list[str] = field(default_factory=list)  # the --set overrides it was loaded with (for `confirm`)
     storage: str | None = None  # `storage:` of the file (harness/search/storage.py); None: <out>/optuna.db
+    resources: dict = field(default_factory=dict)  # `resources:` (harness/experiments/resources.py), by node kind
 
 def _parse_param(key: str, spec: Any, earlier: dict[str, Param], where: str) -> Param:
     if not isinstance(spec, dict):

@@ -1,0 +1,471 @@
+"""`--executor slurm`: every node of the plan (stage run, data set, stage 0, test evaluation, analysis) is one Slurm
+job, submitted through submitit with the resources its preset asks for (`resources:`, harness/experiments/
+resources.py), and with its inputs as Slurm dependencies (`afterok`), so the whole graph is queued at once.
+
+The runner stays to watch the queue (squeue; sacct needs accounting, which many clusters and this project's test
+cluster do without): a job that ends with a result is recorded as a local worker's would be; a job that was
+interrupted (it exited with REQUEUE_EXIT_CODE after checkpointing, or was preempted, timed out, cancelled, killed by
+a signal, or lost with its node) is submitted again, up to `max_resubmits` times, and resumes from the stage's last
+checkpoint (a stage rerun on the same folder does); the jobs that waited on it are pointed at the new job
+(`scontrol update ... Dependency=`). A job that fails for real fails its node, and its dependents leave the queue.
+
+Job ids are kept in index.json (per stage run, and all of them under `slurm_jobs`); a runner started again on the
+same folder adopts the jobs still queued instead of submitting them twice. `regbench experiment status DIR` shows
+them with their queue state. Job logs: `<out>/slurm/<job id>/`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.config import ConfigError
+from harness.experiments.plan import Node, node_label
+from harness.experiments.resources import Resources
+from harness.experiments.run import _ExperimentRun
+from harness.experiments.study import STAGES
+from harness.experiments.workers import LAUNCHED_STAGES, WORKER_THREADS, execute_node, release_lock
+from harness.runs.preemption import REQUEUE_EXIT_CODE
+from harness.runs.records import atomic_write_json, read_json
+from harness.runs.schema import INDEX_FILE, IndexKey
+
+# Job states (squeue %T) of a job that is still queued or running, and of one that ended interrupted: worth
+# submitting again (the stage resumes from its checkpoint). Any other end without a result is a failure.
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                           "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
+                           "RESV_DEL_HOLD"})
+INTERRUPTED_STATES = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "CANCELLED", "DEADLINE"})
+SLURM_FOLDER = "slurm"
+
+
+@dataclass
+class SlurmOptions:
+    """How the runner uses the cluster (the resources themselves come from the preset's `resources:`)."""
+
+    sbatch: dict[str, str] = field(default_factory=dict)  # more sbatch flags, e.g. {"partition": "gpu", "qos": ..}
+    max_resubmits: int = 3      # interrupted jobs of one node submitted again at most this many times
+    poll_s: float = 10.0        # seconds between looks at the queue
+    signal_s: int = 120         # SIGUSR1 this long before the time limit: the stage checkpoints and exits 75
+    python: str = sys.executable  # the interpreter of the jobs (the runner's: same environment, same packages)
+
+
+@dataclass(frozen=True)
+class JobState:
+    state: str | None = None      # squeue's state; None: the queue no longer knows the job
+    reason: str | None = None
+    exit_code: str | None = None  # "status:signal", from scontrol, for ended jobs without a result
+
+    def describe(self) -> str:
+        text = self.state or "gone from the queue"
+        return text + (f" (exit {self.exit_code})" if self.exit_code else "")
+
+
+def outcome(job: JobState, has_result: bool) -> str:
+    """What the runner does with a job: "active" (wait), "result" (record it), "resubmit" (it was interrupted:
+    REQUEUE_EXIT_CODE, an interrupted state, a kill by a signal, or gone without a result), "failed"."""
+    if job.state in ACTIVE_STATES:
+        return "active"
+    if has_result:
+        return "result"
+    if job.state is None or job.state in INTERRUPTED_STATES:
+        return "resubmit"
+    if job.state == "OUT_OF_MEMORY":  # the same job would run out again: ask for more (resources.<kind>.mem_gb)
+        return "failed"
+    status, _, sig = (job.exit_code or "").partition(":")
+    status_n = int(status) if status.isdigit() else None
+    if status_n == REQUEUE_EXIT_CODE or (status_n is not None and status_n > 128) or (sig.isdigit() and int(sig)):
+        return "resubmit"  # srun reports a task killed by signal N as 128 + N
+    return "failed"
+
+
+class SlurmQueue:
+    """The cluster's commands the runner needs: squeue, scontrol, scancel."""
+
+    def _run(self, *cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """Each known job's state and reason (ended jobs stay known for the cluster's MinJobAge)."""
+        if not job_ids:
+            return {}
+        p = self._run("squeue", "-h", "-t", "all", "-j", ",".join(sorted(set(job_ids))), "-o", "%i|%T|%r")
+        out = {}
+        for line in p.stdout.splitlines():
+            jid, _, rest = line.strip().partition("|")
+            state, _, reason = rest.partition("|")
+            out[jid] = JobState(state or None, reason or None)
+        if p.returncode != 0 and "Invalid job id" not in p.stderr:
+            raise RuntimeError(f"squeue failed: {p.stderr.strip()}")
+        return out
+
+    def exit_code(self, job_id: str) -> str | None:
+        m = re.search(r"\bExitCode=(\d+:\d+)", self._run("scontrol", "show", "job", "-o", job_id).stdout)
+        return m.group(1) if m else None
+
+    def set_dependency(self, job_id: str, after: list[str]) -> None:
+        dep = "afterok:" + ":".join(after) if after else ""
+        p = self._run("scontrol", "update", f"JobId={job_id}", f"Dependency={dep}")
+        if p.returncode != 0:
+            raise RuntimeError(f"scontrol update JobId={job_id} Dependency={dep} failed: {p.stderr.strip()}")
+
+    def cancel(self, job_ids: list[str]) -> None:
+        if job_ids:
+            self._run("scancel", *job_ids)
+
+
+def slurm_available() -> str | None:
+    """None when sbatch, squeue and srun are here and the cluster answers; else why not."""
+    missing = [c for c in ("sbatch", "squeue", "scontrol", "srun") if shutil.which(c) is None]
+    if missing:
+        return f"no {', '.join(missing)} on PATH (not on a Slurm cluster's login node?)"
+    p = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        return f"sinfo failed: {p.stderr.strip() or p.stdout.strip()}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inside the job
+
+
+class NodeFailed(RuntimeError):
+    """The node's function failed; its result (error, traceback) is in the job's failure file."""
+
+
+def failure_file(result_pickle: Path) -> Path:
+    return result_pickle.with_name(result_pickle.name.replace("_result.pkl", "_node_failure.json"))
+
+
+def run_job(kind: str, function: str, config: dict, model_dir: str | None, launcher: str | None) -> dict:
+    """What a job runs: execute_node as a local worker would (one torch thread: a stage run's numbers do not
+    depend on where it ran). A failed node fails the job (so `afterok` holds its dependents back) with its result
+    in the failure file; a preempted stage (REQUEUE_EXIT_CODE, also from a launched one) exits with that status."""
+    import submitit
+    import torch
+
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):  # submitit's own requeue handlers: not ours
+        signal.signal(sig, signal.SIG_DFL)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(WORKER_THREADS)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    res = execute_node(kind, function, config, model_dir, launcher)
+    if res["ok"]:
+        return res
+    if res.get("returncode") == REQUEUE_EXIT_CODE:
+        sys.exit(REQUEUE_EXIT_CODE)
+    atomic_write_json(failure_file(submitit.JobEnvironment().paths.result_pickle), res)
+    raise NodeFailed(res.get("error") or "the node failed")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The runner
+
+
+def _log_tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+class SlurmExperimentRun(_ExperimentRun):
+    """run_experiment's graph with every node a Slurm job (see the module docstring)."""
+
+    executor_name = "slurm"
+
+    def __init__(self, plan, selected, fns, log, argv, launcher, workers, wait_for_locks, options: SlurmOptions):
+        objects = sorted(k for k, f in fns.items() if not isinstance(f, str))
+        if objects:
+            raise ConfigError(f"--executor slurm runs nodes in jobs, which import their functions: give "
+                              f"'module:function' names, not function objects (nodes {', '.join(objects)}; a "
+                              "search's pruning callback runs in-process only)")
+        super().__init__(plan, selected, fns, log, argv, launcher, workers, wait_for_locks)
+        self.options = options
+        self.queue = SlurmQueue()
+        self.folder = plan.out / SLURM_FOLDER
+        self.running: dict[str, str] = {}  # node id -> its current job id
+        self.resubmits: dict[str, int] = {}
+        self._read_earlier_jobs()
+
+    def where(self) -> str:
+        return f"Slurm jobs (logs in {self.folder})"
+
+    def _read_earlier_jobs(self) -> None:
+        try:
+            earlier = read_json(self.index_path).get(IndexKey.SLURM_JOBS) or {}
+        except (ValueError, OSError):
+            earlier = {}
+        for nid, jobs in earlier.items():
+            if nid in self.plan.nodes and isinstance(jobs, list):
+                self.plan.nodes[nid].jobs = [str(j) for j in jobs]
+
+    # -- executor steps (see _ExperimentRun.run)
+
+    def _open_executor(self) -> None:
+        why = slurm_available()
+        if why:
+            raise ConfigError(f"--executor slurm: {why}")
+        import submitit
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.executor = submitit.SlurmExecutor(folder=self.folder / "%j", python=self.options.python)
+        self._adopt()
+
+    def _close_executor(self) -> None:
+        if self.running:  # the runner stops (Ctrl-C, an error): the jobs go on; a rerun adopts them
+            self.say(f"{len(self.running)} job(s) left in the queue ({', '.join(sorted(self.running.values()))}); "
+                     f"`regbench experiment status {self.plan.out}` shows them, and running this command again "
+                     "takes them over")
+
+    def _adopt(self) -> None:
+        """Nodes whose last job (an earlier runner's) is still queued or has a result: watched, not submitted."""
+        last = {nid: self.plan.nodes[nid].jobs[-1] for nid in self.remaining if self.plan.nodes[nid].jobs}
+        states = self.queue.states(list(last.values()))
+        for nid, jid in last.items():
+            queued = states.get(jid, JobState()).state in ACTIVE_STATES
+            if queued or self._result_pickle(jid).is_file():
+                node = self.plan.nodes[nid]
+                self.remaining.remove(nid)
+                node.status = "running"
+                self.running[nid] = jid
+                self.say(f"took over job {jid} of {node.kind} ({node_label(node)}) from an earlier runner")
+
+    def _loop(self) -> None:
+        while self.remaining or self.running:
+            changed = self._submit_ready()
+            changed = self._poll() or changed
+            if changed:
+                self._settle_runs()
+                self.write_index()
+            elif self.remaining and not self.running and not self.waiting:
+                raise RuntimeError(f"experiment graph is stuck at {self.remaining[:3]}")  # pragma: no cover
+            else:
+                time.sleep(self.options.poll_s)
+
+    # -- submitting
+
+    def _submit_ready(self) -> bool:
+        """Submit every node whose inputs are complete or queued (as afterok dependencies); skip those whose
+        inputs failed. Whether anything changed."""
+        changed = False
+        for nid in list(self.remaining):
+            node = self.plan.nodes[nid]
+            if self._skip_if_inputs_failed(nid, node):
+                changed = True
+                continue
+            if not all(self.plan.nodes[d].status == "complete" or d in self.running for d in node.deps):
+                continue
+            claimed = self._claim(nid, node)
+            if claimed is None:
+                changed = True
+            elif claimed:
+                if node.kind in STAGES:
+                    release_lock(node.run_dir)  # the stage in the job locks its folder itself
+                self._submit(nid, node)
+                changed = True
+        return changed
+
+    def _launcher(self, kind: str, res: Resources) -> str | None:
+        """Inside a job: the user's --launcher, else torchrun over the job's GPUs when it has several."""
+        if kind not in LAUNCHED_STAGES:
+            return None
+        if self.launcher:
+            return self.launcher
+        if res.gpus > 1:
+            return f"{shlex.quote(self.options.python)} -m torch.distributed.run --standalone " \
+                   f"--nproc_per_node {res.gpus}"
+        return None
+
+    def _parameters(self, node: Node, res: Resources, after: list[str]) -> dict:
+        root = Path(__file__).resolve().parents[2]  # the folder holding harness/ (and tests/ in a checkout)
+        extra = {"signal": f"USR1@{self.options.signal_s}", **self.options.sbatch}
+        if after:
+            extra["dependency"] = "afterok:" + ":".join(after)
+        return {
+            "job_name": f"regbench-{node.kind}-{node.key}", "time": res.time_min, "cpus_per_task": res.cpus,
+            "mem": f"{max(1, round(res.mem_gb * 1024))}M", "gpus_per_node": res.gpus or None, "ntasks_per_node": 1,
+            "stderr_to_stdout": True, "additional_parameters": extra,
+            # The job's shell may not be the runner's (another user, a login profile): same code, same folder.
+            "setup": [f"export PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}",
+                      f"cd {shlex.quote(os.getcwd())}"],
+        }
+
+    def _submit(self, nid: str, node: Node) -> None:
+        after = [self.running[d] for d in node.deps if d in self.running]
+        res = self.study.resources.get(node.kind) or Resources()
+        self.executor.update_parameters(**self._parameters(node, res, after))
+        job = self.executor.submit(run_job, node.kind, self.fns[node.kind], node.config, node.model_dir,
+                                   self._launcher(node.kind, res))
+        node.jobs.append(str(job.job_id))
+        node.status = "running"
+        self.running[nid] = str(job.job_id)
+        self.say(f"submitted {node.kind} ({node_label(node)}) as job {job.job_id}: {res.describe()}"
+                 + (f", afterok {', '.join(after)}" if after else ""))
+
+    # -- watching
+
+    def _result_pickle(self, job_id: str) -> Path:
+        from submitit.core.utils import JobPaths
+
+        return JobPaths(self.folder / "%j", job_id=job_id, task_id=0).result_pickle
+
+    def _job_log(self, job_id: str) -> Path:
+        from submitit.core.utils import JobPaths
+
+        return JobPaths(self.folder / "%j", job_id=job_id, task_id=0).stdout
+
+    def _poll(self) -> bool:
+        """Look at the queue once: record the jobs that ended, resubmit the interrupted ones."""
+        if not self.running:
+            return False
+        states = self.queue.states(list(self.running.values()))
+        changed = False
+        for nid, jid in list(self.running.items()):
+            job = states.get(jid, JobState())
+            if job.state in ACTIVE_STATES:
+                continue
+            pickle = self._result_pickle(jid)
+            if not pickle.is_file() and job.state is not None:
+                job = JobState(job.state, job.reason, self.queue.exit_code(jid))
+            verdict = outcome(job, pickle.is_file())
+            del self.running[nid]
+            changed = True
+            if verdict == "result":
+                self._record(nid, self._read_result(jid, pickle))
+            elif verdict == "resubmit" and self.resubmits.get(nid, 0) < self.options.max_resubmits:
+                self._resubmit(nid, jid, job)
+                continue
+            else:
+                tries = self.resubmits.get(nid, 0)
+                why = (f"job {jid} ended {job.describe()} without a result" +
+                       (f", interrupted {tries + 1} times" if verdict == "resubmit" else ""))
+                log = self._job_log(jid)
+                self._record(nid, {"ok": False, "error": why, "elapsed_s": None,
+                                   "traceback": f"{why}; the end of {log}:\n{_log_tail(log)}"})
+            if self.plan.nodes[nid].status != "complete":
+                self._cancel_dependents(nid)
+        return changed
+
+    def _read_result(self, job_id: str, pickle: Path) -> dict:
+        from submitit.core.utils import pickle_load
+
+        kind, value = pickle_load(pickle)
+        if kind == "success":
+            return value
+        failure = failure_file(pickle)
+        if failure.is_file():
+            return read_json(failure)
+        last = value.strip().splitlines()[-1] if value.strip() else "unknown error"
+        return {"ok": False, "error": f"job {job_id}: {last}", "traceback": value, "elapsed_s": None}
+
+    def _resubmit(self, nid: str, job_id: str, job: JobState) -> None:
+        node = self.plan.nodes[nid]
+        self.resubmits[nid] = self.resubmits.get(nid, 0) + 1
+        self.say(f"job {job_id} of {node.kind} ({node_label(node)}) ended {job.describe()}: interrupted, "
+                 f"submitting it again ({self.resubmits[nid]}/{self.options.max_resubmits}); it resumes from its "
+                 "last checkpoint")
+        if node.kind in STAGES:
+            _drop_other_hosts(node.run_dir)
+        self._submit(nid, node)
+        for dep_id, dep_job in list(self.running.items()):  # jobs waiting on the old job wait on the new one
+            dep_node = self.plan.nodes[dep_id]
+            if nid in dep_node.deps:
+                after = [self.running[d] for d in dep_node.deps if d in self.running]
+                self.queue.set_dependency(dep_job, after)
+                self.say(f"job {dep_job} of {dep_node.kind} ({node_label(dep_node)}) now waits on "
+                         f"{', '.join(after)}")
+
+    def _cancel_dependents(self, nid: str) -> None:
+        """The queued jobs that need a node that did not finish leave the queue, skipped (as the local runner
+        skips them)."""
+        bad = self.plan.nodes[nid]
+        for dep_id, dep_job in list(self.running.items()):
+            dep_node = self.plan.nodes[dep_id]
+            if nid in dep_node.deps:
+                self.queue.cancel([dep_job])
+                del self.running[dep_id]
+                dep_node.status = "skipped"
+                dep_node.error = f"needs {bad.kind} run {bad.key}, which did not finish"
+                self.say(f"cancelled job {dep_job} of {dep_node.kind} ({node_label(dep_node)}): {dep_node.error}")
+                self._cancel_dependents(dep_id)
+
+
+def _drop_other_hosts(run_dir: Path) -> None:
+    """A stage run's lock lines of other hosts, left by a job that no longer runs (the runner saw it end): the
+    lock trusts a holder it cannot check, so the resubmitted job, maybe on another node, would be refused."""
+    from harness.runs.lock import HOST, LOCK_NAME, read_holders
+
+    lock = run_dir / LOCK_NAME
+    holders = read_holders(lock)
+    keep = [h for h in holders if h.host == HOST]
+    if len(keep) == len(holders):
+        return
+    if keep:
+        tmp = lock.with_name(f"{LOCK_NAME}.{os.getpid()}.tmp")
+        tmp.write_text("".join(h.line() + "\n" for h in keep))
+        os.replace(tmp, lock)
+    else:
+        lock.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `regbench experiment status DIR`
+
+
+def experiment_status(out: str | Path) -> str:
+    """The runs of an experiment folder with each stage's status and, for Slurm jobs, their queue state."""
+    from harness.runs.schema import RunKey, StageKey
+
+    out = Path(out)
+    index_path = out / INDEX_FILE
+    if not index_path.is_file():
+        raise ConfigError(f"{out}: no {INDEX_FILE} (not an experiment folder, or its runner has not started)")
+    index = read_json(index_path)
+    rows: list[tuple[str, str, str, str, str]] = []  # run, stage, status, job, queue state
+    for r in index.get(IndexKey.RUNS, []):
+        run = f"{r[RunKey.ARM]} seed {r[RunKey.SEED]}"
+        for stage, s in (r.get(RunKey.STAGES) or {}).items():
+            rows.append((run, stage, s.get(StageKey.STATUS, "?"), (s.get(StageKey.SLURM_JOBS) or [""])[-1], ""))
+        ev = "complete" if r.get(RunKey.STATUS) == "complete" else "pending"
+        rows.append((run, "eval", ev, (r.get(RunKey.EVAL_SLURM_JOBS) or [""])[-1], ""))
+    support = {nid: jobs[-1] for nid, jobs in (index.get(IndexKey.SLURM_JOBS) or {}).items()
+               if nid.split(":")[0] in ("data", "pretrain") and jobs}
+    for nid, jid in sorted(support.items()):
+        rows.append(("(shared)", nid, "", jid, ""))
+    job_ids = [row[3] for row in rows if row[3]]
+    states: dict[str, JobState] = {}
+    note = ""
+    if job_ids:
+        if slurm_available() is None:
+            states = SlurmQueue().states(job_ids)
+        else:
+            note = f"\n(queue not reachable: {slurm_available()})"
+    lines = [f"{index.get(IndexKey.STUDY)} ({index.get(IndexKey.EXECUTOR, 'local')} executor): "
+             + ", ".join(f"{n} {k}" for k, n in (index.get(IndexKey.SUMMARY) or {}).items() if n)
+             + f"; updated {index.get(IndexKey.UPDATED)}",
+             "", f"{'run':<24} {'stage':<12} {'status':<10} {'job':<10} queue"]
+    counts: dict[str, int] = {}
+    for jid in sorted(set(job_ids)):
+        st = states.get(jid)
+        if st and st.state in ACTIVE_STATES:
+            counts[st.state] = counts.get(st.state, 0) + 1
+    for run, stage, status, jid, _ in rows:
+        st = states.get(jid)
+        queue = "" if not jid else (f"{st.state}" + (f" ({st.reason})" if st.reason and st.reason != "None" else "")
+                                    if st else "not in the queue")
+        lines.append(f"{run:<24} {stage:<12} {status:<10} {jid:<10} {queue}".rstrip())
+    if counts:
+        lines.append("")
+        lines.append("jobs in the queue: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return "\n".join(lines) + note

@@ -1,0 +1,241 @@
+"""`--executor slurm` (harness/experiments/slurm.py) and the presets' `resources:` (harness/experiments/resources.py).
+
+The first tests need no cluster. The last one runs a real tiny study on the Slurm cluster that .ci/slurm/start.sh
+starts on the CI machine (it skips, saying why, where `sinfo` does not answer): every node a job, inputs as afterok
+dependencies, one RL job killed after its first checkpoint and submitted again, and the study's table identical to
+the same study run by the local executor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.config import ConfigError
+from harness.experiments import load_study, run_experiment
+from harness.experiments.resources import Resources, check_resources
+from harness.experiments.slurm import JobState, SlurmOptions, outcome
+from harness.runs.preemption import REQUEUE_EXIT_CODE
+from harness.runs.records import read_json
+from tests.harness.test_experiments import TINY_PRESET, write_study
+from tests.tiny_sizes import TINY
+
+# ---------------------------------------------------------------------------------------------------------
+# Without a cluster
+
+
+@pytest.mark.parametrize(("state", "exit_code", "has_result", "expected"), [
+    ("PENDING", None, False, "active"),
+    ("RUNNING", None, False, "active"),
+    ("COMPLETED", "0:0", True, "result"),
+    ("FAILED", "1:0", True, "result"),                       # the node failed: its failure file is the result
+    ("FAILED", f"{REQUEUE_EXIT_CODE}:0", False, "resubmit"),  # the stage checkpointed and asked to be run again
+    ("FAILED", "137:0", False, "resubmit"),                  # srun: the task was killed by SIGKILL
+    ("FAILED", "0:9", False, "resubmit"),                    # killed by a signal, as sbatch reports it
+    ("PREEMPTED", "0:15", False, "resubmit"),
+    ("NODE_FAIL", None, False, "resubmit"),
+    ("TIMEOUT", "0:15", False, "resubmit"),
+    ("CANCELLED", "143:0", False, "resubmit"),
+    (None, None, False, "resubmit"),                         # gone from the queue without a result
+    ("FAILED", "1:0", False, "failed"),                      # e.g. the job's python could not start
+    ("OUT_OF_MEMORY", "0:125", False, "failed"),
+])
+def test_what_the_runner_does_with_an_ended_job(state, exit_code, has_result, expected):
+    assert outcome(JobState(state, None, exit_code), has_result) == expected
+
+
+def test_resources_default_then_kind_key_by_key():
+    res = check_resources({"default": {"cpus": 8, "mem_gb": 64}, "rl": {"gpus": 8, "time_min": 2880}}, "p.yaml")
+    assert res["warmup"] == Resources(gpus=0, cpus=8, mem_gb=64, time_min=60)
+    assert res["rl"] == Resources(gpus=8, cpus=8, mem_gb=64, time_min=2880)
+    assert check_resources(None, "p.yaml")["eval"] == Resources()
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ({"rll": {"gpus": 1}}, r"p.yaml: unknown kind 'rll' under 'resources'"),
+    ({"rl": {"gpu": 1}}, r"resources.rl: unknown key 'gpu'; valid: gpus, cpus, mem_gb, time_min"),
+    ({"rl": {"gpus": -1}}, r"resources.rl.gpus must be an integer >= 0, got -1"),
+    ({"sft": {"cpus": 0}}, r"resources.sft.cpus must be an integer >= 1, got 0"),
+    ({"eval": {"mem_gb": "lots"}}, r"resources.eval.mem_gb must be a number > 0, got 'lots'"),
+    ([1], r"'resources' must map node kinds"),
+])
+def test_bad_resources_name_the_key(value, message):
+    with pytest.raises(ConfigError, match=message):
+        check_resources(value, "p.yaml")
+
+
+def test_every_preset_asks_for_resources_and_a_study_can_override_them(tmp_path):
+    presets = sorted((TINY_PRESET.parent).glob("*.yaml"))
+    for preset in presets:
+        study = load_study(write_study(tmp_path, "  - name: a\n"), preset=preset)
+        assert all(isinstance(r, Resources) for r in study.resources.values()), preset.name
+    big = load_study(write_study(tmp_path, "  - name: a\n"), preset=TINY_PRESET.parent / "mimic-qwen2.5vl-7b.yaml")
+    assert big.resources["rl"].gpus >= 2 and big.resources["classifier"].gpus == 1
+    study = load_study(write_study(tmp_path, "  - name: a\n"), sets=["resources.rl.gpus=2"])
+    assert study.resources["rl"].gpus == 2 and study.resources["sft"].gpus == 0
+
+
+def test_slurm_options_from_the_command_line_are_checked(tmp_path, capsys):
+    path = write_study(tmp_path, "  - name: a\n", seeds="[0]")
+    out = str(tmp_path / "out")
+    assert main(["experiment", "run", str(path), "--out", out, "--executor", "slurm", "--sbatch", "partition"]) != 0
+    assert "--sbatch 'partition' must look like KEY=VALUE" in capsys.readouterr().err
+    assert main(["experiment", "run", str(path), "--out", out, "--sbatch", "partition=gpu"]) != 0
+    assert "--sbatch goes with --executor slurm" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_function_objects_cannot_travel_to_jobs(tmp_path):
+    study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]"))
+    with pytest.raises(ConfigError, match="give 'module:function' names, not function objects"):
+        run_experiment(study, tmp_path / "out", functions={"rl": lambda cfg, progress=False: None},
+                       executor="slurm", log=lambda s: None)
+
+
+def test_status_of_a_local_experiment_lists_its_stage_runs(tmp_path, capsys):
+    from tests.harness.test_experiments import FAKES
+
+    os.environ["REGBENCH_TEST_CALLS"] = str(tmp_path / "calls.jsonl")
+    try:
+        study = load_study(write_study(tmp_path, "  - name: a\n    pipeline: [warmup, rl]\n", seeds="[0]"))
+        assert run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None).ok
+    finally:
+        del os.environ["REGBENCH_TEST_CALLS"]
+    assert main(["experiment", "status", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    assert "toy (local executor): 1 complete" in text
+    assert "a seed 0" in text and "warmup" in text and "rl" in text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# On a real cluster
+
+
+def _cluster_answers() -> str | None:
+    if shutil.which("sinfo") is None:
+        return "no sinfo: no Slurm here (.ci/slurm/start.sh starts a one-node cluster as root on Debian)"
+    p = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, check=False, timeout=30)
+    if p.returncode != 0 or not any(s.strip() in ("idle", "mixed", "allocated") for s in p.stdout.split()):
+        return f"the Slurm cluster does not answer (sinfo: {(p.stderr or p.stdout).strip() or 'no idle node'})"
+    return None
+
+
+def rl_killed_after_its_first_checkpoint(cfg, progress=False):
+    """The RL stage; in the job of the `rer` arm's first try, SIGKILL of its own process as soon as its first
+    checkpoint is on disk (what an OOM killer or a node's reboot does, mid-run)."""
+    from harness.runs.checkpoint_io import checkpoint_step
+    from harness.stages.rl import run_rl
+
+    marker = Path(os.environ["REGBENCH_TEST_KILL_DIR"]) / f"{Path(cfg.out_dir).name}.killed"
+    if marker.exists():  # the resubmitted job: the checkpoint it resumes from
+        step = checkpoint_step(Path(cfg.out_dir) / "checkpoint" / "rl_state.pt")
+        marker.with_suffix(".resumed").write_text(f"{step}\n")
+    elif cfg.rl.regularizer == "rer":
+        marker.write_text(f"{os.environ.get('SLURM_JOB_ID')}\n")
+        checkpoint = Path(cfg.out_dir) / "checkpoint" / "rl_state.pt"
+
+        def kill_at_checkpoint():
+            while not checkpoint.exists():
+                time.sleep(0.002)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=kill_at_checkpoint, daemon=True).start()
+    return run_rl(cfg, progress=progress)
+
+
+def _table(out: Path) -> str:
+    from reports.experiment import load_experiment
+    from reports.tables.frame import results_frame
+    from reports.tables.wide import to_csv
+
+    return to_csv(results_frame(load_experiment(out)))
+
+
+def _without(d: dict, *keys: str) -> dict:
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+def _steps(run: Path) -> list[dict]:
+    """steps.jsonl without its timings."""
+    return [_without(json.loads(x), "step_time") for x in (run / "steps.jsonl").read_text().splitlines()]
+
+
+def _weights(run: Path) -> dict[str, list]:
+    from safetensors.torch import load_file
+
+    return {k: v.tolist() for k, v in load_file(run / "model" / "adapter_model.safetensors").items()}
+
+
+@pytest.mark.slurm
+def test_a_tiny_study_on_slurm_equals_the_local_run_with_a_killed_job_resubmitted(tmp_path, monkeypatch):
+    why = _cluster_answers()
+    if why:
+        pytest.skip(why)
+    arms = """  - name: a
+    overrides: {rl: [rl.regularizer=rer, rl.reference=static]}
+  - name: b
+    overrides: {rl: [rl.regularizer=constant, rl.reference=static]}
+"""
+    sizes = ", ".join(t.replace("=", ": ") for t in TINY)
+    extra = (f"pipeline: [rl]\ncommon: {{{sizes}, cache_dir: {tmp_path / 'cache'}}}\n"
+             "resources: {default: {cpus: 1, mem_gb: 2, time_min: 20}}\n"
+             "stages: {rl: {train: {max_steps: 3, checkpoint_every: 1}, rl: {prompts_per_step: 2, group_size: 2, "
+             "max_new_tokens: 8, min_new_tokens: 2, val_max_samples: 4}}}\n")
+    study = load_study(write_study(tmp_path, arms, seeds="[0]", name="slurm_e2e", extra=extra))
+    local = run_experiment(study, tmp_path / "local", workers=1, log=lambda s: None)
+    assert local.ok, local.index["runs"]
+
+    kill_dir = tmp_path / "kills"
+    kill_dir.mkdir()
+    monkeypatch.setenv("REGBENCH_TEST_KILL_DIR", str(kill_dir))
+    lines: list[str] = []
+
+    def log(text: str) -> None:
+        lines.append(text)
+        print(text, flush=True)
+
+    fns = {"rl": "tests.harness.test_slurm:rl_killed_after_its_first_checkpoint"}
+    res = run_experiment(study, tmp_path / "slurm", functions=fns, log=log, executor="slurm",
+                         slurm=SlurmOptions(poll_s=1.0, max_resubmits=2))
+    assert res.ok, res.index["runs"]
+    text = "\n".join(lines)
+    # Every node a job, submitted at once with its inputs as afterok dependencies (stage 0 is the local run's,
+    # in the shared cache: complete, so no job).
+    assert text.count("submitted ") == 5 + 1, text  # data, 2 x RL, 2 x eval, and the killed RL again
+    assert "submitted rl (a seed 0) as job" in text and ", afterok " in text
+    # The killed job: seen ended by a signal, submitted again, and its evaluation pointed at the new job.
+    assert len(list(kill_dir.glob("*.killed"))) == 1
+    assert "interrupted, submitting it again (1/2); it resumes from its last checkpoint" in text
+    assert "now waits on" in text
+    runs = {r["arm"]: r for r in res.index["runs"]}
+    first, second = runs["a"]["stages"]["rl"]["slurm_jobs"]
+    assert first != second and len(runs["b"]["stages"]["rl"]["slurm_jobs"]) == 1
+    assert res.index["executor"] == "slurm" and len(res.index["slurm_jobs"]) == 5
+    # The resubmitted job found the killed one's checkpoint (step 1 or later) and resumed from it ...
+    resumed = next(kill_dir.glob("*.resumed")).read_text().strip()
+    assert resumed.isdigit() and 1 <= int(resumed) < 3, resumed
+    # ... and ended where the uninterrupted local run did: the same table, steps, weights and test reports.
+    assert _table(tmp_path / "slurm") == _table(tmp_path / "local")
+    for arm in ("a", "b"):
+        ours, theirs = (tmp_path / "slurm" / runs[arm]["dir"], tmp_path / "local" / runs[arm]["dir"])
+        assert _without(read_json(ours / "eval" / "metrics.json"), "model_dir") == \
+               _without(read_json(theirs / "eval" / "metrics.json"), "model_dir")
+        assert _steps(ours / "rl") == _steps(theirs / "rl") and len(_steps(ours / "rl")) == 3
+        assert _weights(ours / "rl") == _weights(theirs / "rl")
+        assert (ours / "eval" / "predictions_final_test.jsonl").read_text() == \
+               (theirs / "eval" / "predictions_final_test.jsonl").read_text()
+    # `regbench experiment status` lists the jobs with their queue state.
+    from harness.experiments.slurm import experiment_status
+
+    status = experiment_status(tmp_path / "slurm")
+    print(status)
+    assert f"{second:<10} COMPLETED" in status and "slurm_e2e (slurm executor): 2 complete" in status
