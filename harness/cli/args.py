@@ -54,3 +54,36 @@ def int_list(text: str | None) -> list[int] | None:
 
 def name_list(text: str | None) -> list[str] | None:
     return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def add_executor_args(p: argparse.ArgumentParser) -> None:
+    """--executor local|slurm and its options (experiment run, search run, search confirm)."""
+    p.add_argument("--executor", choices=("local", "slurm"), default="local",
+                   help="local: worker processes on this machine (default); slurm: every stage run one Slurm job "
+                        "with the preset's resources, inputs as afterok dependencies, interrupted jobs "
+                        "resubmitted (README, 'On a Slurm cluster')")
+    p.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --executor slurm: one more sbatch option for every job, e.g. partition=gpu, "
+                        "account=..., qos=... (repeatable)")
+    p.add_argument("--max-resubmits", type=int, default=3, metavar="N",
+                   help="with --executor slurm: submit an interrupted (preempted, timed out, killed) job again at "
+                        "most N times (default 3)")
+
+
+def slurm_options(ns):
+    """--executor slurm's options from the command line (None for the local executor)."""
+    if ns.executor != "slurm":
+        if ns.sbatch:
+            raise ConfigError("--sbatch goes with --executor slurm")
+        return None
+    from harness.experiments.slurm import SlurmOptions
+
+    sbatch = {}
+    for item in ns.sbatch:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--sbatch '{item}' must look like KEY=VALUE, e.g. partition=gpu or qos=high")
+        sbatch[key.strip().lstrip("-")] = value
+    if ns.max_resubmits < 0:
+        raise ConfigError(f"--max-resubmits must be >= 0, got {ns.max_resubmits}")
+    return SlurmOptions(sbatch=sbatch, max_resubmits=ns.max_resubmits)

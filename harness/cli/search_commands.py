@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.cli.args import int_list
+from harness.cli.args import add_executor_args, int_list, slurm_options
 
 
 def search_report(out: Path, dest=None, storage: str | None = None) -> Path:
@@ -30,7 +30,7 @@ def cmd_search(ns) -> int:
         from harness.search.run import run_confirmation
 
         result = run_confirmation(Path(ns.out), ns.top, int_list(ns.seeds), workers=ns.workers,
-                                  launcher=ns.launcher)
+                                  launcher=ns.launcher, executor=ns.executor, slurm=slurm_options(ns))
         if ns.report:
             from harness.cli.report_commands import build_experiment_report
 
@@ -43,7 +43,8 @@ def cmd_search(ns) -> int:
     out = Path(ns.out) if ns.out else Path("runs") / f"{search.name}-{search.preset}"
     try:
         result = run_search(search, out, n_trials=ns.n_trials, workers=ns.workers, launcher=ns.launcher,
-                            stages_dir=ns.stages_dir, parallel_trials=ns.parallel_trials, storage=ns.storage)
+                            stages_dir=ns.stages_dir, parallel_trials=ns.parallel_trials, storage=ns.storage,
+                            executor=ns.executor, slurm=slurm_options(ns))
     except RuntimeError as e:  # trials failing in a row: the message says why and how to continue
         print(f"regbench: error: {e}", file=sys.stderr)
         return 1
@@ -73,6 +74,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", default=None, metavar="URL",
                    help="Optuna storage: sqlite (default, OUT/optuna.db), a database URL (sqlite:///x.db, "
                         "postgresql://...), journal or journal:PATH (shared disks); replaces the file's storage:")
+    add_executor_args(p)
     p.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
     p.set_defaults(func=cmd_search)
     p = search_sub.add_parser("confirm", help="rerun the best trials and the preset's values over several seeds "
@@ -82,6 +84,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--workers", type=int, default=2, help="parallel worker processes (default 2)")
     p.add_argument("--launcher", default=None, metavar="CMD", help="as for experiment run (needs --workers 1)")
+    add_executor_args(p)
     p.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
     p.set_defaults(func=cmd_search)
     p = search_sub.add_parser("report", help="trials table and Optuna plots of a search folder")

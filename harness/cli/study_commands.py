@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.args import int_list, name_list
+from harness.cli.args import add_executor_args, int_list, name_list, slurm_options
 from harness.config import ConfigError
 
 
@@ -24,25 +24,6 @@ def cmd_demo(ns) -> int:
     print("[demo] building the report", flush=True)
     print(f"report: {build_experiment_report(out)}")
     return 0
-
-
-def _slurm_options(ns):
-    """--executor slurm's options from the command line (None for the local executor)."""
-    if ns.executor != "slurm":
-        if ns.sbatch:
-            raise ConfigError("--sbatch goes with --executor slurm")
-        return None
-    from harness.experiments.slurm import SlurmOptions
-
-    sbatch = {}
-    for item in ns.sbatch:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--sbatch '{item}' must look like KEY=VALUE, e.g. partition=gpu or qos=high")
-        sbatch[key.strip().lstrip("-")] = value
-    if ns.max_resubmits < 0:
-        raise ConfigError(f"--max-resubmits must be >= 0, got {ns.max_resubmits}")
-    return SlurmOptions(sbatch=sbatch, max_resubmits=ns.max_resubmits)
 
 
 def cmd_experiment(ns) -> int:
@@ -69,12 +50,12 @@ def cmd_experiment(ns) -> int:
             raise ConfigError("--until-decided chooses the seeds (the study's, then the next integers): drop --seeds")
         result, _ = run_until_decided(study, out, max_seeds=ns.max_seeds, workers=ns.workers, arms=arms,
                                       launcher=ns.launcher, stages_dir=ns.stages_dir, executor=ns.executor,
-                                      slurm=_slurm_options(ns))
+                                      slurm=slurm_options(ns))
         return 0 if result is not None and result.ok else 1
     if ns.max_seeds is not None:
         raise ConfigError("--max-seeds goes with --until-decided")
     result = run_experiment(study, out, workers=ns.workers, seeds=seeds, arms=arms, launcher=ns.launcher,
-                            stages_dir=ns.stages_dir, executor=ns.executor, slurm=_slurm_options(ns))
+                            stages_dir=ns.stages_dir, executor=ns.executor, slurm=slurm_options(ns))
     return 0 if result.ok else 1
 
 
@@ -106,16 +87,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                            help='run warm-up, SFT and RL as `CMD -m harness.cli train ...`, e.g. "torchrun '
                                 '--nproc_per_node 8" (data parallel over the GPUs; needs --workers 1; with '
                                 '--executor slurm: inside each job)')
-            p.add_argument("--executor", choices=("local", "slurm"), default="local",
-                           help="local: worker processes on this machine (default); slurm: every stage run one "
-                                "Slurm job with the preset's resources, inputs as afterok dependencies, "
-                                "interrupted jobs resubmitted (README, 'On a Slurm cluster')")
-            p.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
-                           help="with --executor slurm: one more sbatch option for every job, e.g. partition=gpu, "
-                                "account=..., qos=... (repeatable)")
-            p.add_argument("--max-resubmits", type=int, default=3, metavar="N",
-                           help="with --executor slurm: submit an interrupted (preempted, timed out, killed) job "
-                                "again at most N times (default 3)")
+            add_executor_args(p)
             p.add_argument("--until-decided", action="store_true",
                            help="run seeds in rounds (the study's decide.looks) until every declared contrast is "
                                 "better, worse or equivalent, alpha spent over the looks (sequential.json)")

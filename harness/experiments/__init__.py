@@ -20,7 +20,8 @@ Modules, one job each (each imports only those before it, in reading order):
   study.py    study files -> Study / Arm          resolve.py  (study, arm, stage, seed) -> RunConfig, stage keys
   plan.py     the graph of nodes and runs         nodes.py    the functions that run each kind of node
   workers.py  locks, worker processes, launchers  index.py    index.json from the plan
-  run.py      run_experiment
+  run.py      run_experiment                      resources.py  a preset's `resources:` (per job, for Slurm)
+  slurm.py    --executor slurm: every node a Slurm job (submitit), afterok dependencies, resubmission, status
 """
 
 from harness.experiments.index import INDEX_FORMAT, build_index

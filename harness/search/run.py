@@ -102,14 +102,15 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
                workers: int = 1, parallel_trials: int = 1, functions: dict[str, str] | None = None,
                log: Callable[[str], None] | None = None, argv: list[str] | None = None,
                launcher: str | None = None, stages_dir: str | Path | None = None, storage: str | None = None,
-               heartbeat: Heartbeat = HEARTBEAT) -> SearchResult:
+               heartbeat: Heartbeat = HEARTBEAT, executor: str = "local", slurm=None) -> SearchResult:
     """Run trials until `n_trials` (default: the file's) have finished; see the module docstring.
 
     `parallel_trials` K asks Optuna for K trials at a time and runs them as K arms of one experiment in K
     worker processes (each on its own GPU where there are several; TPE then uses its constant-liar mode).
     `storage` (a URL or spec, harness/search/storage.py) replaces the file's `storage:`. Other drivers may run
     the same search on the same storage at the same time: this one asks only for the trials still missing
-    (not finished, not running elsewhere) and waits for the others' last trials."""
+    (not finished, not running elsewhere) and waits for the others' last trials. `executor` "slurm" runs each
+    batch of trials' stage runs as Slurm jobs (run_experiment; `slurm`: its SlurmOptions)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -122,9 +123,10 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
     if parallel_trials < 1:
         raise ConfigError(f"--parallel-trials must be >= 1, got {parallel_trials}")
     pruning = search.pruner.get("name") == "median"
-    if pruning and (launcher or workers > 1 or parallel_trials > 1):
+    if pruning and (launcher or workers > 1 or parallel_trials > 1 or executor != "local"):
         raise ConfigError("pruning follows the RL stage's validations in this process: run the search with "
-                          "--workers 1, --parallel-trials 1 and without --launcher, or set pruner: {name: none}")
+                          "--workers 1, --parallel-trials 1, the local executor and without --launcher, or set "
+                          "pruner: {name: none}")
     if launcher and parallel_trials > 1:
         raise ConfigError("--launcher runs one stage at a time over all processes: use --parallel-trials 1")
     out = Path(out) if out else Path("runs") / f"{search.name}-{search.preset}"
@@ -195,7 +197,8 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
             result = run_experiment(experiment_study(search, arms_so_far()), out,
                                     workers=max(workers, len(batch)) if len(batch) > 1 else workers,
                                     arms=[arm.name for _, arm, _ in batch], functions=fns, log=log,
-                                    argv=argv, launcher=launcher, stages_dir=stages_dir, wait_for_locks=True)
+                                    argv=argv, launcher=launcher, stages_dir=stages_dir, wait_for_locks=True,
+                                    executor=executor, slurm=slurm)
         for trial, arm, _ in batch:
             outcome = _tell(search, study, trial, [r for r in result.index["runs"] if r["arm"] == arm.name], out)
             if outcome.startswith("failed"):
@@ -292,7 +295,7 @@ def confirmation_study(out: str | Path, top: int = 3, seeds: list[int] | None = 
 
 def run_confirmation(out: str | Path, top: int = 3, seeds: list[int] | None = None, *, workers: int = 2,
                      functions: dict[str, str] | None = None, log: Callable[[str], None] | None = None,
-                     launcher: str | None = None):
+                     launcher: str | None = None, executor: str = "local", slurm=None):
     """Run `confirmation_study` into `<out>/confirm`, sharing the search's stage runs (so the searched seed's
     warm-up, SFT and trial RL runs are reused); returns the ExperimentResult."""
     out = Path(out)
@@ -300,4 +303,4 @@ def run_confirmation(out: str | Path, top: int = 3, seeds: list[int] | None = No
     index = read_json(out / "index.json")
     stages_dir = (out / index.get("stages_dir", "stages")).resolve()
     return run_experiment(study, out / "confirm", workers=workers, functions=functions, log=log,
-                          launcher=launcher, stages_dir=stages_dir)
+                          launcher=launcher, stages_dir=stages_dir, executor=executor, slurm=slurm)

@@ -239,3 +239,40 @@ def test_a_tiny_study_on_slurm_equals_the_local_run_with_a_killed_job_resubmitte
     status = experiment_status(tmp_path / "slurm")
     print(status)
     assert f"{second:<10} COMPLETED" in status and "slurm_e2e (slurm executor): 2 complete" in status
+
+
+def test_a_pruned_search_stays_on_the_local_executor(tmp_path):
+    from harness.search.file import load_search
+    from harness.search.run import run_search
+
+    search = load_search(Path(__file__).resolve().parents[2] / "experiments" / "searches" / "rer_bounds.yaml",
+                         sets=["pruner={name: median, n_startup_trials: 2}"])
+    with pytest.raises(ConfigError, match="the local executor"):
+        run_search(search, tmp_path / "out", executor="slurm", log=lambda s: None)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slurm
+def test_a_failing_stage_job_fails_its_arm_and_its_evaluation_leaves_the_queue(tmp_path, monkeypatch):
+    """Fake stages (tests/harness/test_experiments.py) in real jobs: arm b's RL raises; its job fails with the
+    stage's error recorded, the evaluation waiting on it is cancelled, arm a completes."""
+    why = _cluster_answers()
+    if why:
+        pytest.skip(why)
+    from tests.harness.test_experiments import FAKES
+
+    monkeypatch.setenv("REGBENCH_TEST_CALLS", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv("REGBENCH_TEST_FAIL_REG", "constant")
+    arms = ("  - name: a\n    overrides: {rl: [rl.regularizer=rer]}\n"
+            "  - name: b\n    overrides: {rl: [rl.regularizer=constant]}\n")
+    study = load_study(write_study(tmp_path, arms, seeds="[0]", extra="pipeline: [rl]\n"))
+    lines: list[str] = []
+    res = run_experiment(study, tmp_path / "out", functions=FAKES, log=lines.append, executor="slurm",
+                         slurm=SlurmOptions(poll_s=1.0))
+    runs = {r["arm"]: r for r in res.index["runs"]}
+    assert res.failed == [("b", 0)] and runs["a"]["status"] == "complete"
+    assert runs["b"]["failed_stage"] == "rl" and "fake RL blew up" in runs["b"]["error"]
+    assert "fake RL blew up" in (tmp_path / "out" / "b" / "seed0" / "error.txt").read_text()
+    text = "\n".join(lines)
+    assert f"cancelled job {runs['b']['eval_slurm_jobs'][0]} of eval (b seed 0)" in text, text
+    assert "submitting it again" not in text  # a real failure is not an interruption
