@@ -276,3 +276,52 @@ def test_a_failing_stage_job_fails_its_arm_and_its_evaluation_leaves_the_queue(t
     text = "\n".join(lines)
     assert f"cancelled job {runs['b']['eval_slurm_jobs'][0]} of eval (b seed 0)" in text, text
     assert "submitting it again" not in text  # a real failure is not an interruption
+
+
+_RUNNER = """
+import sys
+from harness.experiments import load_study, run_experiment
+from harness.experiments.slurm import SlurmOptions
+from tests.harness.test_experiments import FAKES
+run_experiment(load_study(sys.argv[1]), sys.argv[2], functions=FAKES, executor="slurm",
+               slurm=SlurmOptions(poll_s=1.0))
+"""
+
+
+@pytest.mark.slurm
+def test_a_killed_runner_leaves_its_jobs_queued_and_the_next_one_takes_them_over(tmp_path, monkeypatch):
+    why = _cluster_answers()
+    if why:
+        pytest.skip(why)
+    import sys
+
+    monkeypatch.setenv("REGBENCH_TEST_CALLS", str(tmp_path / "calls.jsonl"))
+    path = write_study(tmp_path, "  - name: a\n", seeds="[0]", extra="pipeline: [rl]\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, str(path), str(out)], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until its jobs (data, RL, eval; one pass) are in the index
+            try:
+                if "eval:a:0" in read_json(out / "index.json").get("slurm_jobs", {}):
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("the runner did not submit its jobs within 120 s")
+    finally:
+        runner.kill()
+        runner.wait()
+    from tests.harness.test_experiments import FAKES
+
+    jobs = read_json(out / "index.json")["slurm_jobs"]
+    lines: list[str] = []
+    res = run_experiment(load_study(path), out, functions=FAKES, log=lines.append, executor="slurm",
+                         slurm=SlurmOptions(poll_s=1.0))
+    assert res.ok, res.index["runs"]
+    text = "\n".join(lines)
+    assert "submitted " not in text, text  # nothing twice: every job was taken over (queued, or its result read)
+    assert text.count("took over job ") == len(jobs) == 3, text
+    assert read_json(out / "index.json")["slurm_jobs"] == jobs
