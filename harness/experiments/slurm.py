@@ -269,12 +269,20 @@ class SlurmExperimentRun(_ExperimentRun):
             claimed = self._claim(nid, node)
             if claimed is None:
                 changed = True
+                if node.status != "complete":
+                    self._cancel_dependents(nid)
             elif claimed:
                 if node.kind in STAGES:
                     release_lock(node.run_dir)  # the stage in the job locks its folder itself
                 self._submit(nid, node)
                 changed = True
         return changed
+
+    def _skip_if_inputs_failed(self, nid: str, node: Node) -> bool:
+        skipped = super()._skip_if_inputs_failed(nid, node)
+        if skipped:  # jobs an earlier runner queued that need it leave the queue too
+            self._cancel_dependents(nid)
+        return skipped
 
     def _launcher(self, kind: str, res: Resources) -> str | None:
         """Inside a job: the user's --launcher, else torchrun over the job's GPUs when it has several."""
@@ -312,6 +320,18 @@ class SlurmExperimentRun(_ExperimentRun):
         self.running[nid] = str(job.job_id)
         self.say(f"submitted {node.kind} ({node_label(node)}) as job {job.job_id}: {res.describe()}"
                  + (f", afterok {', '.join(after)}" if after else ""))
+        # Jobs already queued that wait on this node (on a job of its that ended interrupted, or one an earlier
+        # runner submitted) wait on the new job instead.
+        for dep_id in list(self.running):
+            if nid in self.plan.nodes[dep_id].deps:
+                self._retarget(dep_id)
+
+    def _retarget(self, nid: str) -> None:
+        """Point a queued job's afterok dependencies at the current jobs of its node's inputs."""
+        node, job_id = self.plan.nodes[nid], self.running[nid]
+        waits = [self.running[d] for d in node.deps if d in self.running]
+        self.queue.set_dependency(job_id, waits)
+        self.say(f"job {job_id} of {node.kind} ({node_label(node)}) now waits on {', '.join(waits) or 'nothing'}")
 
     # -- watching
 
@@ -334,6 +354,9 @@ class SlurmExperimentRun(_ExperimentRun):
         for nid, jid in list(self.running.items()):
             job = states.get(jid, JobState())
             if job.state in ACTIVE_STATES:
+                if job.reason == "DependencyNeverSatisfied" and all(
+                        self.plan.nodes[d].status == "complete" for d in self.plan.nodes[nid].deps):
+                    self._retarget(nid)  # its inputs are complete now (an earlier runner's jobs): let it start
                 continue
             pickle = self._result_pickle(jid)
             if not pickle.is_file() and job.state is not None:
@@ -378,13 +401,6 @@ class SlurmExperimentRun(_ExperimentRun):
         if node.kind in STAGES:
             _drop_other_hosts(node.run_dir)
         self._submit(nid, node)
-        for dep_id, dep_job in list(self.running.items()):  # jobs waiting on the old job wait on the new one
-            dep_node = self.plan.nodes[dep_id]
-            if nid in dep_node.deps:
-                after = [self.running[d] for d in dep_node.deps if d in self.running]
-                self.queue.set_dependency(dep_job, after)
-                self.say(f"job {dep_job} of {dep_node.kind} ({node_label(dep_node)}) now waits on "
-                         f"{', '.join(after)}")
 
     def _cancel_dependents(self, nid: str) -> None:
         """The queued jobs that need a node that did not finish leave the queue, skipped (as the local runner

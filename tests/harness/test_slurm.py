@@ -284,7 +284,7 @@ from harness.experiments import load_study, run_experiment
 from harness.experiments.slurm import SlurmOptions
 from tests.harness.test_experiments import FAKES
 run_experiment(load_study(sys.argv[1]), sys.argv[2], functions=FAKES, executor="slurm",
-               slurm=SlurmOptions(poll_s=1.0))
+               slurm=SlurmOptions(poll_s=1.0, sbatch={"begin": "now+20"}))  # none starts before the kill
 """
 
 
@@ -317,11 +317,17 @@ def test_a_killed_runner_leaves_its_jobs_queued_and_the_next_one_takes_them_over
     from tests.harness.test_experiments import FAKES
 
     jobs = read_json(out / "index.json")["slurm_jobs"]
+    (data_node,) = [n for n in jobs if n.startswith("data:")]
+    subprocess.run(["scancel", jobs[data_node][-1]], check=True)  # and the data set's job goes too
     lines: list[str] = []
     res = run_experiment(load_study(path), out, functions=FAKES, log=lines.append, executor="slurm",
                          slurm=SlurmOptions(poll_s=1.0))
     assert res.ok, res.index["runs"]
     text = "\n".join(lines)
-    assert "submitted " not in text, text  # nothing twice: every job was taken over (queued, or its result read)
-    assert text.count("took over job ") == len(jobs) == 3, text
-    assert read_json(out / "index.json")["slurm_jobs"] == jobs
+    # The RL and eval jobs still queued are taken over, not submitted twice; the data set's job is submitted again
+    # and the two jobs that waited on the cancelled one wait on the new one.
+    assert text.count("took over job ") == 2 and text.count("submitted ") == 1, text
+    assert "submitted data (a seed 0)" in text and text.count("now waits on") == 2
+    after = read_json(out / "index.json")["slurm_jobs"]
+    assert len(after[data_node]) == 2 and {k: v for k, v in after.items() if k != data_node} == \
+        {k: v for k, v in jobs.items() if k != data_node}
