@@ -194,7 +194,9 @@ def _deep_update(dst: dict, src: dict) -> None:
             dst[k] = v
 
 
-PRESET_KEYS = ("preset", "description", "common", "stages")
+# `resources:` is what each stage run asks a Slurm cluster for (harness/experiments/resources.py); a single stage
+# command ignores it.
+PRESET_KEYS = ("preset", "description", "common", "stages", "resources")
 
 
 def stage_view(doc: dict, stage: str | None, source: str) -> dict:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config import ConfigError, apply_overrides, load_yaml, read_yaml_mapping
+from harness.config import PRESET_KEYS, ConfigError, apply_overrides, load_yaml, read_yaml_mapping
 from harness.runs.schema import ArmKey
 
 STAGES = ("warmup", "classifier", "sft", "rl")
@@ -145,10 +145,9 @@ def merge_over_preset(path: Path, preset: str | Path | None, sets: list[str] | N
     if preset_file is None:
         raise ConfigError(f"{path}: a {what} needs 'base: presets/<preset>.yaml' (or --preset)")
     doc = load_yaml(preset_file)
-    unknown = sorted(set(doc) - {"preset", "description", "common", "stages", "resources"})
+    unknown = sorted(set(doc) - set(PRESET_KEYS))
     if unknown:
-        raise ConfigError(f"{preset_file}: unknown key '{unknown[0]}'; a preset has preset, description, common, "
-                          "stages, resources")
+        raise ConfigError(f"{preset_file}: unknown key '{unknown[0]}'; a preset has {', '.join(PRESET_KEYS)}")
     preset_name = doc.get("preset") or preset_file.stem
     doc.pop("description", None)
     deep_merge(doc, raw)
