@@ -84,6 +84,34 @@ def test_every_preset_asks_for_resources_and_a_study_can_override_them(tmp_path)
     assert study.resources["rl"].gpus == 2 and study.resources["sft"].gpus == 0
 
 
+def test_a_7b_rl_job_asks_for_8_gpus_and_runs_its_stage_under_torchrun(tmp_path):
+    """The sbatch parameters of one node, as the runner builds them (no cluster needed)."""
+    from harness.experiments import build_plan
+    from harness.experiments.run import _needed_order
+    from harness.experiments.slurm import SlurmExperimentRun
+
+    study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]"),
+                       preset=TINY_PRESET.parent / "mimic-qwen2.5vl-7b.yaml",
+                       sets=["common.data.annotation=/data/a.json", "common.data.image_dir=/data/images"])
+    plan = build_plan(study, tmp_path / "out")
+    selected = list(plan.runs)
+    assert _needed_order(plan, selected)
+    run = SlurmExperimentRun(plan, selected, {"rl": "harness.stages.rl:run_rl"}, lambda s: None, [], None, 1,
+                             False, SlurmOptions(sbatch={"partition": "gpu", "account": "lab"}))
+    rl = next(n for n in plan.nodes.values() if n.kind == "rl")
+    res = study.resources["rl"]
+    params = run._parameters(rl, res, ["41", "42"])
+    assert (params["gpus_per_node"], params["cpus_per_task"], params["mem"], params["time"]) == \
+           (8, 64, "524288M", 2880)
+    assert params["additional_parameters"] == {"signal": "USR1@120", "partition": "gpu", "account": "lab",
+                                               "dependency": "afterok:41:42"}
+    assert run._launcher("rl", res).endswith("-m torch.distributed.run --standalone --nproc_per_node 8")
+    assert run._launcher("classifier", study.resources["classifier"]) is None
+    assert run._launcher("eval", study.resources["eval"]) is None
+    clf = next(n for n in plan.nodes.values() if n.kind == "classifier")
+    assert run._parameters(clf, study.resources["classifier"], [])["gpus_per_node"] == 1
+
+
 def test_slurm_options_from_the_command_line_are_checked(tmp_path, capsys):
     path = write_study(tmp_path, "  - name: a\n", seeds="[0]")
     out = str(tmp_path / "out")
