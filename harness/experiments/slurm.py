@@ -470,7 +470,7 @@ def experiment_status(out: str | Path) -> str:
     lines = [f"{index.get(IndexKey.STUDY)} ({index.get(IndexKey.EXECUTOR, 'local')} executor): "
              + ", ".join(f"{n} {k}" for k, n in (index.get(IndexKey.SUMMARY) or {}).items() if n)
              + f"; updated {index.get(IndexKey.UPDATED)}",
-             "", f"{'run':<24} {'stage':<12} {'status':<10} {'job':<10} queue"]
+             "", f"{'run':<24} {'stage':<16} {'status':<10} {'job':<10} queue"]
     counts: dict[str, int] = {}
     for jid in sorted(set(job_ids)):
         st = states.get(jid)
@@ -480,7 +480,7 @@ def experiment_status(out: str | Path) -> str:
         st = states.get(jid)
         queue = "" if not jid else (f"{st.state}" + (f" ({st.reason})" if st.reason and st.reason != "None" else "")
                                     if st else "not in the queue")
-        lines.append(f"{run:<24} {stage:<12} {status:<10} {jid:<10} {queue}".rstrip())
+        lines.append(f"{run:<24} {stage:<16} {status:<10} {jid:<10} {queue}".rstrip())
     if counts:
         lines.append("")
         lines.append("jobs in the queue: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
