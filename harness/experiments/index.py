@@ -35,7 +35,7 @@ def run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
     if ev.status == "complete":
         return "complete", None, None
     chain = [plan.nodes[i] for i in (*rp.stages.values(), rp.eval_node)]
-    supports = {d for n in chain for d in n.deps if plan.nodes[d].kind in ("data", "pretrain")}
+    supports = {d for n in chain for d in n.deps if plan.nodes[d].kind in ("data", "test_data", "pretrain")}
     for n in [plan.nodes[d] for d in sorted(supports)] + chain:
         if n.status == "failed":
             return "failed", f"stage {n.kind}: {n.error}", n.kind

@@ -12,6 +12,7 @@ from harness.config import RunConfig
 #   eval:                     fn(cfg: RunConfig, model_dir: str | None, progress: bool) -> dict of scores
 DEFAULT_FUNCTIONS = {
     "data": "harness.experiments.nodes:prepare_data",
+    "test_data": "harness.experiments.nodes:prepare_test_data",
     "pretrain": "harness.stages.pretrain:build_base",
     "warmup": "harness.stages.warmup:run_warmup",
     "classifier": "harness.stages.classifier:run_classifier_training",
@@ -30,6 +31,14 @@ def prepare_data(cfg: RunConfig, progress: bool = False) -> Path:
 
     d = cfg.data
     return ensure_phantom(phantom_dir(cfg), d.synth_n, d.synth_seed, d.synth_image_size, progress)
+
+
+def prepare_test_data(cfg: RunConfig, progress: bool = False) -> Path:
+    """The test split of the phantom set of `cfg`, for an evaluation whose set no stage of the plan trains on: the
+    test studies alone are drawn (a 4,000-report test split of a 20,000-study set costs 4,000 studies)."""
+    from harness.stages.common import ensure_test_split
+
+    return ensure_test_split(cfg, progress)
 
 
 def evaluate_final(cfg: RunConfig, model_dir: str | None, progress: bool = False) -> dict:

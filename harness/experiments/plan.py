@@ -17,7 +17,9 @@ from harness.runs.records import read_json
 from harness.runs.schema import EVAL_KEY, METRICS_FILE
 from harness.stages import paths as stage_paths  # the stages' keys and paths: one interface
 
-NODE_ORDER = ("data", "pretrain", *STAGES, "eval", "analysis")
+phantom_splits = stage_paths.phantom.SPLITS
+
+NODE_ORDER = ("data", "test_data", "pretrain", *STAGES, "eval", "analysis")
 
 
 @dataclass
@@ -62,10 +64,10 @@ class Plan:
         return [n for n in self.nodes.values() if n.kind in STAGES]
 
 
-def _data_node(cfg: RunConfig) -> tuple[str, str] | None:
+def _data_node(cfg: RunConfig, splits: tuple[str, ...] = phantom_splits) -> tuple[str, str] | None:
     if cfg.data.dataset != "phantom" or cfg.data.annotation is not None:
         return None
-    where = str(stage_paths.phantom_dir(cfg).resolve())
+    where = str(stage_paths.phantom_dir(cfg, splits).resolve())
     return "data:" + hashlib.sha256(where.encode()).hexdigest()[:10], where
 
 
@@ -126,11 +128,12 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
             node.users.append(user)
         return node
 
-    def support_nodes(cfg: RunConfig, needs_base: bool, user) -> list[str]:
+    def support_nodes(cfg: RunConfig, needs_base: bool, user, test_only: bool = False) -> list[str]:
         deps = []
-        data = _data_node(cfg)
+        data = _data_node(cfg, ("test",) if test_only else phantom_splits)
         if data:
-            deps.append(add(Node(data[0], "data", data[0].split(":")[1], to_dict(cfg), []), user).id)
+            kind = "test_data" if test_only else "data"
+            deps.append(add(Node(data[0], kind, data[0].split(":")[1], to_dict(cfg), []), user).id)
         if needs_base:
             pre = _pretrain_node(cfg)
             if pre:
@@ -204,7 +207,8 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
             ekey = config_key("eval", probe, {"model": final_key})
             cfg = probe
             cfg.out_dir = str(eval_dir)
-            deps = support_nodes(cfg, prev_model is None, user) + ([prev_model.id] if prev_model else [])
+            deps = support_nodes(cfg, prev_model is None, user, test_only=True)
+            deps += [prev_model.id] if prev_model else []
             eid = f"eval:{arm.name}:{seed}"
             nodes[eid] = Node(eid, "eval", ekey, to_dict(cfg), deps, run_dir=eval_dir,
                               model_dir=str(prev_model.run_dir / "model") if prev_model else None, users=[user])
@@ -217,7 +221,29 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                 akey = hashlib.sha256(json.dumps([rl.key, settings], sort_keys=True).encode()).hexdigest()[:10]
                 runs[user].analysis_node = add(Node(f"analysis:{rl.key}", "analysis", akey, {**settings, "key": akey},
                                                     [rl.id], run_dir=rl.run_dir, model_dir=str(rl.run_dir)), user).id
+    share_whole_sets(nodes)
     return Plan(study, out, seeds, nodes, runs, stages_root)
+
+
+def share_whole_sets(nodes: dict[str, Node]) -> None:
+    """An evaluation reads the test split of a phantom set that a training stage of the plan draws whole from
+    that whole set; only a set no stage trains on is drawn as its test split alone (a `test_data` node)."""
+    for node in list(nodes.values()):
+        if node.kind != "eval":
+            continue
+        for i, dep in enumerate(node.deps):
+            part = nodes[dep]
+            if part.kind != "test_data":
+                continue
+            whole = _data_node(from_dict(RunConfig, node.config))[0]
+            if whole in nodes:
+                node.deps[i] = whole
+                for user in node.users:
+                    if user not in nodes[whole].users:
+                        nodes[whole].users.append(user)
+    used = {dep for node in nodes.values() for dep in node.deps}
+    for nid in [nid for nid, node in nodes.items() if node.kind == "test_data" and nid not in used]:
+        del nodes[nid]
 
 
 def node_done(node: Node) -> bool:
@@ -233,6 +259,8 @@ def node_done(node: Node) -> bool:
             return False
     if node.kind == "data":
         return (stage_paths.phantom_dir(from_dict(RunConfig, node.config)) / "annotation.json").is_file()
+    if node.kind == "test_data":
+        return (stage_paths.test_split_dir(from_dict(RunConfig, node.config)) / "annotation.json").is_file()
     if node.kind == "analysis":
         return stage_paths.analyses_done(node.run_dir, node.config["kinds"], node.key)
     if node.kind == "pretrain":

@@ -11,7 +11,7 @@ import torch
 
 from harness.config import RunConfig, to_dict
 from harness.runs.records import RunDir
-from harness.stages.paths import default_cache_dir, phantom_dir  # noqa: F401 - re-exported for the stages
+from harness.stages.paths import default_cache_dir, phantom_dir, test_split_dir  # noqa: F401 - re-exported
 
 
 def seed_everything(seed: int) -> None:
@@ -31,28 +31,46 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
-def ensure_phantom(out_dir: Path, n: int, seed: int, image_size: int, progress: bool = True) -> Path:
-    """Synthesize the phantom set into `out_dir` unless it is already there; returns annotation.json."""
-    from harness.data.phantom import PhantomConfig, synthesize
+def ensure_phantom(out_dir: Path, n: int, seed: int, image_size: int, progress: bool = True,
+                   splits: tuple[str, ...] | None = None) -> Path:
+    """Synthesize the phantom set (only `splits`' studies when given) into `out_dir` unless it is already there;
+    returns annotation.json."""
+    from harness.data.phantom import SPLITS, PhantomConfig, synthesize
 
     ann = out_dir / "annotation.json"
     if ann.is_file():
         return ann
-    return Path(synthesize(out_dir, PhantomConfig(n=n, seed=seed, image_size=image_size)))
+    return Path(synthesize(out_dir, PhantomConfig(n=n, seed=seed, image_size=image_size), splits or SPLITS))
 
 
-def load_splits(cfg: RunConfig, progress: bool = True) -> dict:
-    """{split: [Sample]} for the configured data set (synthesizing the phantom set on first use)."""
+def ensure_test_split(cfg: RunConfig, progress: bool = True) -> Path:
+    """annotation.json of the phantom set's test split: the whole set's when it is there, else a set of the test
+    studies alone (drawn on first use; the same studies, so the same test reports and scores)."""
+    d = cfg.data
+    folder = test_split_dir(cfg)
+    only_test = folder != phantom_dir(cfg)
+    return ensure_phantom(folder, d.synth_n, d.synth_seed, d.synth_image_size, progress,
+                          ("test",) if only_test else None)
+
+
+def load_splits(cfg: RunConfig, progress: bool = True, only: str | None = None) -> dict:
+    """{split: [Sample]} for the configured data set (synthesizing the phantom set on first use). `only="test"`:
+    just the test split (on the phantom set, its studies alone are drawn when the whole set is not there)."""
     from harness.data.datasets import load_annotation
 
     d = cfg.data
-    if d.dataset == "phantom" and d.annotation is None:
+    phantom = d.dataset == "phantom" and d.annotation is None
+    if phantom and only == "test":
+        ann = ensure_test_split(cfg, progress)
+    elif phantom:
         ann = ensure_phantom(phantom_dir(cfg), d.synth_n, d.synth_seed, d.synth_image_size, progress)
     else:
         ann = Path(d.annotation)
     splits = load_annotation(ann, d.dataset, image_dir=d.image_dir, views=d.views,
-                             allow_outside_image_dir=d.allow_outside_image_dir, cleaning=d.report_cleaning)
-    splits["train"] = select_train(splits.get("train", []), d, str(ann))
+                             allow_outside_image_dir=d.allow_outside_image_dir, cleaning=d.report_cleaning,
+                             **({"splits": (only,)} if only else {}))
+    if "train" in splits:
+        splits["train"] = select_train(splits["train"], d, str(ann))
     caps = {"val": d.max_val, "test": d.max_test}
     return {k: (v[: caps[k]] if caps.get(k) else v) for k, v in splits.items()}
 

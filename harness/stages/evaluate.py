@@ -87,7 +87,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
     adopt_checkpoint_settings(cfg, model_dir)  # e.g. `eval --model RUN/model` alone: the run's image size
     model, processor, spec = load_any_model(model_dir, cfg)
     model.to(model_device(cfg))
-    splits = load_splits(cfg, progress)
+    splits = load_splits(cfg, progress, only=split if split == "test" else None)
     if split not in splits:
         raise ValueError(f"split '{split}' not in the data set (have: {', '.join(splits)})")
     samples = splits[split]

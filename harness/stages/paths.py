@@ -3,7 +3,8 @@
 plan is built in a fraction of a second.
 
 - `default_cache_dir(cfg)`: the per-machine cache (`cache_dir`, else $REGBENCH_CACHE, else ~/.cache/regbench);
-- `phantom_dir(cfg)`: the folder of the configured phantom set (generator version in its name);
+- `phantom_dir(cfg, splits)`: the folder of the configured phantom set (generator version in its name), or of
+  the part of it that holds only `splits` (an evaluation draws only the test split: `test_split_dir`);
 - `uses_tiny_base(cfg)`, `base_key(cfg)`, `base_dir(cfg)`: whether a run starts from the tiny stage-0 base, its
   cache key (recipe version included) and its folder (`DONE` marks it complete);
 - `analyses_done(run_dir, kinds, key)`: whether an RL run's Supp. A records were written for `key`.
@@ -40,11 +41,23 @@ def default_cache_dir(cfg: RunConfig) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "regbench"
 
 
-def phantom_dir(cfg: RunConfig) -> Path:
+def phantom_dir(cfg: RunConfig, splits: tuple[str, ...] = phantom.SPLITS) -> Path:
     """Folder of the configured phantom set; the generator's version is part of the name (a set drawn by an
-    older generator is never reused)."""
+    older generator is never reused). With `splits` a strict subset of train/val/test: the folder of a set that
+    holds only those splits' studies (the same studies, drawn alone: harness/data/phantom/writer.py)."""
     d = cfg.data
-    return Path(d.synth_dir) / f"n{d.synth_n}-seed{d.synth_seed}-px{d.synth_image_size}-g{phantom.GENERATOR_VERSION}"
+    name = f"n{d.synth_n}-seed{d.synth_seed}-px{d.synth_image_size}-g{phantom.GENERATOR_VERSION}"
+    part = [s for s in phantom.SPLITS if s in splits]
+    if part != list(phantom.SPLITS):
+        name += "-" + "-".join(part)
+    return Path(d.synth_dir) / name
+
+
+def test_split_dir(cfg: RunConfig) -> Path:
+    """The phantom folder a test evaluation reads: the whole set's when it is there (a training stage drew it),
+    else the test-only part (an evaluation on a set no stage trains on draws only its test split)."""
+    whole = phantom_dir(cfg)
+    return whole if (whole / "annotation.json").is_file() else phantom_dir(cfg, ("test",))
 
 
 def pretrain_key(cfg: RunConfig) -> str:

@@ -302,11 +302,34 @@ def test_a_larger_test_set_of_the_same_seed_keeps_every_stage_run(tmp_path):
     assert {n.key for n in larger.stage_nodes()} == {n.key for n in plan.stage_nodes()}
     ev = larger.nodes[larger.runs["a", 0].eval_node]
     assert ev.config["data"]["synth_n"] == 20000 and ev.key != plan.nodes[plan.runs["a", 0].eval_node].key
-    assert len([n for n in larger.nodes.values() if n.kind == "data"]) == 2  # the training set and the test set
+    # the training set, and the larger set's test split drawn alone (issue 27: 4,000 studies, not 20,000)
+    assert [n.kind for n in larger.nodes.values() if n.kind.endswith("data")] == ["data", "test_data"]
+    part = next(n for n in larger.nodes.values() if n.kind == "test_data")
+    assert ev.deps[0] == part.id and part.id.startswith("data:")
     smaller = load_study(write_study(tmp_path, ARMS, extra="stages: {eval: {data: {synth_n: 1500}}}\n"))
     with pytest.raises(ConfigError, match=r"arm 'a': the test evaluation would test on studies stage 'warmup'.*"
                                           r"studies 1200-1499"):
         build_plan(smaller, tmp_path / "out")
+
+
+def test_an_evaluation_reads_the_whole_set_its_stages_draw_and_draws_only_the_test_split_of_any_other(tmp_path):
+    """issue 27: the test split of a set no stage trains on (a larger test set, or test_reports: per_seed) is drawn
+    alone; an evaluation on the training stages' own set reads that set (no second draw)."""
+    from harness.config import RunConfig, from_dict
+    from harness.experiments.plan import node_done
+    from harness.stages.paths import phantom_dir
+
+    same = build_plan(load_study(write_study(tmp_path, ARMS)), tmp_path / "out")
+    assert [n.kind for n in same.nodes.values() if n.kind.endswith("data")] == ["data"]
+    fresh = build_plan(load_study(write_study(tmp_path, ARMS, extra="test_reports: per_seed\n")),
+                       tmp_path / "out")
+    parts = [n for n in fresh.nodes.values() if n.kind == "test_data"]
+    assert len(parts) == 2 and [n.kind for n in fresh.nodes.values() if n.kind == "data"] == ["data"]
+    for part in parts:
+        cfg = from_dict(RunConfig, part.config)
+        assert phantom_dir(cfg, ("test",)).name == phantom_dir(cfg).name + "-test"
+        assert not node_done(part)
+    assert {n.key for n in fresh.stage_nodes()} == {n.key for n in same.stage_nodes()}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -349,6 +372,7 @@ FAKES = {"warmup": "tests.harness.test_experiments:fake_warmup",
          "classifier": "tests.harness.test_experiments:fake_classifier",
          "sft": "tests.harness.test_experiments:fake_sft", "rl": "tests.harness.test_experiments:fake_rl",
          "eval": "tests.harness.test_experiments:fake_eval", "data": "tests.harness.test_experiments:fake_support",
+         "test_data": "tests.harness.test_experiments:fake_support",
          "pretrain": "tests.harness.test_experiments:fake_support"}
 
 
@@ -390,6 +414,7 @@ def _patch_stage_modules(monkeypatch):
     monkeypatch.setattr(harness.stages.loading, "base_path", fake_support)
     monkeypatch.setattr(harness.stages.pretrain, "build_base", fake_support)
     monkeypatch.setattr(ex, "prepare_data", fake_support)
+    monkeypatch.setattr(ex, "prepare_test_data", fake_support)
     monkeypatch.setattr(ex, "evaluate_final", fake_eval)
 
 

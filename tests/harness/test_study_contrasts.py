@@ -68,11 +68,13 @@ def test_per_seed_test_reports_draw_a_fresh_phantom_test_set_for_each_seed_and_k
 
     assert [eval_seed(shared, s) for s in (0, 1)] == [0, 0]
     assert [eval_seed(fresh, s) for s in (0, 1)] == [PER_SEED_TEST_OFFSET, PER_SEED_TEST_OFFSET + 1]
-    # every training stage reads the study's seed-0 set; each seed's test set is its own data node
-    def data_nodes(plan):
-        return {n.id for n in plan.nodes.values() if n.kind == "data"}
+    # every training stage reads the study's seed-0 set; each seed's test set is its own node, drawing only the
+    # test split (issue 27)
+    def data_nodes(plan, kind="data"):
+        return {n.id for n in plan.nodes.values() if n.kind == kind}
 
-    assert len(data_nodes(shared)) == 1 and len(data_nodes(fresh)) == 3
+    assert len(data_nodes(shared)) == 1 and len(data_nodes(fresh)) == 1 and len(data_nodes(fresh, "test_data")) == 2
+    assert not data_nodes(shared, "test_data")
     index = build_index(fresh, {}, "now", argv=[])
     assert index[IndexKey.TEST_REPORTS] == "per_seed"
     assert build_index(shared, {}, "now", argv=[])[IndexKey.TEST_REPORTS] == "shared"

@@ -27,7 +27,14 @@ from harness.data.phantom.vocabulary import (
     ZONED,
     ZONES,
 )
-from harness.data.phantom.writer import case_and_report, generate_item, split_counts, synthesize
+from harness.data.phantom.writer import (
+    SPLITS,
+    case_and_report,
+    generate_item,
+    split_counts,
+    split_ranges,
+    synthesize,
+)
 
 __all__ = [
     "DEVICES",
@@ -38,6 +45,7 @@ __all__ = [
     "LATERAL",
     "SEVERITIES",
     "SIDES",
+    "SPLITS",
     "ZONED",
     "ZONES",
     "Case",
@@ -49,6 +57,7 @@ __all__ = [
     "generate_item",
     "sample_case",
     "split_counts",
+    "split_ranges",
     "synthesize",
     "write_report",
 ]

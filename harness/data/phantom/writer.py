@@ -26,6 +26,16 @@ def split_counts(n: int, fractions: tuple[float, float, float]) -> tuple[int, in
     return n - val - test, val, test
 
 
+SPLITS = ("train", "val", "test")
+
+
+def split_ranges(n: int, fractions: tuple[float, float, float]) -> dict[str, range]:
+    """{split: the study indices it holds}: train, then val, then test, as `synthesize` draws them."""
+    counts = split_counts(n, fractions)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    return {name: range(int(starts[i]), int(starts[i + 1])) for i, name in enumerate(SPLITS)}
+
+
 def _sample_generators(seed: int, index: int) -> list[np.random.Generator]:
     return [np.random.default_rng(s) for s in np.random.SeedSequence([seed, index]).spawn(3)]
 
@@ -61,24 +71,30 @@ def _png_bytes(image: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def synthesize(out_dir: str | os.PathLike, cfg: PhantomConfig | None = None) -> Path:
+def synthesize(out_dir: str | os.PathLike, cfg: PhantomConfig | None = None,
+               splits: tuple[str, ...] = SPLITS) -> Path:
     """Write ``out_dir/annotation.json`` (R2Gen format) and ``out_dir/images/<id>.png``; return the json path.
 
+    `splits`: the splits to draw (the others are written empty). A study depends only on its seed and index, so a
+    set drawn with ``splits=("test",)`` holds exactly the test studies of the full set (same items, same image
+    bytes) and costs only them: a 4,000-report test split of a 20,000-study set draws 4,000 studies, not 20,000.
     Byte-identical for the same config on the same platform. The annotation is written last and atomically,
     so a present annotation.json always describes a complete set of images.
     """
     cfg = cfg or PhantomConfig()
+    unknown = [name for name in splits if name not in SPLITS]
+    if unknown or not splits:
+        raise ValueError(f"synthesize: splits must be a non-empty subset of {SPLITS}, got {splits!r}")
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
-    counts = split_counts(cfg.n, cfg.split_fractions)
-    names = ("train", "val", "test")
-    splits: dict[str, list[dict]] = {name: [] for name in names}
-    bounds = np.cumsum(counts)
-    bar = tqdm(range(cfg.n), desc="phantom", unit="img", disable=not sys.stderr.isatty())
-    for index in bar:
+    ranges = split_ranges(cfg.n, cfg.split_fractions)
+    drawn: dict[str, list[dict]] = {name: [] for name in SPLITS}
+    indices = [(name, index) for name in SPLITS if name in splits for index in ranges[name]]
+    bar = tqdm(indices, desc="phantom", unit="img", disable=not sys.stderr.isatty())
+    for name, index in bar:
         item, image = generate_item(cfg, index)
         atomic_write_bytes(out / item["image_path"][0], _png_bytes(image))
-        splits[names[int(np.searchsorted(bounds, index, side="right"))]].append(item)
+        drawn[name].append(item)
     path = out / "annotation.json"
-    atomic_write_bytes(path, (json.dumps(splits, sort_keys=True, indent=2) + "\n").encode("utf-8"))
+    atomic_write_bytes(path, (json.dumps(drawn, sort_keys=True, indent=2) + "\n").encode("utf-8"))
     return path

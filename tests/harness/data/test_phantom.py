@@ -245,3 +245,21 @@ def test_generator_2_draws_small_findings_large_enough_to_read_at_128_px(name, f
         normal = draw_image(Case(), np.random.default_rng(seed), 128).astype(int)
         counts.append(int((np.abs(drawn - normal) >= 12).sum()))
     assert np.median(counts) >= floor, (name, counts)
+
+
+@pytest.mark.parametrize("splits", [("test",), ("val",), ("train", "test")])
+def test_a_set_of_some_splits_holds_exactly_their_studies_of_the_whole_set(tmp_path, splits):
+    """issue 27: drawing only the splits a stage reads gives the same items and the same image bytes as the whole
+    set (a study depends only on its seed and index), so every stage key and score stays as it was."""
+    cfg = PhantomConfig(n=20, seed=3, image_size=48)
+    whole = json.loads(synthesize(tmp_path / "whole", cfg).read_text())
+    part_ann = synthesize(tmp_path / "part", cfg, splits)
+    part = json.loads(part_ann.read_text())
+    for name in ("train", "val", "test"):
+        assert part[name] == (whole[name] if name in splits else [])
+    images = sorted(p.name for p in (tmp_path / "part" / "images").iterdir())
+    assert images == sorted(f"{item['id']}.png" for name in splits for item in whole[name])
+    for name in images:
+        assert (tmp_path / "part" / "images" / name).read_bytes() == (tmp_path / "whole" / "images" / name).read_bytes()
+    with pytest.raises(ValueError, match="splits must be a non-empty subset"):
+        synthesize(tmp_path / "bad", cfg, ("testing",))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
+
 from harness.config import build_config
 from harness.stages import paths
 
@@ -41,3 +43,22 @@ def test_the_stage_modules_name_the_same_functions():
     assert pretrain.base_dir is paths.base_dir and pretrain.pretrain_key is paths.pretrain_key
     assert common.phantom_dir is paths.phantom_dir and common.default_cache_dir is paths.default_cache_dir
     assert analyze.analyses_done is paths.analyses_done
+
+
+def test_a_test_evaluation_draws_only_the_test_split_and_reads_the_same_samples(tmp_path):
+    """issue 27: with no whole set there, the test split is drawn alone (its studies only); its samples equal the
+    whole set's test samples, and once the whole set exists an evaluation reads that instead."""
+    from harness.stages.common import load_splits
+
+    cfg = build_config({"data": {"synth_n": 20, "synth_image_size": 48, "synth_dir": str(tmp_path / "a")}})
+    alone = load_splits(cfg, progress=False, only="test")
+    assert list(alone) == ["test"] and len(alone["test"]) == 4
+    assert not (paths.phantom_dir(cfg) / "annotation.json").exists()
+    assert len(list((paths.phantom_dir(cfg, ("test",)) / "images").iterdir())) == 4
+    whole_cfg = build_config({"data": {"synth_n": 20, "synth_image_size": 48, "synth_dir": str(tmp_path / "b")}})
+    whole = load_splits(whole_cfg, progress=False)["test"]
+    assert paths.test_split_dir(whole_cfg) == paths.phantom_dir(whole_cfg)
+    for a, b in zip(alone["test"], whole, strict=True):
+        assert (a.id, a.report, a.categories) == (b.id, b.report, b.categories)
+        assert np.array_equal(a.labels, b.labels, equal_nan=True)
+        assert a.image_paths[0].read_bytes() == b.image_paths[0].read_bytes()
