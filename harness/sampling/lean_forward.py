@@ -1,9 +1,11 @@
 """The full-sequence forward of the GRPO log-prob passes (old, reference, current) with the model's arithmetic and
-less work: the 4-D mask built directly instead of through transformers' vmap machinery, and, in passes
-without grad on the CPU, each distinct image through the vision encoder once (harness/sampling/lean_prefill.py says
-why both give the same numbers). The logits are those of `model(input_ids=..., pixel_values=...)` bit for bit,
-and so are the gradients of a pass with grad (the same ops; its images are not deduplicated: the summed
-gradient of G copies of one image's features would round differently). tests/harness/sampling/test_lean_forward.py.
+less work: the 4-D mask built directly instead of through transformers' vmap machinery, and, on the CPU, each
+distinct image through the vision encoder once (harness/sampling/lean_prefill.py says why both give the same
+numbers). The logits are those of `model(input_ids=..., pixel_values=...)` bit for bit, with grad or without.
+In a pass with grad (the training pass) the vision encoder's parameter gradients are then the backward of one
+image's features with the G copies' feature gradients summed, instead of G backwards summed: the same gradient
+up to float rounding (issue 27; before, that pass encoded every image G times). `dedupe_images=False` gives the
+plain call's gradients bit for bit. tests/harness/sampling/test_lean_forward.py.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def _supported(hf) -> bool:
 def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor,
                     image_grid_thw: torch.Tensor, *, logits_to_keep: int, dedupe_images: bool | None = None):
     """`model(input_ids, attention_mask, pixel_values, image_grid_thw, logits_to_keep, use_cache=False).logits`.
-    `dedupe_images` None = on the CPU when grad is off. Runs under the caller's autocast."""
+    `dedupe_images` None = on the CPU (with grad or without). Runs under the caller's autocast."""
     from harness.models.trainable import unwrap
 
     hf = unwrap(model)
@@ -32,7 +34,7 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
         return model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
                      image_grid_thw=image_grid_thw, logits_to_keep=keep, use_cache=False).logits
     if dedupe_images is None:
-        dedupe_images = input_ids.device.type == "cpu" and not torch.is_grad_enabled()
+        dedupe_images = input_ids.device.type == "cpu"
     inner = hf.model
     embeds = inner.get_input_embeddings()(input_ids)
     feats = image_features(hf, pixel_values, image_grid_thw, dedupe_images).to(embeds.device, embeds.dtype)

@@ -1,5 +1,5 @@
-"""sequence_logits (harness/sampling/lean_forward.py) gives the logits and gradients of the plain model call, bit
-for bit."""
+"""sequence_logits (harness/sampling/lean_forward.py) gives the logits of the plain model call bit for bit, and its
+gradients bit for bit without image deduplication, to float rounding with it (the default on the CPU)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def test_logits_and_gradients_equal_the_model_call(tiny_tokenizer, tiny_processo
     model, ids, mask, pv, grid = _setup(tiny_tokenizer, tiny_processor, xray_images, attn, dtype)
     params = [p for p in model.parameters() if p.requires_grad]
     grads = {}
-    for name, fn in (("plain", _plain), ("lean", lambda *a: sequence_logits(*a, logits_to_keep=7))):
+    lean = lambda *a: sequence_logits(*a, logits_to_keep=7, dedupe_images=False)  # noqa: E731
+    for name, fn in (("plain", _plain), ("lean", lean)):
         model.zero_grad(set_to_none=True)
         with autocast_for(model):
             logits = fn(model, ids, mask, pv, grid)
@@ -68,3 +69,31 @@ def test_passes_without_grad_encode_each_image_once(tiny_tokenizer, tiny_process
     hook.remove()
     assert patches == [pv.shape[0], pv.shape[0] // 3]
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("attn,dtype", [("eager", torch.float32), ("sdpa", torch.float32), ("sdpa", torch.bfloat16)])
+def test_the_training_pass_encodes_each_image_once_with_the_same_logits_and_gradients_to_rounding(
+        tiny_tokenizer, tiny_processor, xray_images, attn, dtype):
+    """issue 27: a pass with grad on the CPU encodes each distinct image once (a rollout repeats each prompt G = 3
+    times here); its logits are the plain call's bit for bit, its gradients the same to float rounding (the vision
+    tower's are summed over the G copies before its backward instead of after)."""
+    model, ids, mask, pv, grid = _setup(tiny_tokenizer, tiny_processor, xray_images, attn, dtype)
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    patches = []
+    hook = unwrap(model).model.visual.register_forward_hook(lambda m, a, o: patches.append(a[0].shape[0]))
+    grads = {}
+    for name, fn in (("plain", _plain), ("lean", lambda *a: sequence_logits(*a, logits_to_keep=7))):
+        model.zero_grad(set_to_none=True)
+        with autocast_for(model):
+            logits = fn(model, ids, mask, pv, grid)
+        (logits.float().square().mean() + logits.float()[:, -1, :5].sum()).backward()
+        grads[name] = (logits.detach(), [p.grad.clone() for _, p in params])
+    hook.remove()
+    assert patches == [pv.shape[0], pv.shape[0] // 3]
+    assert torch.equal(grads["lean"][0], grads["plain"][0])
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    vision = 0
+    for (name, _), a, b in zip(params, grads["lean"][1], grads["plain"][1], strict=True):
+        torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol * float(b.float().abs().max() + 1e-12))
+        vision += "visual" in name and float(b.float().abs().sum()) > 0
+    assert vision > 0  # the vision tower's gradients are compared, not only the LM's
