@@ -1,9 +1,11 @@
 """`regbench demo` / `make demo`: the whole tiny study end to end, then tables, figures and index.html.
 
-It runs the study experiments/demo_rl_ablation.yaml (tiny preset, synthetic data, one seed): data synth ->
+It runs the study experiments/demo_rl_ablation.yaml (tiny preset, synthetic data): data synth ->
 stage 0 (tiny base, cached per machine) -> stage 1 warm-up -> classifier -> stage 2 SFT -> six RL arms
 (constant KL, no KL, adaptive PPO-beta, RER, EMA reference, RER + VAPR: one factor at a time) from the shared SFT
-model, each evaluated on the test split, and the Supp. A records of the RER + VAPR arm (the study's `analyses`);
+model on the first seed, the declared contrast's arms (no KL, constant KL) on every seed of the study (`demo_runs`:
+3 RL seeds from the one SFT model, so the contrast is decided by harness/decisions.py), each evaluated on the test
+split, and the Supp. A records of the RER + VAPR arm (the study's `analyses`);
 then it evaluates the base, warm-up and SFT models too, prints one table (per stage and
 per RL arm: BLEU-1..4, METEOR, ROUGE-L, findings against the synthetic ground truth) and each arm's reward
 curve summary into results.md. Everything lands in one folder (default runs/demo). The report (reports/) is
@@ -37,6 +39,14 @@ def verdict_arms(study=None) -> tuple[str, str, str, str] | None:
     if no_kl is None or no_kl.name == study.baseline:
         return None
     return no_kl.name, no_kl.label, study.baseline, study.arm(study.baseline).label
+
+
+def demo_runs(study) -> list[tuple[str, int]]:
+    """The (arm, seed) runs of the demo: every arm on the study's first seed, the arms of its declared contrasts
+    (and the baseline) on every seed."""
+    first = study.seeds[0]
+    contrast_arms = {name for c in study.contrasts for name in (c["arm"], c["baseline"])}
+    return [(a.name, s) for s in study.seeds for a in study.arms if s == first or a.name in contrast_arms]
 
 
 def format_table(rows: list[tuple[str, dict]]) -> str:
@@ -81,14 +91,18 @@ def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
     t0 = time.time()
     out = Path(out)
     study = load_study(DEMO_STUDY)
-    print(f"[demo] study {study.name}: {len(study.arms)} RL arms x {len(study.seeds)} seed(s) -> {out}", flush=True)
-    result = run_experiment(study, out, workers=workers)
+    selected = demo_runs(study)
+    seed = study.seeds[0]
+    many = sorted({a for a, s in selected if s != seed})
+    print(f"[demo] study {study.name}: {len(study.arms)} RL arms on seed {seed}"
+          + (f", {' and '.join(many)} on seeds {study.seeds} (one shared SFT model)" if many else "")
+          + f" -> {out}", flush=True)
+    result = run_experiment(study, out, workers=workers, runs=selected)
     if not result.ok:
         raise RuntimeError(f"demo: arms failed: {result.failed}; see {result.index_path}")
     index = result.index
-    runs = {r[RunKey.ARM]: r for r in index[IndexKey.RUNS]}
+    runs = {r[RunKey.ARM]: r for r in index[IndexKey.RUNS] if r[RunKey.SEED] == seed}
     first = runs[study.baseline]
-    seed = first[RunKey.SEED]
     eval_cfg = resolve_config(study, study.arm(study.baseline), "eval", seed,
                               {"data.synth_dir": str(out / "data"), "out_dir": str(out / "eval_stages")})
     eval_run = RunDir(out / "eval_stages")

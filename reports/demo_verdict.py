@@ -74,7 +74,9 @@ def demo_verdict(out: Path, arm: str, arm_label: str, baseline: str, baseline_la
     from harness.runs.records import read_json
     from harness.runs.schema import IndexKey, RunKey, StageKey
 
-    runs = {r[RunKey.ARM]: r for r in read_json(out / "index.json")[IndexKey.RUNS]}
+    index = read_json(out / "index.json")
+    first = min(r[RunKey.SEED] for r in index[IndexKey.RUNS])  # the seed every arm ran (harness/demo.py)
+    runs = {r[RunKey.ARM]: r for r in index[IndexKey.RUNS] if r[RunKey.SEED] == first}
     a, b = runs[arm], runs[baseline]
     return contrast_text(out / a[RunKey.EVAL_DIR], out / b[RunKey.EVAL_DIR],
                          out / a[RunKey.STAGES]["rl"][StageKey.DIR], out / b[RunKey.STAGES]["rl"][StageKey.DIR],

@@ -12,15 +12,19 @@ from harness.config import ConfigError
 def cmd_demo(ns) -> int:
     from harness.cli.report_commands import build_experiment_report
     from harness.demo import run_demo, verdict_arms
+    from reports.demo_decision import decision_text
     from reports.demo_verdict import demo_verdict
 
     out = Path(ns.out)
     results = run_demo(out, progress=not ns.no_progress, workers=ns.workers)
     arms = verdict_arms()
+    decided = decision_text(out, {arms[0]: arms[1], arms[2]: arms[3]} if arms else None)
     verdict = demo_verdict(out, *arms) if arms else ""
-    if verdict:  # the over-optimisation contrast with its interval and p (issue 12)
-        print(f"\n{verdict}\n", flush=True)
-        results.write_text(results.read_text() + f"\n{verdict}\n")
+    # The declared contrast decided over the RL seeds (issue 23), then the first seed's report bootstrap (issue 12)
+    text = "\n\n".join(t for t in (decided, verdict) if t)
+    if text:
+        print(f"\n{text}\n", flush=True)
+        results.write_text(results.read_text() + f"\n{text}\n")
     print("[demo] building the report", flush=True)
     print(f"report: {build_experiment_report(out)}")
     return 0

@@ -54,8 +54,12 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                    functions: dict[str, str | Callable] | None = None, log: Callable[[str], None] | None = None,
                    argv: list[str] | None = None, launcher: str | None = None,
                    stages_dir: str | Path | None = None, wait_for_locks: bool = False,
-                   executor: str = "local", slurm=None) -> ExperimentResult:
+                   executor: str = "local", slurm=None,
+                   runs: list[tuple[str, int]] | None = None) -> ExperimentResult:
     """Run the selected arms x seeds of a study (all by default); see the package docstring.
+
+    `runs`: exactly these (arm, seed) runs instead (their seeds must be the study's or in `seeds`), in one pool of
+    workers: e.g. the demo's verdict arms on three seeds and its other arms on one.
 
     `stages_dir` puts the stage runs in a folder shared with other studies (see `build_plan`); a stage run
     another runner is executing (its lock file names a live process) fails here with a message saying so, or,
@@ -79,7 +83,13 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     for a in arms or []:
         study.arm(a)  # unknown names are errors
     plan = build_plan(study, out, seeds, stages_dir)
-    selected = [k for k in plan.runs if (not arms or k[0] in arms) and (k[1] in (seeds or study.seeds))]
+    if runs is not None:
+        missing = [r for r in runs if tuple(r) not in plan.runs]
+        if missing:
+            raise ConfigError(f"{study.path.name}: runs {missing} are not in the study (arms x seeds {plan.seeds})")
+        selected = [k for k in plan.runs if k in {tuple(r) for r in runs}]
+    else:
+        selected = [k for k in plan.runs if (not arms or k[0] in arms) and (k[1] in (seeds or study.seeds))]
     if executor == "slurm":
         from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions
 

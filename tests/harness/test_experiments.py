@@ -183,7 +183,7 @@ def test_demo_runs_its_study_on_the_tiny_preset():
     from harness.demo import DEMO_STUDY
 
     study = load_study(DEMO_STUDY)
-    assert study.preset == "tiny-bench" and study.seeds == [0]
+    assert study.preset == "tiny-bench" and study.seeds == [0, 1, 2]  # the verdict contrast: 3 seeds (issue 23)
     regs = {(resolve_config(study, a, "rl", 0).rl.regularizer, resolve_config(study, a, "rl", 0).rl.reference)
             for a in study.arms}
     assert regs == {("constant", "static"), ("none", "static"), ("adaptive", "static"), ("rer", "static"),
@@ -510,6 +510,17 @@ def test_parallel_spawned_workers(tmp_path, calls):
     assert res.ok and len(res.ran) == 6
     rows = calls()
     assert [_count(rows, s) for s in ("warmup", "classifier", "sft", "rl", "eval")] == [2, 2, 2, 6, 6]
+
+
+def test_exact_runs_are_selected_in_one_pool(tmp_path, calls):
+    """`runs=`: exactly these (arm, seed) runs (the demo: its contrast's arms on more seeds than the others)."""
+    study = load_study(write_study(tmp_path, ARMS, seeds="[0, 1]"))
+    res = run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None,
+                         runs=[("a", 0), ("b", 0), ("a", 1)])
+    assert res.ok and sorted(res.ran) == [("a", 0), ("a", 1), ("b", 0)]
+    assert _count(calls(), "rl") == 3
+    with pytest.raises(ConfigError, match=r"runs \[\('a', 5\)\] are not in the study"):
+        run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None, runs=[("a", 5)])
 
 
 def test_experiment_list_cli(tmp_path, capsys):

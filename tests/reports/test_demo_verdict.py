@@ -95,3 +95,48 @@ def test_demo_takes_the_no_kl_arm_against_the_baseline(tmp_path):
     text = demo_verdict(tmp_path, *verdict_arms(study))
     assert text.startswith("no KL - constant KL (static reference), one seed")
     assert "no KL 4.50, constant KL (static reference) 0.50" in text
+
+
+def test_the_demo_runs_every_arm_on_one_seed_and_its_contrast_on_three():
+    """issue 23 item 6: the declared contrast (no KL vs constant KL) runs on 3 RL seeds from one shared SFT model
+    (stage_seeds), every other arm on the first seed."""
+    from harness.demo import DEMO_STUDY, demo_runs
+    from harness.experiments import build_plan, load_study
+
+    study = load_study(DEMO_STUDY)
+    runs = demo_runs(study)
+    assert sorted(s for a, s in runs if a in ("no_kl", "ckl")) == [0, 0, 1, 1, 2, 2]
+    assert sorted(a for a, s in runs if s == 0) == sorted(a.name for a in study.arms)
+    assert len(runs) == len(study.arms) + 4
+    plan = build_plan(study, "/tmp/unused-demo-plan")
+    sft = {plan.runs[r].stages["sft"] for r in runs}
+    assert len(sft) == 1  # one SFT model for every RL seed
+    assert len({plan.runs[r].stages["rl"] for r in runs}) == len(runs)
+
+
+def test_the_demo_decision_states_the_outcome_with_n_seeds(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import reports.experiment
+    from reports.demo_decision import decision_text
+
+    diffs = {"ce_micro_f1": [0.05, 0.06, 0.055], "BLEU_4": [0.001, -0.002, 0.0005]}
+    values = {("no_kl", m): {s: 0.5 + d for s, d in enumerate(v)} for m, v in diffs.items()}
+    values.update({("ckl", m): {s: 0.5 for s in range(3)} for m in diffs})
+    rl = {}
+    for arm, kl in (("no_kl", 4.0), ("ckl", 0.5)):
+        rl[arm] = []
+        for seed in range(3):
+            _, rl_dir = _arm(tmp_path / f"s{seed}", arm, [REF], [{"step": 1, "kl_start_seq": kl + seed}], selected=1)
+            rl[arm].append(SimpleNamespace(rl_dir=rl_dir))
+    exp = SimpleNamespace(
+        contrasts=[{"arm": "no_kl", "baseline": "ckl", "metric": "ce_micro_f1", "delta": 0.02},
+                   {"arm": "no_kl", "baseline": "ckl", "metric": "BLEU_4", "delta": 0.01}],
+        decide={}, values=lambda arm, metric: values[arm, metric], runs_of=lambda arm: rl[arm])
+    monkeypatch.setattr(reports.experiment, "load_experiment", lambda out: exp)
+    text = decision_text(tmp_path, {"no_kl": "no KL", "ckl": "constant KL"})
+    lines = text.splitlines()
+    assert lines[0].startswith("no KL - constant KL over n = 3 RL seeds [0, 1, 2] (one shared SFT model")
+    assert lines[1].startswith("- gold findings micro-F1: +0.0550 [") and lines[1].endswith(": better, n = 3 seeds")
+    assert lines[2].startswith("- BLEU-4 (proxy reward): -0.0002 [") and lines[2].endswith(": equivalent, n = 3 seeds")
+    assert lines[3].endswith("no KL 5.00, constant KL 1.50")
