@@ -25,6 +25,10 @@ from harness.stages.lm_train import LMData, train_lm
 from harness.stages.paths import base_dir, pretrain_key  # noqa: F401 - re-exported: this stage's key and folder
 
 FINDINGS_INSTRUCTION = "List the findings."
+# DataLoader worker processes that decode and encode stage 0's next batch while this process trains (issue 27:
+# decoding and the processor are ~10-15% of a step on one core; in the demo the other core is idle for most of
+# stage 0). The batches do not depend on it (harness/stages/lm_batches.py), so neither do the weights or the key.
+LOADER_WORKERS = 1
 
 
 def findings_answer(labels) -> str:
@@ -138,6 +142,7 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
                                 cfg.prompt.instruction, cfg.prompt.disease_template)
     val_data = LMData(load_images(val, size), [cfg.prompt.instruction] * len(val), [s.report for s in val])
     tcfg = p.train_config()
+    tcfg.num_workers = LOADER_WORKERS
     run = RunDir(work / "run")
     # The cached base must not depend on which command built it first: the weights depend on the thread
     # count, so stage 0 always trains on one thread (as in the experiment runner's worker processes).
