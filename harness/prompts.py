@@ -34,12 +34,13 @@ def prompt_set(cfg: RunConfig, samples, spec: dict) -> PromptSet:
                      instructions_for(cfg, samples, spec), [s.report for s in samples])
 
 
-def load_images(samples, size: int):
+def load_images(samples, size: int, cache_dir=None):
     """Every view of each sample, padded to square and resized to size x size, decoded when a batch reads them
-    (harness/data/streaming.py: memory flat in the data set's size)."""
+    (harness/data/streaming.py: memory flat in the data set's size); with `cache_dir`, decoded once and kept there
+    as uint8 pixels for the next epochs (harness/data/pixel_cache.py)."""
     from harness.data.streaming import LazyViews
 
-    return LazyViews(samples, size)
+    return LazyViews(samples, size, cache_dir=cache_dir)
 
 
 def plain_instructions(cfg: RunConfig, n: int) -> list[str]:
@@ -68,11 +69,12 @@ def reference_labels(samples) -> np.ndarray:
     return out
 
 
-def classifier_inputs(samples, img_size: int, normalization: str = "imagenet"):
-    """The classifier's input: the first view of each study, preprocessed when a batch reads it."""
+def classifier_inputs(samples, img_size: int, normalization: str = "imagenet", cache_dir=None):
+    """The classifier's input: the first view of each study, preprocessed when a batch reads it (its decoded
+    pixels kept in `cache_dir` for the next epochs when given)."""
     from harness.data.streaming import ClassifierImages
 
-    return ClassifierImages(samples, img_size, normalization)
+    return ClassifierImages(samples, img_size, normalization, cache_dir=cache_dir)
 
 
 def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:

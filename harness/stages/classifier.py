@@ -5,6 +5,7 @@ positive predictions into the prompt.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +46,15 @@ def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
         return out
     ccfg = classifier_config(cfg)
     splits = require_train(load_splits(cfg, progress), cfg, "classifier")
-    x_tr = classifier_inputs(splits["train"], ccfg.img_size, ccfg.normalization)
-    x_va = classifier_inputs(splits["val"], ccfg.img_size, ccfg.normalization)
+    # Every epoch reads the train and val images again: decoded once, kept as uint8 pixels on disk for the run
+    # (harness/data/pixel_cache.py; the same pixels), removed when it ends.
+    with tempfile.TemporaryDirectory(prefix="pixels-", dir=run.path) as pixels:
+        return _train(cfg, run, ccfg, splits, out, pixels, progress)
+
+
+def _train(cfg: RunConfig, run, ccfg: ClassifierConfig, splits: dict, out: Path, pixels: str, progress: bool) -> Path:
+    x_tr = classifier_inputs(splits["train"], ccfg.img_size, ccfg.normalization, cache_dir=pixels)
+    x_va = classifier_inputs(splits["val"], ccfg.img_size, ccfg.normalization, cache_dir=pixels)
     y_tr = torch.tensor(classifier_targets(reference_labels(splits["train"])), dtype=torch.float32)
     y_va = torch.tensor(classifier_targets(reference_labels(splits["val"])), dtype=torch.float32)
     model = build_classifier(ccfg)

@@ -136,11 +136,14 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     set_trainable(model, "pretrain")
     size = cfg.model.image_size
     train_data = with_findings_task(
-        LMData(load_images(train, size), [cfg.prompt.instruction] * len(train), [s.report for s in train]),
+        # decoded once into a uint8 file in the work folder (removed with it), not once per epoch
+        LMData(load_images(train, size, cache_dir=work / "pixels"), [cfg.prompt.instruction] * len(train),
+               [s.report for s in train]),
         train, p.findings_task_fraction, stage_paths.STAGE0_SEED)
     train_data = with_hint_task(train_data, train, p.hint_task_fraction, stage_paths.STAGE0_SEED,
                                 cfg.prompt.instruction, cfg.prompt.disease_template)
-    val_data = LMData(load_images(val, size), [cfg.prompt.instruction] * len(val), [s.report for s in val])
+    val_data = LMData(load_images(val, size, cache_dir=work / "pixels"), [cfg.prompt.instruction] * len(val),
+                      [s.report for s in val])
     tcfg = p.train_config()
     tcfg.num_workers = LOADER_WORKERS
     run = RunDir(work / "run")

@@ -83,3 +83,35 @@ def test_classifier_trains_the_same_from_a_stream_as_from_a_tensor(samples):
         states.append(model.state_dict())
     for key in states[0]:
         assert torch.equal(states[0][key], states[1][key]), key
+
+
+def test_the_pixel_cache_gives_the_same_pixels_and_decodes_each_image_once(samples, tmp_path, monkeypatch):
+    """issue 27: with cache_dir the epochs after the first read the decoded uint8 pixels back from a memory-mapped
+    file: the same images (and so the same classifier tensors), one decode per image, a cache that survives
+    pickling (DataLoader workers, forked or spawned, map the same file)."""
+    import pickle
+
+    calls = []
+    real = streaming.load_image
+    monkeypatch.setattr(streaming, "load_image", lambda p, size: calls.append(p) or real(p, size))
+    plain = LazyViews(samples, 24)
+    cached = LazyViews(samples, 24, cache_dir=tmp_path / "pixels")
+    calls.clear()
+    for _ in range(3):  # three epochs
+        for i in range(len(samples)):
+            _same(cached[i], load_views(samples[i], 24))
+    assert len(calls) == sum(len(s.image_paths) for s in samples)  # each view decoded once
+    again = pickle.loads(pickle.dumps(cached))
+    assert again.cache._pixels is None
+    _same(again[3], plain[3])
+    assert len(calls) == sum(len(s.image_paths) for s in samples)  # read back from the file, not decoded
+    joined = cached + [plain[0]]
+    _same(joined[len(samples)], plain[0])
+    files = list((tmp_path / "pixels").glob("pixels-24-*.u8"))
+    assert len(files) == 1
+    assert files[0] == cached.cache.path and files[0].stat().st_size == len(cached.cache.slots) * (24 * 24 * 3 + 1)
+    first = ClassifierImages(samples, 20, cache_dir=tmp_path / "clf")
+    want = ClassifierImages(samples, 20)[:]
+    assert torch.equal(first[:], want) and torch.equal(first[:], want) and torch.equal(first[2], want[2])
+    other = ClassifierImages(samples[:2], 20, cache_dir=tmp_path / "clf")  # another set, same folder: its own file
+    assert other.cache.path != first.cache.path and torch.equal(other[:], want[:2])
