@@ -5,7 +5,8 @@ numbers). The logits are those of `model(input_ids=..., pixel_values=...)` bit f
 In a pass with grad (the training pass) the vision encoder's parameter gradients are then the backward of one
 image's features with the G copies' feature gradients summed, instead of G backwards summed: the same gradient
 up to float rounding (issue 27; before, that pass encoded every image G times). `dedupe_images=False` gives the
-plain call's gradients bit for bit. tests/harness/sampling/test_lean_forward.py.
+plain call's gradients bit for bit, and so does a model in train mode (rl.policy_dropout: each copy draws its own
+dropout mask, which one shared encoding would not). tests/harness/sampling/test_lean_forward.py.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def _supported(hf) -> bool:
 def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor,
                     image_grid_thw: torch.Tensor, *, logits_to_keep: int, dedupe_images: bool | None = None):
     """`model(input_ids, attention_mask, pixel_values, image_grid_thw, logits_to_keep, use_cache=False).logits`.
-    `dedupe_images` None = on the CPU (with grad or without). Runs under the caller's autocast."""
+    `dedupe_images` None = on the CPU (with grad or without) unless the model is in train mode (dropout). Runs
+    under the caller's autocast."""
     from harness.models.trainable import unwrap
 
     hf = unwrap(model)
@@ -34,7 +36,8 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
         return model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
                      image_grid_thw=image_grid_thw, logits_to_keep=keep, use_cache=False).logits
     if dedupe_images is None:
-        dedupe_images = input_ids.device.type == "cpu"
+        # Not in train mode: dropout (rl.policy_dropout) draws a mask per copy, which one encoding would share.
+        dedupe_images = input_ids.device.type == "cpu" and not hf.training
     inner = hf.model
     embeds = inner.get_input_embeddings()(input_ids)
     feats = image_features(hf, pixel_values, image_grid_thw, dedupe_images).to(embeds.device, embeds.dtype)

@@ -5,8 +5,9 @@ while this net (5 conv-BN-ReLU-maxpool blocks, 32-128 channels, max over positio
 calibration probe: the small findings (tubes, rib gaps, pneumothorax rims) are a few pixels wide, which suits
 convolutions with their locality prior. torchvision / timm have no net this small, so it is written here.
 
-Its weights and activations are channels-last (NHWC): oneDNN's convolutions run about 2x faster on a CPU core
-that way than on NCHW tensors (measured side by side, issue 27; benchmarks/RESULTS.md). The same function, summed
+Its weights and activations are channels-last (NHWC): oneDNN's convolutions ran a training batch about 2x faster
+on a CPU core that way than on NCHW tensors in a micro-benchmark (issue 27; end to end, with the pixel cache, the
+classifier took 0.88x the CPU time: benchmarks/RESULTS.md). The same function, summed
 in another order: a net trained so matches an NCHW one to float rounding, not bit for bit.
 """
 

@@ -97,3 +97,11 @@ def test_the_training_pass_encodes_each_image_once_with_the_same_logits_and_grad
         torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol * float(b.float().abs().max() + 1e-12))
         vision += "visual" in name and float(b.float().abs().sum()) > 0
     assert vision > 0  # the vision tower's gradients are compared, not only the LM's
+    # In train mode (rl.policy_dropout) every copy keeps its own encoding: dropout masks differ per copy.
+    model.train()
+    patches.clear()
+    hook = unwrap(model).model.visual.register_forward_hook(lambda m, a, o: patches.append(a[0].shape[0]))
+    with autocast_for(model):
+        sequence_logits(model, ids, mask, pv, grid, logits_to_keep=7)
+    hook.remove()
+    assert patches == [pv.shape[0]]
