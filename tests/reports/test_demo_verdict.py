@@ -120,7 +120,7 @@ def test_the_demo_decision_states_the_outcome_with_n_seeds(tmp_path, monkeypatch
     import reports.experiment
     from reports.demo_decision import decision_text
 
-    diffs = {"ce_micro_f1": [0.05, 0.06, 0.055], "BLEU_4": [0.001, -0.002, 0.0005]}
+    diffs = {"gold_f1": [0.05, 0.06, 0.055], "BLEU_4": [0.001, -0.002, 0.0005]}
     values = {("no_kl", m): {s: 0.5 + d for s, d in enumerate(v)} for m, v in diffs.items()}
     values.update({("ckl", m): {s: 0.5 for s in range(3)} for m in diffs})
     rl = {}
@@ -130,13 +130,14 @@ def test_the_demo_decision_states_the_outcome_with_n_seeds(tmp_path, monkeypatch
             _, rl_dir = _arm(tmp_path / f"s{seed}", arm, [REF], [{"step": 1, "kl_start_seq": kl + seed}], selected=1)
             rl[arm].append(SimpleNamespace(rl_dir=rl_dir))
     exp = SimpleNamespace(
-        contrasts=[{"arm": "no_kl", "baseline": "ckl", "metric": "ce_micro_f1", "delta": 0.02},
+        contrasts=[{"arm": "no_kl", "baseline": "ckl", "metric": "gold_f1", "delta": 0.02},
                    {"arm": "no_kl", "baseline": "ckl", "metric": "BLEU_4", "delta": 0.01}],
         decide={}, values=lambda arm, metric: values[arm, metric], runs_of=lambda arm: rl[arm])
     monkeypatch.setattr(reports.experiment, "load_experiment", lambda out: exp)
     text = decision_text(tmp_path, {"no_kl": "no KL", "ckl": "constant KL"})
     lines = text.splitlines()
     assert lines[0].startswith("no KL - constant KL over n = 3 RL seeds [0, 1, 2] (one shared SFT model")
-    assert lines[1].startswith("- gold findings micro-F1: +0.0550 [") and lines[1].endswith(": better, n = 3 seeds")
+    assert lines[1].startswith("- gold findings micro-F1 (gold reader vs image truth): +0.0550 [")
+    assert lines[1].endswith(": better, n = 3 seeds")
     assert lines[2].startswith("- BLEU-4 (proxy reward): -0.0002 [") and lines[2].endswith(": equivalent, n = 3 seeds")
     assert lines[3].endswith("no KL 5.00, constant KL 1.50")
