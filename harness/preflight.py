@@ -1,5 +1,7 @@
-"""Checks that need no model: names (reward, metrics, split) and input folders, run before anything heavy
-loads or is built (stage 0, the phantom set), so a typo costs a second, not a model load."""
+"""Checks that need no model: names (reward, metrics, split), input folders, the device and the run folder, run
+before anything heavy loads or is built (stage 0, the phantom set) and before anything is written, so a typo
+costs a second, not a model load, and a refused command leaves its out folder as it was (absent, or the earlier
+run)."""
 
 from __future__ import annotations
 
@@ -36,11 +38,71 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
         raise ConfigError(f"'data.image_dir' = '{d.image_dir}': folder not found")
     if cfg.init_from:
         check_stage_model(cfg.init_from, "init_from")
-    elif cfg.model.path and Path(cfg.model.path).exists():
-        check_base_folder(cfg.model.path, "model.path")
-    if stage == "sft" and cfg.classifier.dir and not Path(cfg.classifier.dir).is_dir():
-        raise ConfigError(f"'classifier.dir' = '{cfg.classifier.dir}': folder not found (the folder written by "
-                          "`regbench classifier train`, e.g. RUN/classifier)")
+        if cfg.model.path:
+            check_base_model(cfg.model.path, "model.path")
+    else:
+        check_base_model(cfg.model.path or _preset_path(cfg), "model.path")
+    if stage == "sft" and cfg.classifier.dir:
+        check_classifier_dir(cfg.classifier.dir, "classifier.dir")
+    if stage == "classifier" and cfg.classifier.pretrained_path:
+        from harness.models.classifier.model import read_state_dict
+
+        read_state_dict(cfg.classifier.pretrained_path, "classifier.pretrained_path")
+    check_device(cfg)
+
+
+def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) -> None:
+    """The out folder can hold this stage's run: not under a file, not another stage's or config's run (unless
+    --restart), not held by another live process. Reads only."""
+    from harness.runs import lock as runlock
+    from harness.runs import state as runstate
+
+    path = Path(cfg.out_dir)
+    restart = runstate.restart_requested() if restart is None else restart
+    runstate.check_out_dir(path)
+    if not restart:
+        runstate.check_reuse(path, cfg, stage)
+    if path.is_dir():
+        runlock.check_free(path)
+
+
+def check_device(cfg: RunConfig) -> None:
+    """`model.device` names a device this machine has."""
+    from harness.stages.loading import model_device
+
+    try:
+        model_device(cfg)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
+def _preset_path(cfg: RunConfig) -> str | None:
+    """The base model of a preset without model.path (None for the tiny one: stage 0 builds it)."""
+    from harness.config.presets import get_preset
+
+    preset = get_preset(cfg.model.preset)
+    return None if preset.name == "tiny" else preset.default_path
+
+
+def check_base_model(path: str | None, key: str) -> None:
+    """A base model's folder (a hub id only when it is in the local Hugging Face cache: nothing is downloaded)."""
+    from harness.models.checkpoint import local_model_folder
+
+    if path:
+        check_base_folder(local_model_folder(path, key), key)
+
+
+def check_classifier_dir(path: str, key: str) -> None:
+    """The folder `regbench classifier train` wrote: classifier.json readable and complete, weights present."""
+    from harness.models.classifier.storage import read_classifier_meta
+
+    if not Path(path).is_dir():
+        raise ConfigError(f"'{key}' = '{path}': folder not found (the folder written by `regbench classifier "
+                          "train`, e.g. RUN/classifier)")
+    try:
+        read_classifier_meta(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(f"'{key}' = '{path}': {e}") from e
 
 
 def check_stage_model(path: str | Path, key: str) -> None:

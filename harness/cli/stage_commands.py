@@ -13,7 +13,15 @@ from harness.config import ConfigError
 
 def cmd_data_synth(ns) -> int:
     from harness.data.phantom import PhantomConfig, synthesize
+    from harness.data.phantom.config import MIN_IMAGE_SIZE
+    from harness.runs.state import check_out_dir
 
+    # The options by their own names, then the folder: nothing is created before all of them pass.
+    for option, value, low in (("--n", ns.n, 1), ("--seed", ns.seed, 0), ("--image-size", ns.image_size,
+                                                                           MIN_IMAGE_SIZE)):
+        if value < low:
+            raise ConfigError(f"{option} = {value} must be >= {low}")
+    check_out_dir(Path(ns.out), "--out")
     path = synthesize(Path(ns.out), PhantomConfig(n=ns.n, seed=ns.seed, image_size=ns.image_size))
     print(f"wrote {path}")
     return 0
@@ -31,13 +39,20 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
     """The one explicit stage-0 call of a stage command: a stage that starts from the tiny base (no init_from,
     no model.path) gets it built first (cached per machine; concurrent processes of a launch wait for one
     build). The cheap input checks run before, so a typo does not cost a stage 0."""
-    from harness.preflight import check_inputs
-    from harness.stages.paths import uses_tiny_base
+    from harness.preflight import check_inputs, check_names, check_run_folder
+    from harness.stages.paths import base_dir, uses_tiny_base
     from harness.stages.pretrain import build_base
 
     if cfg.init_from or not uses_tiny_base(cfg):
         return
+    check_names(cfg, stage)
     check_inputs(cfg, stage)
+    check_run_folder(cfg, stage)
+    if not (base_dir(cfg) / "DONE").is_file() and cfg.data.annotation:
+        # A user's data set is read (and refused) in seconds, before minutes of stage 0.
+        from harness.stages.common import load_splits, require_train
+
+        require_train(load_splits(cfg, progress), cfg, stage)
     build_base(cfg, progress=progress)
 
 
@@ -75,7 +90,12 @@ def cmd_eval(ns) -> int:
 
     check_split(ns.split, "--split")
     cfg = stage_config(ns, "eval")
-    run = RunDir(ns.out) if ns.out else None
+    if ns.out:
+        from harness.runs.state import check_out_dir
+
+        check_out_dir(Path(ns.out), "--out")
+    # The --out folder is opened once the scores exist: a failed evaluation leaves it as it was.
+    run = (lambda: RunDir(ns.out)) if ns.out else None
     scores = evaluate_model(cfg, ns.model, ns.split, run=run, progress=not ns.no_progress)
     per_label = scores.pop("per_label", None)
     if per_label and ns.per_label:

@@ -46,7 +46,8 @@ class DataConfig:
     synth_dir: str = knob("runs/data/phantom", "Folder of the synthetic (phantom) set (this project).")
     synth_n: int = knob(1500, "Studies in the synthetic set, >= 10 (this project).")
     synth_seed: int = knob(0, "Seed of the synthetic set; same seed -> identical files (this project).")
-    synth_image_size: int = knob(128, "Side in pixels of the synthetic images, >= 28 (this project).")
+    synth_image_size: int = knob(128, "Side in pixels of the synthetic images, >= 32 (the phantom generator's "
+                                      "bound, MIN_IMAGE_SIZE; this project).")
     max_train: int | None = knob(None, "Cap on training samples (null = all); handy for smoke runs.")
     max_val: int | None = knob(None, "Cap on validation samples (null = all); handy for smoke runs.")
     max_test: int | None = knob(None, "Cap on test samples (null = all); handy for smoke runs.")

@@ -11,6 +11,7 @@ from typing import Any
 from harness.config.presets import PRESETS
 from harness.config.rl import RLConfig
 from harness.config.run import RunConfig
+from harness.data.phantom.config import MIN_IMAGE_SIZE
 from harness.errors import ConfigError
 
 
@@ -63,12 +64,10 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         if not cond:
             raise ConfigError(f"{_source_of(key, source, sources)}: '{key}' = {value!r} {why}")
 
-    # Every number: floats finite (an inf learning rate or clip range is never meant), counts and seeds >= 0.
+    # Every float finite first (an inf learning rate or clip range is never meant; NaN fails every bound).
     for key, value in _numeric_fields(cfg):
         if isinstance(value, float):
             need(math.isfinite(value), key, value, "must be a finite number")
-        else:
-            need(value >= 0, key, value, "must be >= 0")
     if isinstance(cfg, RunConfig):
         # The preset first: an unknown one leaves the preset-owned fields (image size, dtype) unset.
         need(cfg.model.preset in PRESETS, "model.preset", cfg.model.preset, f"must be one of {', '.join(PRESETS)}")
@@ -153,6 +152,12 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              cfg.generation.min_new_tokens, "must be <= generation.max_new_tokens")
         need(cfg.generation.backend in ("hf", "lean", "vllm"), "generation.backend", cfg.generation.backend,
              "must be hf, lean or vllm")
+    # Then every other count and seed >= 0, after the knobs' own bounds: a message states the bound that the
+    # value is then held to (rl.group_size=-1 is told ">= 2", not ">= 0" and then ">= 2").
+    for key, value in _numeric_fields(cfg):
+        if not isinstance(value, float):
+            need(value >= 0, key, value, "must be >= 0")
+    if isinstance(cfg, RunConfig):
         _trial_build(cfg.rl, lambda key: _source_of(key, source, sources))
 
 
@@ -182,7 +187,7 @@ def _check_ranges(cfg: RunConfig, need) -> None:
         ok = lo <= value < hi if hi_open else lo <= value <= hi
         need(ok, key, value, f"must be in [{lo:g}, {hi:g}{')' if hi_open else ']'}")
 
-    at_least("data.synth_image_size", 28)
+    at_least("data.synth_image_size", MIN_IMAGE_SIZE)  # the phantom generator's own bound
     at_least("model.image_size", 28)
     for key in ("model.lora_alpha", "model.tiny_text_hidden", "model.tiny_text_layers", "model.tiny_vision_hidden",
                 "model.tiny_vision_depth", "model.tiny_vocab_size", "train.log_every", "prompt.max_report_tokens",

@@ -86,7 +86,29 @@ def load_annotation(
             raise ValueError(f"{path}: split {split!r} must be a list of items")
         out[split] = [_parse_item(item, path, style, image_dir, check_images, views, allow_outside_image_dir)
                       for item in items]
+    check_no_leak(out, path)
     return out
+
+
+def check_no_leak(splits: dict[str, list[Sample]], path: str | Path) -> None:
+    """No study id and no image in two splits: a test or validation study that was also trained on scores what
+    the model memorised. ValueError naming both places and the fix. (A duplicate within one split is left
+    alone: it weighs a study twice but leaks nothing.)"""
+    seen_id: dict[str, str] = {}
+    seen_image: dict[str, tuple[str, str]] = {}
+    for split, samples in splits.items():
+        for s in samples:
+            first = seen_id.setdefault(s.id, split)
+            if first != split:
+                raise ValueError(f"{path}: study {s.id!r} is in both the {first} and the {split} split (a leak: "
+                                 "a study must be in one split only); remove it from one of them")
+            for image in s.image_paths:
+                key = str(Path(image).resolve())
+                other = seen_image.setdefault(key, (split, s.id))
+                if other[0] != split:
+                    raise ValueError(f"{path}: image '{image}' is in both the {other[0]} split (study {other[1]!r}) "
+                                     f"and the {split} split (study {s.id!r}) (a leak: an image must be in one split "
+                                     "only); remove it from one of them")
 
 
 def _parse_item(item: object, path: Path, style: str, image_dir: Path, check_images: bool,

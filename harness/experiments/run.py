@@ -72,6 +72,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     SlurmOptions); `workers` then does not apply, and `launcher` runs inside the jobs of multi-GPU stages."""
     if executor not in EXECUTORS:
         raise ConfigError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    check_workers(workers)
     if launcher and workers > 1 and executor == "local":
         raise ConfigError(f"--launcher runs each stage over all the machine's processes: use --workers 1, not "
                           f"{workers}")
@@ -96,6 +97,53 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
         return SlurmExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks,
                                   slurm or SlurmOptions()).run()
     return _ExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks).run()
+
+
+def check_workers(workers: object, option: str = "--workers") -> None:
+    """A count of worker processes: an integer >= 1 (1 runs the stage runs one at a time in this process)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"{option} = {workers!r} must be an integer >= 1 (1 runs the stage runs one at a time)")
+
+
+def rebuild_index(study: Study, out: str | Path, *, stages_dir: str | Path | None = None,
+                  argv: list[str] | None = None) -> dict:
+    """Write `<out>/index.json` for every run of `study` from what the stage folders hold now, and return it.
+
+    Several processes may write one index (search drivers sharing a folder); each writes what it knew when it
+    planned, so the last writer can list as pending a run another process has completed since. Rebuilt from
+    the folders (a run is complete when its records say so, running while a live process holds its stage's
+    lock), the index is never stale; a run still not complete keeps the failure or pruning an earlier index
+    recorded for it (only the process that ran it knows the error)."""
+    from harness.runs.lock import LOCK_NAME, holder_alive, read_holders
+
+    plan = build_plan(study, Path(out), None, stages_dir)
+    for n in plan.nodes.values():
+        if node_done(n):
+            n.status = "complete"
+        elif n.kind in STAGES and any(holder_alive(h) for h in read_holders(n.run_dir / LOCK_NAME)):
+            n.status = "running"
+    index_path = plan.out / INDEX_FILE
+    old = {}
+    if index_path.is_file():
+        try:
+            old = {(r[RunKey.ARM], r[RunKey.SEED]): r for r in read_json(index_path).get(IndexKey.RUNS, [])}
+        except (ValueError, OSError, KeyError, TypeError):
+            old = {}
+    run_info = {k: {"elapsed_s": r.get(RunKey.ELAPSED_S)} for k, r in old.items()}
+    index = build_index(plan, run_info, _created(index_path), argv)
+    rows = []
+    for row in index[IndexKey.RUNS]:
+        before = old.get((row[RunKey.ARM], row[RunKey.SEED]))
+        if row[RunKey.STATUS] == "pending" and before and before.get(RunKey.STATUS) in ("failed", PRUNED):
+            row = before
+        rows.append(row)
+    index[IndexKey.RUNS] = rows
+    summary = dict.fromkeys(index[IndexKey.SUMMARY], 0)
+    for r in rows:
+        summary[r[RunKey.STATUS]] = summary.get(r[RunKey.STATUS], 0) + 1
+    index[IndexKey.SUMMARY] = summary
+    atomic_write_json(index_path, index)
+    return index
 
 
 def _created(index_path: Path) -> str:

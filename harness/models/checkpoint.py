@@ -68,23 +68,39 @@ def check_base_folder(path: str | Path, key: str) -> None:
                           "was the download or copy complete?")
 
 
-def load_base(path: str | Path, dtype: str = "float32", image_size: int | None = None,
-              attn_implementation: str = "eager"):
-    """Load a Qwen2.5-VL folder (tiny or real) and its processor, offline-capable."""
-    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
-
+def local_model_folder(path: str | Path, key: str = "model.path") -> str:
+    """The local folder a base model is loaded from: `path` itself, or, for a hub id ("org/name") that is not a
+    folder here, its snapshot in the Hugging Face cache. Never the network: a hub id that is not cached is an
+    error at once, naming `key` and how to fetch the weights (the project downloads no models at run time)."""
     path_s = str(path)
     if Path(path_s).exists():
-        if not (Path(path_s) / "config.json").is_file():
-            raise FileNotFoundError(f"{path_s}: not a model folder (config.json missing)")
-    elif not _is_hub_id(path_s):
-        # Not a folder here and not shaped like a hub id ("org/name"): say so instead of asking the hub.
-        raise FileNotFoundError(f"model folder not found: {path_s}")
+        return path_s
+    if not _is_hub_id(path_s):
+        raise ConfigError(f"'{key}' = '{path_s}': folder not found (a local Hugging Face model folder: config.json "
+                          "and *.safetensors)")
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(path_s, "config.json")
+    if isinstance(cached, str):
+        return str(Path(cached).parent)
+    raise ConfigError(f"'{key}' = '{path_s}' is not a folder here and not in the Hugging Face cache; regbench loads "
+                      "models from local folders only (no download at run time): fetch it once with `huggingface-cli "
+                      f"download {path_s} --local-dir DIR` and set {key}=DIR")
+
+
+def load_base(path: str | Path, dtype: str = "float32", image_size: int | None = None,
+              attn_implementation: str = "eager"):
+    """Load a Qwen2.5-VL folder (tiny or real) and its processor, offline: a hub id only from the local cache."""
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+
+    path_s = local_model_folder(path, "model folder")
+    if not (Path(path_s) / "config.json").is_file():
+        raise FileNotFoundError(f"{path_s}: not a model folder (config.json missing)")
     if Path(path_s).is_dir():
         check_base_folder(path_s, "model folder")
     try:
         model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
-            path_s, dtype=_DTYPES[dtype], attn_implementation=attn_implementation
+            path_s, dtype=_DTYPES[dtype], attn_implementation=attn_implementation, local_files_only=True
         )
     except Exception as e:  # noqa: BLE001 - safetensors and transformers raise many types for a bad folder
         if not Path(path_s).is_dir():
@@ -95,7 +111,7 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
     kwargs = {}
     if image_size is not None:
         kwargs = {"min_pixels": image_size * image_size, "max_pixels": image_size * image_size}
-    processor = AutoProcessor.from_pretrained(path_s, **kwargs)
+    processor = AutoProcessor.from_pretrained(path_s, local_files_only=True, **kwargs)
     processor.tokenizer.padding_side = "left"
     return model, processor
 

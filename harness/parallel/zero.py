@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from harness.runs.checkpoint_io import load_state
+
 
 def unavailable() -> str | None:
     """Why DeepSpeed cannot be used here (None when it can)."""
@@ -142,9 +144,20 @@ def load_partition(optimizer, folder: Path, world: int) -> None:
     if missing:
         raise FileNotFoundError(f"ZeRO checkpoint incomplete (saved with another number of processes?): missing "
                                 f"{missing}")
-    # Our own files; they hold DeepSpeed's loss-scaler object, which weights_only loading refuses.
-    states = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
+    # weights_only=True, with the few DeepSpeed classes a ZeRO-1/2 state dict holds allowed by name (the loss
+    # scaler, the stage enum, the parameter slice addresses): any other object in the file is refused.
+    with torch.serialization.safe_globals(zero_state_classes()):
+        states = [load_state(p) for p in paths]
     zero_optimizer(optimizer).load_state_dict(states, load_optimizer_states=True, load_from_fp32_weights=True)
+
+
+def zero_state_classes() -> list[type]:
+    """The non-tensor classes in DeepSpeed's ZeRO-1/2 optimizer state dict (stage_1_and_2.state_dict)."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [DynamicLossScaler, LossScaler, ZeroStageEnum, fragment_address]
 
 
 def discard_gradients(optimizer) -> None:

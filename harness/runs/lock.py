@@ -202,6 +202,18 @@ def release_file(lock: str | Path) -> None:
         pass  # the folder was removed meanwhile (stage 0's work folder)
 
 
+def check_free(run_dir: str | Path) -> None:
+    """RunLocked if live processes outside this process's ancestry hold the folder's lock; reads only (the
+    checks a command makes before it writes anything; `acquire` decides)."""
+    lock = (Path(run_dir) / LOCK_NAME).absolute()
+    if lock in _HELD:
+        return
+    live = [h for h in read_holders(lock) if holder_alive(h)]
+    family = {os.getpid()} | _ancestors()
+    if live and not any(h.host == HOST and h.pid in family for h in live):
+        raise RunLocked(_busy_message(lock.parent, live))
+
+
 def acquire(run_dir: str | Path, wait_s: float = 0.0) -> None:
     acquire_file(Path(run_dir) / LOCK_NAME, wait_s)
 

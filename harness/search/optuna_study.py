@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -47,7 +48,8 @@ def open_study(out: Path, search: Search | None = None, *, create: bool = True, 
     older folder's `<out>/optuna.journal`. `create` creates the study (named after the search) if need be."""
     import optuna
 
-    from harness.search.storage import DEFAULT_DB, JOURNAL, open_storage
+    from harness.runs.state import check_out_dir
+    from harness.search.storage import DEFAULT_DB, JOURNAL, display, open_storage
 
     out = Path(out)
     spec = storage or (search.storage if search else None)
@@ -59,21 +61,34 @@ def open_study(out: Path, search: Search | None = None, *, create: bool = True, 
         spec = recorded
         if spec is None and not (out / DEFAULT_DB).is_file() and not (out / JOURNAL).is_file():
             raise FileNotFoundError(f"{out}: not a search folder (no search.json storage, {DEFAULT_DB} or {JOURNAL})")
-    url = storage_url(spec, out)
-    if create:
-        out.mkdir(parents=True, exist_ok=True)
-    store = open_storage(url, heartbeat)
-    if create:
-        study = optuna.create_study(study_name=search.name, storage=store, load_if_exists=True,
-                                    direction=search.objective.direction,
-                                    sampler=trial_sampler(search, parallel=parallel), pruner=_pruner(search))
-        _check_same_search(study, search, url)
-    else:
+    url = storage_url(spec, out)  # checked (parses, driver installed, SQLite file is one) before any write
+    if not create:
+        store = open_storage(url, heartbeat)
         names = optuna.get_all_study_names(store)
         wanted = read_json(summary).get("search") if summary.is_file() else None
         if not names:
             raise FileNotFoundError(f"{out}: no Optuna study in {url}")
         study = optuna.load_study(study_name=wanted if wanted in names else names[0], storage=store)
+        return study, store
+    check_out_dir(out, "--out")
+    existed = out.exists()
+    try:
+        store = open_storage(url, heartbeat)
+        study = optuna.create_study(study_name=search.name, storage=store, load_if_exists=True,
+                                    direction=search.objective.direction,
+                                    sampler=trial_sampler(search, parallel=parallel), pruner=_pruner(search))
+        _check_same_search(study, search, url)
+    except Exception as e:
+        if not existed:  # made by this call (the default SQLite file's folder): leave nothing behind
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if empty: never what another driver may have put there meanwhile
+        if isinstance(e, ConfigError):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(f"storage {display(url)!r}: cannot open the Optuna study ({type(e).__name__}: "
+                          f"{first[:200]}); check the URL, that the database server runs and accepts this user, "
+                          "or use another storage (--storage)") from e
+    out.mkdir(parents=True, exist_ok=True)
     return study, store
 
 SEARCH_ATTR = "regbench_search"

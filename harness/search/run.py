@@ -54,6 +54,7 @@ from pathlib import Path
 from harness.config import ConfigError
 from harness.errors import RunPruned
 from harness.experiments import DEFAULT_FUNCTIONS, Arm, Study, run_experiment
+from harness.experiments.run import rebuild_index
 from harness.experiments.workers import resolve_function
 from harness.grpo.validation import ValidationCallback, ValidationEvent
 from harness.runs.records import atomic_write_json, read_json
@@ -122,6 +123,9 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
         raise ConfigError(f"--n-trials must be >= 1, got {n_trials}")
     if parallel_trials < 1:
         raise ConfigError(f"--parallel-trials must be >= 1, got {parallel_trials}")
+    from harness.experiments.run import check_workers
+
+    check_workers(workers)
     pruning = search.pruner.get("name") == "median"
     if pruning and (launcher or workers > 1 or parallel_trials > 1 or executor != "local"):
         raise ConfigError("pruning follows the RL stage's validations in this process: run the search with "
@@ -213,6 +217,11 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
                                    f"{last}. Stopped (a broken setup, not a bad region of the space); fix it and "
                                    f"run the same command to continue ({out / 'search.json'})")
         write_summary()
+    # index.json from the storage's trials and the stage folders: other drivers' trials are listed as they are
+    # now, not as this driver planned them (a trial another driver completed would show as pending).
+    arms = arms_so_far()
+    if arms:
+        rebuild_index(experiment_study(search, arms), out, stages_dir=stages_dir, argv=argv)
     summary = write_summary()
     if summary["best"]:
         b = summary["best"]

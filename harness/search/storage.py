@@ -75,18 +75,77 @@ def storage_url(spec: str | None, out: Path) -> str:
         path = spec[len(JOURNAL_PREFIX):]
         if not path:
             raise ConfigError("storage 'journal:' needs a file path, e.g. journal:/shared/searches/rer.journal")
+        _check_file_path(Path(path), spec)
         return JOURNAL_PREFIX + str(Path(path).resolve())
     if "://" not in spec:
         raise ConfigError(f"storage {spec!r} is not sqlite, journal, journal:PATH or a database URL such as "
                           "sqlite:///searches.db or postgresql://user@host/optuna")
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        make_url(spec)
-    except ArgumentError as e:
-        raise ConfigError(f"storage {display(spec)!r}: not a database URL ({e})") from e
+    check_database_url(spec)
     return spec
+
+
+# The pip package of each database driver SQLAlchemy imports (module name -> what to install).
+DRIVER_PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary", "asyncpg": "asyncpg",
+                   "pg8000": "pg8000", "MySQLdb": "mysqlclient", "pymysql": "pymysql",
+                   "mysql": "mysql-connector-python", "oracledb": "oracledb", "pyodbc": "pyodbc"}
+
+
+def check_database_url(spec: str) -> None:
+    """A database URL SQLAlchemy can open: it parses, names a known database, its driver is installed, and an
+    SQLite file is an SQLite database in a folder (not under a file). Reads only; the error names the URL
+    (without its password) and the fix, in one line."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    shown = display(spec)
+    try:
+        url = make_url(spec)
+    except (ArgumentError, ValueError) as e:
+        raise ConfigError(f"storage {shown!r}: not a database URL ({e}); write it as "
+                          "dialect://user:password@host:port/database, e.g. postgresql://user@host:5432/optuna or "
+                          "sqlite:///searches.db") from e
+    try:
+        dialect = url.get_dialect()
+    except NoSuchModuleError as e:
+        raise ConfigError(f"storage {shown!r}: SQLAlchemy knows no database {url.drivername!r}; use sqlite:///PATH, "
+                          "postgresql://..., mysql://... (or journal:PATH for a shared disk)") from e
+    try:
+        dialect.import_dbapi()
+    except ImportError as e:
+        module = (getattr(e, "name", None) or "").split(".")[0]
+        package = DRIVER_PACKAGES.get(module, module or "the driver")
+        raise ConfigError(f"storage {shown!r}: the {url.get_backend_name()} driver is not installed ({e}); install it "
+                          f"(pip install '{package}') or use sqlite / journal:PATH") from e
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        _check_file_path(Path(url.database), shown)
+        _check_sqlite_file(Path(url.database), shown)
+
+
+def _check_file_path(path: Path, shown: str) -> None:
+    """The storage file's folder can exist: no part of it is a file; the path itself is not a folder."""
+    if path.is_dir():
+        raise ConfigError(f"storage {shown!r}: '{path}' is a folder; name a file in it, e.g. {path / DEFAULT_DB}")
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"storage {shown!r}: '{parent}' is a file, so '{path}' cannot be created under it; "
+                                  "choose another path")
+            return
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(path: Path, shown: str) -> None:
+    """An existing, non-empty file must be an SQLite database (its 16-byte header), or SQLite refuses it later
+    with "file is not a database" and no path."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as fh:
+        head = fh.read(len(SQLITE_HEADER))
+    if head != SQLITE_HEADER:
+        raise ConfigError(f"storage {shown!r}: '{path}' exists and is not an SQLite database; give another file "
+                          "name (a new file is created) or move that file away")
 
 
 def _sqlite(path: Path) -> str:

@@ -24,6 +24,7 @@ from harness.models.classifier import (
     train_classifier,
 )
 from harness.prompts import classifier_inputs, reference_labels
+from harness.runs.schema import METRICS_FILE
 from harness.stages.common import load_splits, require_train, seed_everything, start_run
 
 
@@ -36,15 +37,16 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
 
 
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
-    from harness.preflight import check_inputs
+    from harness.preflight import check_inputs, check_run_folder
+    from harness.runs.state import restart_requested
 
     check_inputs(cfg, "classifier")
+    check_run_folder(cfg, "classifier")  # reads only
     seed_everything(cfg.seed)
-    run = start_run(cfg, "classifier")
-    out = run.path / "classifier"
-    if run.complete:
-        return out
+    if not restart_requested() and (Path(cfg.out_dir) / METRICS_FILE).is_file():
+        return start_run(cfg, "classifier").path / "classifier"  # complete: checked, left as it is
     ccfg = classifier_config(cfg)
+    # The data and the model before the run folder is opened: a bad input leaves it as it was.
     splits = require_train(load_splits(cfg, progress), cfg, "classifier")
     # Every epoch reads the train and val images again: decoded once, kept as uint8 pixels on disk for the run
     # (harness/data/pixel_cache.py; the same pixels), removed when it ends.
@@ -58,6 +60,10 @@ def _train(cfg: RunConfig, run, ccfg: ClassifierConfig, splits: dict, out: Path,
     y_tr = torch.tensor(classifier_targets(reference_labels(splits["train"])), dtype=torch.float32)
     y_va = torch.tensor(classifier_targets(reference_labels(splits["val"])), dtype=torch.float32)
     model = build_classifier(ccfg)
+    run = start_run(cfg, "classifier")
+    out = run.path / "classifier"
+    if run.complete:  # pragma: no cover - finished by another process meanwhile
+        return out
 
     def on_epoch(epoch: int, train_loss: float, val_loss: float | None) -> None:
         run.log_step({"step": epoch, "epoch": epoch, "loss": train_loss, "val_loss": val_loss})

@@ -8,6 +8,7 @@ checkpoint records a classifier, plain otherwise.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +81,8 @@ def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_label
     return rows
 
 
-def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", run: RunDir | None = None,
+def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
+                   run: RunDir | Callable[[], RunDir] | None = None,
                    label: str | None = None, progress: bool = True) -> dict:
     seed_everything(cfg.seed)
     cfg = copy.deepcopy(cfg)
@@ -110,6 +112,8 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test", r
               "decoding": {"greedy": True, **greedy_settings(cfg.generation)}}
     if label:
         scores["label"] = label
+    if callable(run):  # opened only now (`regbench eval --out`): a failure before leaves the folder as it was
+        run = run()
     if run is not None:
         run.log_eval(scores)
         rows = prediction_rows(samples, hyps, instructions, hyp_labels, ref_labels, gold_labels)

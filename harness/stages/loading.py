@@ -13,6 +13,7 @@ from harness.config.presets import get_preset
 from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model
 from harness.parallel.distributed import Dist, init_distributed
 from harness.parallel.zero import plugin_for
+from harness.runs.schema import METRICS_FILE
 
 
 def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
@@ -85,17 +86,21 @@ class StageStart:
 
 def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     """Seed, join the process group of a torchrun / accelerate launch (if any), open the run directory and,
-    unless the run is complete, load the model and the data. Rank 0 goes first: it writes the manifest and
-    builds the phantom set; the other processes then read them. The tiny stage-0 base is not built here: the
+    unless the run is complete, load the model and the data. Every check comes before the first write: the
+    config, names, input folders, device and run folder (harness/preflight.py), then the data and the model;
+    only then is the run folder locked and its manifest written. Rank 0 goes first: it builds the phantom set
+    and writes the manifest; the other processes then read them. The tiny stage-0 base is not built here: the
     plan builds it as a node of its own, and `regbench train` in one explicit call before the stage
     (harness/cli/stage_commands.py: prepare_base), so a stage's seeded RNGs never depend on whether stage 0
     ran first; a stage that finds no base says how to build it (base_path)."""
-    from harness.preflight import check_inputs, check_names
+    from harness.preflight import check_inputs, check_names, check_run_folder
     from harness.runs.records import FollowerRun
-    from harness.stages.common import load_splits, require_train, seed_everything, start_run
+    from harness.runs.state import restart_requested
+    from harness.stages.common import seed_everything, start_run
 
     check_names(cfg, stage)  # names and input folders first: a typo must not cost a model load or a stage 0
     check_inputs(cfg, stage)
+    check_run_folder(cfg, stage)  # reads only: nothing is written before the data and the model are loaded
     if cfg.init_from:
         adopt_checkpoint_settings(cfg, cfg.init_from)  # the image size / dtype the checkpoint was trained with
     plugin = plugin_for(cfg.train.deepspeed, cfg.train.grad_clip, int(os.environ.get("WORLD_SIZE", "1")))
@@ -103,12 +108,30 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     progress = progress and dist.main
     seed_everything(cfg.seed)
     with dist.main_first():
-        run = start_run(cfg, stage) if dist.main else FollowerRun(cfg.out_dir)
-        start = StageStart(dist, run, progress, run.complete)
-        if not start.complete:
-            # The data before the model (neither draws from the global RNGs): a bad data set fails in seconds.
-            start.splits = require_train(load_splits(cfg, progress), cfg, stage)
-            start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
-            if cfg.model.gradient_checkpointing:
-                enable_gradient_checkpointing(start.model)
+        if not dist.main:
+            run = FollowerRun(cfg.out_dir)
+            start = StageStart(dist, run, progress, run.complete)
+            if not start.complete:
+                _load_inputs(cfg, stage, progress, start)
+            return start
+        done = not restart_requested() and (Path(cfg.out_dir) / METRICS_FILE).is_file()
+        start = StageStart(dist, None, progress, done)
+        if not done:
+            # Data and model before the run folder is opened: a bad data set, model or device fails with the
+            # folder as it was (absent, or the earlier run), and in seconds for the data.
+            _load_inputs(cfg, stage, progress, start)
+        start.run = start_run(cfg, stage)
+        start.complete = start.run.complete
+        if not start.complete and start.model is None:  # pragma: no cover - emptied by another process meanwhile
+            _load_inputs(cfg, stage, progress, start)
     return start
+
+
+def _load_inputs(cfg: RunConfig, stage: str, progress: bool, start: StageStart) -> None:
+    """The data before the model (neither draws from the global RNGs): a bad data set fails in seconds."""
+    from harness.stages.common import load_splits, require_train
+
+    start.splits = require_train(load_splits(cfg, progress), cfg, stage)
+    start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
+    if cfg.model.gradient_checkpointing:
+        enable_gradient_checkpointing(start.model)

@@ -289,8 +289,11 @@ def test_bad_input_gives_one_clear_line(case, tmp_path, capsys, monkeypatch):
             args.append(f"data.synth_dir={tmp_path}/phantom")
     if args[:2] == ["experiment", "list"]:
         args[2] = str(Path(__file__).resolve().parents[2] / args[2])
+    before = {p.relative_to(tmp_path) for p in tmp_path.rglob("*")}
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
+    after = {p.relative_to(tmp_path) for p in tmp_path.rglob("*")}
+    assert not (after - before), sorted(map(str, after - before))
     assert len(err.splitlines()) == 1, err
     for text in expected:
         assert text in err, f"{text!r} not in: {err}"

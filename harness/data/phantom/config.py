@@ -13,6 +13,10 @@ from harness.data.phantom.vocabulary import FINDINGS, default_rates
 #    docs/calibration.md).
 GENERATOR_VERSION = 2
 
+# The smallest image side the drawing is made for (`data.synth_image_size` and `data synth --image-size` are
+# checked against this same bound).
+MIN_IMAGE_SIZE = 32
+
 
 @dataclass
 class PhantomConfig:
@@ -36,8 +40,10 @@ class PhantomConfig:
     def __post_init__(self) -> None:
         if self.n < 1:
             raise ValueError(f"PhantomConfig.n must be >= 1, got {self.n}")
-        if self.image_size < 32:
-            raise ValueError(f"PhantomConfig.image_size must be >= 32, got {self.image_size}")
+        if self.seed < 0:
+            raise ValueError(f"PhantomConfig.seed must be >= 0, got {self.seed}")
+        if self.image_size < MIN_IMAGE_SIZE:
+            raise ValueError(f"PhantomConfig.image_size must be >= {MIN_IMAGE_SIZE}, got {self.image_size}")
         fractions = tuple(float(f) for f in self.split_fractions)
         if len(fractions) != 3 or min(fractions) < 0 or abs(sum(fractions) - 1.0) > 1e-6:
             raise ValueError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -46,30 +47,43 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
     return model
 
 
-def _read_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+def read_state_dict(path: str | os.PathLike[str], key: str = "classifier.pretrained_path") -> dict[str, torch.Tensor]:
+    """The tensors of a local checkpoint (safetensors, or a torch file read with weights_only=True: a pickled
+    object is refused, never executed); errors name `key`, the file and the fix."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"classifier pretrained_path does not exist: {path}")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+        raise FileNotFoundError(f"'{key}' = '{path}': file not found")
+    fix = ("save the backbone as safetensors (safetensors.torch.save_file(model.state_dict(), 'x.safetensors')) or "
+           "as a plain state dict of tensors (torch.save(model.state_dict(), 'x.pth'))")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
 
-        state: Any = load_file(str(path))
-    else:
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
+            state: Any = load_file(str(path))
+        else:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"'{key}' = '{path}': the file holds pickled objects, which are not loaded (weights_only; "
+                         f"{first[:160]}); {fix}") from e
+    except Exception as e:  # noqa: BLE001 - safetensors and torch raise many types for a damaged file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"'{key}' = '{path}': not a readable checkpoint ({type(e).__name__}: {first[:160]}); "
+                         f"{fix}") from e
     # MAE-style checkpoints wrap the weights ({"model": ...}); Lightning/others use "state_dict".
-    for key in ("model", "state_dict", "module"):
-        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
-            state = state[key]
+    for wrapper in ("model", "state_dict", "module"):
+        if isinstance(state, dict) and wrapper in state and isinstance(state[wrapper], dict):
+            state = state[wrapper]
             break
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"{path} does not hold a state dict of tensors")
+        raise ValueError(f"'{key}' = '{path}': does not hold a state dict of tensors; {fix}")
     # DDP / torch.compile prefixes.
     out = {}
-    for key, value in state.items():
+    for name, value in state.items():
         for prefix in ("module.", "_orig_mod."):
-            if key.startswith(prefix):
-                key = key[len(prefix):]
-        out[key] = value
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        out[name] = value
     return out
 
 
@@ -86,7 +100,7 @@ def load_pretrained(model: nn.Module, path: str | os.PathLike[str]) -> dict[str,
     checkpoint is certainly not a backbone for this architecture, and a ValueError is raised.
     Returns {"loaded", "missing", "unexpected", "skipped"} key lists.
     """
-    state = _read_state_dict(path)
+    state = read_state_dict(path)
     own = model.state_dict()
     loadable: dict[str, torch.Tensor] = {}
     skipped: list[str] = []

@@ -48,6 +48,34 @@ def save_classifier(
     return out
 
 
+def read_classifier_meta(directory: str | os.PathLike[str]) -> tuple[ClassifierConfig, np.ndarray]:
+    """(config, thresholds [14]) from `directory/classifier.json`, checked: the folder has both files, the JSON
+    parses and holds the fields `save_classifier` writes. Errors name the file and the fix."""
+    root = Path(directory)
+    fix = "rerun `regbench classifier train` for that folder (or point to another classifier folder)"
+    for name in (META_FILE, WEIGHTS_FILE):
+        if not (root / name).is_file():
+            raise FileNotFoundError(f"classifier directory {root} has no {name}; {fix}")
+    path = root / META_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); the file is damaged: {fix}") from e
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict) or "thresholds" not in meta:
+        raise ValueError(f"{path}: not a classifier description (an object with 'config', 'observations' and "
+                         f"'thresholds'); {fix}")
+    if list(meta.get("observations", [])) != list(OBSERVATIONS):
+        raise ValueError(f"{path}: observation names/order differ from harness.constants.OBSERVATIONS; {fix}")
+    try:
+        cfg = ClassifierConfig.from_dict(meta["config"])
+        thresholds = np.asarray(meta["thresholds"], dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}; {fix}") from e
+    if thresholds.shape != (NUM_OBSERVATIONS,):
+        raise ValueError(f"{path}: expected {NUM_OBSERVATIONS} thresholds, got {thresholds.shape}; {fix}")
+    return cfg, thresholds
+
+
 def load_classifier(
     directory: str | os.PathLike[str], device: str | torch.device = "cpu"
 ) -> tuple[nn.Module, ClassifierConfig, np.ndarray]:
@@ -55,19 +83,7 @@ def load_classifier(
     from safetensors.torch import load_file
 
     root = Path(directory)
-    for name in (META_FILE, WEIGHTS_FILE):
-        if not (root / name).is_file():
-            raise FileNotFoundError(f"classifier directory {root} has no {name} "
-                                    "(write it with save_classifier / `regbench classifier`)")
-    meta = json.loads((root / META_FILE).read_text(encoding="utf-8"))
-    if list(meta.get("observations", [])) != list(OBSERVATIONS):
-        raise ValueError(f"{root / META_FILE}: observation names/order differ from "
-                         "harness.constants.OBSERVATIONS")
-    cfg = ClassifierConfig.from_dict(meta["config"])
-    thresholds = np.asarray(meta["thresholds"], dtype=np.float64)
-    if thresholds.shape != (NUM_OBSERVATIONS,):
-        raise ValueError(f"{root / META_FILE}: expected {NUM_OBSERVATIONS} thresholds, "
-                         f"got {thresholds.shape}")
+    cfg, thresholds = read_classifier_meta(root)
     # The saved weights replace everything; do not reload (or require) the original pretrained checkpoint.
     model = build_classifier(dataclasses.replace(cfg, pretrained_path=None))
     model.load_state_dict(load_file(str(root / WEIGHTS_FILE)), strict=True)
