@@ -86,10 +86,10 @@ def _preset_path(cfg: RunConfig) -> str | None:
 
 def check_base_model(path: str | None, key: str) -> None:
     """A base model's folder (a hub id only when it is in the local Hugging Face cache: nothing is downloaded)."""
-    from harness.models.checkpoint import local_model_folder
+    from harness.models.checkpoint import _is_hub_id, local_model_folder
 
-    if path:
-        check_base_folder(local_model_folder(path, key), key)
+    if path and (Path(path).exists() or _is_hub_id(str(path))):  # a missing local folder: the loader says so,
+        check_base_folder(local_model_folder(path, key), key)     # after the data checks, before any write
 
 
 def check_classifier_dir(path: str, key: str) -> None:

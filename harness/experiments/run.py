@@ -106,14 +106,15 @@ def check_workers(workers: object, option: str = "--workers") -> None:
 
 
 def rebuild_index(study: Study, out: str | Path, *, stages_dir: str | Path | None = None,
-                  argv: list[str] | None = None) -> dict:
+                  argv: list[str] | None = None, outcomes: dict[str, tuple[str, str]] | None = None) -> dict:
     """Write `<out>/index.json` for every run of `study` from what the stage folders hold now, and return it.
 
     Several processes may write one index (search drivers sharing a folder); each writes what it knew when it
     planned, so the last writer can list as pending a run another process has completed since. Rebuilt from
     the folders (a run is complete when its records say so, running while a live process holds its stage's
     lock), the index is never stale; a run still not complete keeps the failure or pruning an earlier index
-    recorded for it (only the process that ran it knows the error)."""
+    recorded for it, or the one `outcomes` gives for its arm ({arm: (failed or pruned, why)}: a search's trials
+    as its storage records them)."""
     from harness.runs.lock import LOCK_NAME, holder_alive, read_holders
 
     plan = build_plan(study, Path(out), None, stages_dir)
@@ -134,8 +135,11 @@ def rebuild_index(study: Study, out: str | Path, *, stages_dir: str | Path | Non
     rows = []
     for row in index[IndexKey.RUNS]:
         before = old.get((row[RunKey.ARM], row[RunKey.SEED]))
+        outcome = (outcomes or {}).get(row[RunKey.ARM])
         if row[RunKey.STATUS] == "pending" and before and before.get(RunKey.STATUS) in ("failed", PRUNED):
             row = before
+        elif row[RunKey.STATUS] == "pending" and outcome:
+            row = {**row, RunKey.STATUS: outcome[0], RunKey.ERROR: outcome[1]}
         rows.append(row)
     index[IndexKey.RUNS] = rows
     summary = dict.fromkeys(index[IndexKey.SUMMARY], 0)

@@ -58,6 +58,7 @@ from harness.experiments.run import rebuild_index
 from harness.experiments.workers import resolve_function
 from harness.grpo.validation import ValidationCallback, ValidationEvent
 from harness.runs.records import atomic_write_json, read_json
+from harness.runs.schema import PRUNED
 from harness.search.file import experiment_study, load_search, trial_arm
 from harness.search.objective import run_objective
 from harness.search.optuna_study import (
@@ -221,12 +222,28 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
     # now, not as this driver planned them (a trial another driver completed would show as pending).
     arms = arms_so_far()
     if arms:
-        rebuild_index(experiment_study(search, arms), out, stages_dir=stages_dir, argv=argv)
+        rebuild_index(experiment_study(search, arms), out, stages_dir=stages_dir, argv=argv,
+                      outcomes=trial_outcomes(search, study))
     summary = write_summary()
     if summary["best"]:
         b = summary["best"]
         log(f"{name} best: trial {b['number']} ({search.objective.metric} = {b['objective']:.4f}) {b['values']}")
     return SearchResult(out, summary)
+
+def trial_outcomes(search: Search, study) -> dict[str, tuple[str, str]]:
+    """{arm: ("failed" or "pruned", why)} of the study's failed and pruned trials, as the storage records them."""
+    from optuna.trial import TrialState
+
+    out = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.PRUNED)):
+        if t.params and not t.user_attrs.get(INVALID_ATTR) and not t.user_attrs.get(SURPLUS_ATTR):
+            name = trial_arm(search, t.number, t.params).name
+            if t.state == TrialState.PRUNED:
+                out[name] = (PRUNED, f"pruned {t.user_attrs.get('pruned', '')}".strip())
+            else:
+                out[name] = ("failed", t.user_attrs.get("error") or "failed")
+    return out
+
 
 def _plan_error(search: Search, arm: Arm, out: Path, stages_dir: str | Path | None) -> str | None:
     """Why a trial's arm cannot be planned (its configs do not validate), or None. Planning writes nothing."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import re
 import threading
 import time
 import warnings
@@ -160,8 +161,8 @@ def display(url: str) -> str:
 
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL is shown as its scheme only
-        return url.split("://", 1)[0] + "://..."
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as written, any password masked
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 def open_storage(url: str, heartbeat: Heartbeat = HEARTBEAT):

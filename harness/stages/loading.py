@@ -46,7 +46,11 @@ def model_device(cfg: RunConfig) -> torch.device:
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"model.device = {name!r}, but CUDA is not available here (use auto or cpu)")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"model.device = {name!r}, but this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s) (cuda:0 .. cuda:{torch.cuda.device_count() - 1}); use auto or one of them")
+    return device
 
 
 def load_for_stage(cfg: RunConfig, progress: bool = True):

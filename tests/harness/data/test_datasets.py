@@ -259,3 +259,33 @@ def test_image_paths_stay_inside_image_dir_unless_allowed(tmp_path):
         load_annotation(ann, "mimic_cxr")
     splits = load_annotation(ann, "mimic_cxr", allow_outside_image_dir=True)
     assert splits["train"][0].image_paths[0] == outside
+
+
+def _split_file(tmp_path, train, test):
+    for item in train + test:
+        for v in item["image_path"]:
+            _png(tmp_path / "images" / v)
+    return _write(tmp_path / "annotation.json", {"train": train, "val": [], "test": test})
+
+
+def test_a_study_in_two_splits_is_refused_naming_both(tmp_path):
+    a = {"id": "s1", "report": IU_REPORTS[0], "image_path": ["a/0.png"]}
+    b = {"id": "s2", "report": IU_REPORTS[1], "image_path": ["b/0.png"]}
+    path = _split_file(tmp_path, [a, b], [{**b, "image_path": ["c/0.png"]}])
+    with pytest.raises(ValueError, match=r"annotation\.json: study 's2' is in both the train and the test split"):
+        load_annotation(path, "iu_xray")
+
+
+def test_an_image_in_two_splits_is_refused_naming_both_studies(tmp_path):
+    a = {"id": "s1", "report": IU_REPORTS[0], "image_path": ["a/0.png", "a/1.png"]}
+    b = {"id": "s9", "report": IU_REPORTS[1], "image_path": ["a/1.png"]}
+    path = _split_file(tmp_path, [a], [b])
+    with pytest.raises(ValueError, match=r"image '.*a/1\.png' is in both the train split \(study 's1'\) and the test "
+                                         r"split \(study 's9'\)"):
+        load_annotation(path, "iu_xray")
+
+
+def test_distinct_splits_and_a_phantom_set_pass_the_leak_check(tmp_path, iu_file):
+    assert load_annotation(iu_file, "iu_xray")["train"]
+    ann = synthesize(tmp_path / "ph", PhantomConfig(n=20, seed=0, image_size=32))
+    assert sum(len(v) for v in load_annotation(ann, "phantom").values()) == 20

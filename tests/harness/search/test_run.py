@@ -439,3 +439,45 @@ def test_a_pruned_stage_is_recorded_structurally_not_as_an_error(tmp_path, calls
     assert _tell(None, ostudy, trial, [run], tmp_path / "out") == "pruned weak at step 3 (score 0.1234)"
     assert ostudy.trials[0].state == optuna.trial.TrialState.PRUNED
     assert ostudy.trials[0].user_attrs["pruned"] == "weak at step 3 (score 0.1234)"
+
+
+def _stale(index: dict, arm: str) -> dict:
+    """index.json as a driver that planned before `arm`'s runs finished writes it: those runs pending."""
+    for r in index["runs"]:
+        if r["arm"] == arm:
+            r.update(status="pending", metrics=None)
+            for s in r["stages"].values():
+                s["status"] = "pending"
+    index["summary"] = {"complete": sum(r["status"] == "complete" for r in index["runs"]),
+                        "pending": sum(r["status"] == "pending" for r in index["runs"])}
+    return index
+
+
+def test_the_index_is_rebuilt_from_the_storage_and_never_stale(tmp_path, calls):
+    """Two drivers finishing: the last to write index.json listed a trial the other completed as pending, and a
+    further `search run` did not repair it (issue 26). The index is rebuilt from the trials in the storage and
+    the stage folders at the end of every search run."""
+    out = tmp_path / "out"
+    file = write_search(tmp_path, n_trials=2)
+    run_search(file, out, functions=SEARCH_FAKES, log=lambda s: None)
+    assert read_json(out / "index.json")["summary"]["complete"] == 2
+    atomic_write_json(out / "index.json", _stale(read_json(out / "index.json"), "t0001"))
+    n_calls = len(calls())
+    run_search(file, out, functions=SEARCH_FAKES, log=lambda s: None)  # target reached: runs nothing ...
+    assert len(calls()) == n_calls
+    index = read_json(out / "index.json")  # ... and repairs the index
+    assert [(r["arm"], r["status"]) for r in index["runs"]] == [("t0000", "complete"), ("t0001", "complete")]
+    assert index["summary"]["complete"] == 2 and not index["summary"].get("pending")
+    assert all(r["metrics"] for r in index["runs"])
+
+
+def test_a_rebuilt_index_keeps_the_failures_it_recorded(tmp_path, calls, monkeypatch):
+    monkeypatch.setenv("REGBENCH_TEST_FAIL_BETA", "0.08")
+    out = tmp_path / "out"
+    run_search(write_search(tmp_path, n_trials=5), out, functions=SEARCH_FAKES, log=lambda s: None)
+    trials = {f"t{t['number']:04d}": t for t in read_json(out / "search.json")["trials"]}
+    for r in read_json(out / "index.json")["runs"]:
+        if trials[r["arm"]]["state"] == "fail":
+            assert r["status"] == "failed" and "fake RL diverged" in r["error"]
+        else:
+            assert r["status"] == "complete"
