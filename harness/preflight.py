@@ -48,7 +48,8 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
         from harness.models.classifier.model import read_state_dict
 
         read_state_dict(cfg.classifier.pretrained_path, "classifier.pretrained_path")
-    check_device(cfg)
+    if stage != "classifier":  # the classifier trains where its model is built (the CPU), not on model.device
+        check_device(cfg)
 
 
 def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) -> None:

@@ -90,6 +90,9 @@ def cmd_eval(ns) -> int:
 
     check_split(ns.split, "--split")
     cfg = stage_config(ns, "eval")
+    from harness.preflight import check_device
+
+    check_device(cfg)
     if ns.out:
         from harness.runs.state import check_out_dir
 

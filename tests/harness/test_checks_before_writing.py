@@ -98,7 +98,8 @@ CASES = [
      ["no training report"]),
     # -- device and model --
     ("warmup_device", "", ["train", "warmup", *DATA, "model.device=cuda:99"], ["model.device", "cuda:99"]),
-    ("classifier_device", "", ["classifier", "train", *DATA, "model.device=cuda:99"], ["cuda:99"]),
+    ("eval_device", "", ["eval", "--model", "{tmp}/nomodel", "--out", "{out}", *DATA[:2], *DATA[3:],
+                         "model.device=cuda:99"], ["model.device", "cuda:99"]),
     ("hub_id", "", ["train", "warmup", *DATA, "model.path=nobody-here/no-such-model"],
      ["'model.path'", "nobody-here/no-such-model", "huggingface-cli download", "model.path=DIR"]),
     ("rl_hub_id", "", ["train", "rl", *DATA, "model.path=nobody-here/no-such-model"], ["'model.path'"]),
