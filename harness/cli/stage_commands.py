@@ -97,6 +97,10 @@ def cmd_eval(ns) -> int:
         from harness.runs.state import check_out_dir
 
         check_out_dir(Path(ns.out), "--out")
+    if not Path(ns.model).exists():  # a hub id only from the local cache: never a download, named as --model
+        from harness.models.checkpoint import local_model_folder
+
+        local_model_folder(ns.model, "--model")
     # The --out folder is opened once the scores exist: a failed evaluation leaves it as it was.
     run = (lambda: RunDir(ns.out)) if ns.out else None
     scores = evaluate_model(cfg, ns.model, ns.split, run=run, progress=not ns.no_progress)

@@ -115,9 +115,9 @@ CASES = [
     ("out_under_file", "file", ["train", "warmup", *DATA, "out_dir={tmp}/afile/run"], ["out_dir", "is a file"]),
     # -- eval --
     ("eval_missing_model", "", ["eval", "--model", "{tmp}/nomodel", "--out", "{out}", *DATA[:2], *DATA[3:]],
-     ["nomodel"]),
+     ["'--model'", "nomodel", "folder not found"]),
     ("eval_hub_id", "", ["eval", "--model", "nobody-here/no-such-model", "--out", "{out}", *DATA[:2], *DATA[3:]],
-     ["nobody-here/no-such-model", "huggingface-cli download"]),
+     ["'--model'", "nobody-here/no-such-model", "huggingface-cli download"]),
     # -- data synth --
     ("synth_seed_negative", "", ["data", "synth", "--n", "20", "--seed", "-1", "--out", "{out}"],
      ["--seed", "-1", ">= 0"]),

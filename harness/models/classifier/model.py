@@ -62,10 +62,9 @@ def read_state_dict(path: str | os.PathLike[str], key: str = "classifier.pretrai
             state: Any = load_file(str(path))
         else:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"'{key}' = '{path}': the file holds pickled objects, which are not loaded (weights_only; "
-                         f"{first[:160]}); {fix}") from e
+    except pickle.UnpicklingError as e:  # torch's own text would suggest weights_only=False: not shown
+        raise ValueError(f"'{key}' = '{path}': the file holds pickled Python objects besides tensors, which are "
+                         f"never loaded (they could run code); {fix}") from e
     except Exception as e:  # noqa: BLE001 - safetensors and torch raise many types for a damaged file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"'{key}' = '{path}': not a readable checkpoint ({type(e).__name__}: {first[:160]}); "
