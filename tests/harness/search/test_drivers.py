@@ -57,8 +57,16 @@ def test_storage_specs_resolve_to_urls(tmp_path, monkeypatch):
     assert storage_url("journal", out) == f"journal:{out.resolve()}/optuna.journal"
     monkeypatch.chdir(tmp_path)
     assert storage_url("journal:shared/s.journal", out) == f"journal:{tmp_path.resolve()}/shared/s.journal"
-    assert storage_url("postgresql://me:secret@db.lab/optuna", out) == "postgresql://me:secret@db.lab/optuna"
+    assert storage_url("sqlite:///shared/s.db", out) == "sqlite:///shared/s.db"
     assert "secret" not in display("postgresql://me:secret@db.lab/optuna")
+    try:  # a database URL is passed on as written when its driver is installed, else refused naming the package
+        import psycopg  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match=r"postgresql://me:\*\*\*@db\.lab/optuna': the postgresql driver is not "
+                                              r"installed .*pip install 'psycopg\[binary\]'"):
+            storage_url("postgresql://me:secret@db.lab/optuna", out)
+    else:
+        assert storage_url("postgresql://me:secret@db.lab/optuna", out) == "postgresql://me:secret@db.lab/optuna"
     # A folder made before the option existed keeps its journal.
     out.mkdir()
     (out / "optuna.journal").write_text("")
