@@ -48,22 +48,23 @@ def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
     ccfg = classifier_config(cfg)
     # The data and the model before the run folder is opened: a bad input leaves it as it was.
     splits = require_train(load_splits(cfg, progress), cfg, "classifier")
-    # Every epoch reads the train and val images again: decoded once, kept as uint8 pixels on disk for the run
-    # (harness/data/pixel_cache.py; the same pixels), removed when it ends.
-    with tempfile.TemporaryDirectory(prefix="pixels-", dir=run.path) as pixels:
-        return _train(cfg, run, ccfg, splits, out, pixels, progress)
-
-
-def _train(cfg: RunConfig, run, ccfg: ClassifierConfig, splits: dict, out: Path, pixels: str, progress: bool) -> Path:
-    x_tr = classifier_inputs(splits["train"], ccfg.img_size, ccfg.normalization, cache_dir=pixels)
-    x_va = classifier_inputs(splits["val"], ccfg.img_size, ccfg.normalization, cache_dir=pixels)
-    y_tr = torch.tensor(classifier_targets(reference_labels(splits["train"])), dtype=torch.float32)
-    y_va = torch.tensor(classifier_targets(reference_labels(splits["val"])), dtype=torch.float32)
     model = build_classifier(ccfg)
     run = start_run(cfg, "classifier")
     out = run.path / "classifier"
     if run.complete:  # pragma: no cover - finished by another process meanwhile
         return out
+    # Every epoch reads the train and val images again: decoded once, kept as uint8 pixels on disk for the run
+    # (harness/data/pixel_cache.py; the same pixels), removed when it ends.
+    with tempfile.TemporaryDirectory(prefix="pixels-", dir=run.path) as pixels:
+        return _train(cfg, run, ccfg, model, splits, out, pixels, progress)
+
+
+def _train(cfg: RunConfig, run, ccfg: ClassifierConfig, model, splits: dict, out: Path, pixels: str,
+           progress: bool) -> Path:
+    x_tr = classifier_inputs(splits["train"], ccfg.img_size, ccfg.normalization, cache_dir=pixels)
+    x_va = classifier_inputs(splits["val"], ccfg.img_size, ccfg.normalization, cache_dir=pixels)
+    y_tr = torch.tensor(classifier_targets(reference_labels(splits["train"])), dtype=torch.float32)
+    y_va = torch.tensor(classifier_targets(reference_labels(splits["val"])), dtype=torch.float32)
 
     def on_epoch(epoch: int, train_loss: float, val_loss: float | None) -> None:
         run.log_step({"step": epoch, "epoch": epoch, "loss": train_loss, "val_loss": val_loss})
