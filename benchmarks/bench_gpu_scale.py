@@ -197,7 +197,6 @@ def bench_step(model, processor, prompts, rl, w, device, steps: int, tmp: Path) 
 
     tc = TrainConfig(epochs=1000, lr=3e-6, scheduler="constant", checkpoint_every=0)
     trainer = GRPOTrainer(model, processor, rl, tc, RunDir(tmp), prompts, None, seed=0, progress=False)
-    trainer.generation_backend = "lean"
     trainer.reference.on_start(trainer.store)
     parts: dict = {}
     rollout, frozen = trainer._rollout, trainer._frozen_pass

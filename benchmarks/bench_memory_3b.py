@@ -128,7 +128,6 @@ def prepare(stage: str, global_batch: int, micro: int, gc: bool, out: Path):
                   min_new_tokens=NEW_TOKENS, samples_every=0)
     tc = TrainConfig(epochs=1, lr=3e-6, scheduler="constant", checkpoint_every=0)
     trainer = GRPOTrainer(model, processor, rl, tc, run, prompts, None, seed=0, progress=False)
-    trainer.generation_backend = "lean"
     trainer.reference.on_start(trainer.store)
     trainer.store.capture("old")
     with torch.no_grad():  # live LoRA != snapshots, so the old and reference passes both run (mid-run)

@@ -81,7 +81,7 @@ def load_policy(model_dir: Path):
 
 
 def regbench_trainer(model_dir: Path, processor, prompts, args, run_dir: Path):
-    from harness.config import RLConfig, TrainConfig
+    from harness.config import GenerationConfig, RLConfig, TrainConfig
     from harness.grpo.trainer import GRPOTrainer
     from harness.runs.records import RunDir
 
@@ -91,8 +91,7 @@ def regbench_trainer(model_dir: Path, processor, prompts, args, run_dir: Path):
                   eps_low=0.2, eps_high=0.28, aggregation="token_mean", advantage_scale="std")
     tc = TrainConfig(epochs=1000, lr=3e-6, scheduler="constant", weight_decay=1e-3)
     trainer = GRPOTrainer(load_policy(model_dir), processor, rl, tc, RunDir(run_dir), prompts, None, seed=args.seed,
-                          progress=False)
-    trainer.generation_backend = args.backend
+                          progress=False, generation=GenerationConfig(backend=args.backend))
     trainer.reference.on_start(trainer.store)
     trainer.store.capture("old")
     return trainer
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         del model
         rb = regbench_trainer(model_dir, processor, prompts, args, Path(tmp) / "rb")
         _timed_method(rb, "_rollout", rb_parts, "generate")
-        _timed_method(rb, "_snapshot_logits", rb_parts, "frozen_fwd")
+        _timed_method(rb, "_frozen_pass", rb_parts, "frozen_fwd")  # old / reference log-prob passes
         reward_fn = rb_module.compute_reward
 
         def timed_reward(*a, **k):

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from harness.config import RLConfig, TrainConfig
+from harness.config import GenerationConfig, RLConfig, TrainConfig
 from harness.grpo import checkpointing, final_policy
 from harness.grpo.core import (
     aggregation_normalizer,
@@ -59,7 +59,13 @@ from harness.grpo.nonfinite import count_skipped, count_taken, frozen_problem, n
 from harness.grpo.rollout import Rollout, concat_rollouts, response_logits, sample_rollout
 from harness.grpo.selection import BestTracker
 from harness.grpo.step_log import loss_stats, run_summary, samples_record, step_row
-from harness.grpo.validation import ValidationCallback, ValidationEvent, validation_score
+from harness.grpo.validation import (
+    COMPLETION_COLUMNS,
+    COMPLETIONS,
+    ValidationCallback,
+    ValidationEvent,
+    validation_score,
+)
 from harness.models.precision import base_dtype
 from harness.parallel.distributed import Dist, shard
 from harness.parallel.updater import UpdateOutcome, Updater, needs_scaler
@@ -132,13 +138,17 @@ class StepLoss:
 class GRPOTrainer:
     def __init__(self, model, processor, rl: RLConfig, train_cfg: TrainConfig, run: RunDir, train: PromptSet,
                  val: PromptSet | None, *, seed: int, validate: Callable[[object], dict] | None = None,
-                 progress: bool = True, dist: Dist | None = None, on_validation: Sequence[ValidationCallback] = ()):
+                 progress: bool = True, dist: Dist | None = None, on_validation: Sequence[ValidationCallback] = (),
+                 generation: GenerationConfig | None = None):
+        # generation: the config whose `backend` samples the rollouts (lean by default, as GenerationConfig's
+        # default; the RL stage passes the run's generation section).
         # on_validation: called with a ValidationEvent after every validation (on every process), e.g. by a
         # search that reports intermediate values; one may end the run by raising harness.errors.RunPruned.
         self.on_validation = tuple(on_validation)
         self.model, self.processor, self.rl, self.tcfg, self.run = model, processor, rl, train_cfg, run
         self.train_set, self.val_set, self.seed, self.progress = train, val, seed, progress
         self.dist = dist or Dist()
+        self.generation_backend = (generation or GenerationConfig()).backend
         if rl.prompts_per_step % self.dist.world:
             raise ValueError(f"rl.prompts_per_step = {rl.prompts_per_step} must be a multiple of the number of "
                              f"processes ({self.dist.world}): each process takes an equal share of the prompts")
@@ -211,7 +221,7 @@ class GRPOTrainer:
                     [self.train_set.instructions[i] for i in sub], group_size=rl.group_size,
                     temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k, max_new_tokens=rl.max_new_tokens,
                     min_new_tokens=rl.min_new_tokens, repetition_penalty=rl.repetition_penalty,
-                    backend=getattr(self, "generation_backend", "hf")))
+                    backend=self.generation_backend))
         return concat_rollouts(parts, self.processor.tokenizer.pad_token_id)
 
     def _chunks(self, n: int) -> list[tuple[int, int]]:
@@ -338,7 +348,8 @@ class GRPOTrainer:
         the reference strategy react (VAPR resets after epochs M, 2M, ... unless no training step follows)."""
         if self.validate_fn is None:
             return {}
-        scores = self.validate_fn(self.model)
+        scores = dict(self.validate_fn(self.model))
+        completions = scores.pop(COMPLETIONS, None)  # a table for the trackers, not numbers of evals.jsonl
         score = validation_score(scores, self.rl.val_score, self.rl.val_lambda, scores.get("rg"))
         improved = self.best.observe(self.store, score, self.step, epoch, candidate=candidate)
         final = self.step >= self.schedule_steps
@@ -348,6 +359,8 @@ class GRPOTrainer:
                "candidate": candidate and (self.step > 0 or self.best.include_start), "improved": improved,
                **self.best.log_stats(), **scores, **(event or {})}
         self.run.log_eval(row)
+        if completions:
+            self.run.log_table("val/completions", COMPLETION_COLUMNS, completions, self.step)
         for callback in self.on_validation:
             callback(ValidationEvent(self.step, score, row))
         return row

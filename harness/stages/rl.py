@@ -15,7 +15,7 @@ from harness.config import RunConfig
 from harness.evaluation import findings_scores, label_with, nlg_scores
 from harness.grpo.trainer import GRPOTrainer
 from harness.grpo.val_drift import kl_summary, kl_to_snapshot
-from harness.grpo.validation import ValidationCallback, ValidationEvent
+from harness.grpo.validation import COMPLETIONS, ValidationCallback, ValidationEvent
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.parallel.distributed import Dist
@@ -70,12 +70,15 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     no reward sees): `gold_f1` (micro-F1) and `gold_exact` (share of reports whose 14 presence flags all match),
     and `labeler_gold_disagree` (share of reports where the rule labeler's positives differ from the reader's);
     with `gold_labels` ([N, 14] stored labels of the references) the rule labeler's agreement with them:
-    `labeler_f1`, `labeler_exact` (what `gold_f1` / `gold_exact` were before issue 24)."""
+    `labeler_f1`, `labeler_exact` (what `gold_f1` / `gold_exact` were before issue 24). `completions`
+    (harness/grpo/validation.py COMPLETIONS): each prompt's id, instruction, report, reward and reference report, for
+    the trackers' table."""
     from rewards.registry import compute_reward
 
     scores = nlg_scores(dict(zip(val.ids, val.references, strict=True)), dict(zip(val.ids, hyps, strict=True)),
                         metrics=["BLEU", "METEOR", "ROUGE_L"])
-    scores["proxy_reward"] = float(np.mean(compute_reward(cfg.rl.reward, hyps, val.references)))
+    rewards = compute_reward(cfg.rl.reward, hyps, val.references)
+    scores["proxy_reward"] = float(np.mean(rewards))
     labeler = label_with("rules", hyps) if gold_labels is not None or gold_present is not None else None
     if gold_labels is not None:
         agreement = findings_scores(hyps, gold_labels, backend="rules", hyp_labels=labeler)
@@ -92,6 +95,8 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
         pairs = [(h, r) for h, r in zip(hyps, val.references, strict=True) if h.strip() and r.strip()]
         scores["rg_pairs"] = len(pairs)
         scores["rg"] = float(compute_reward(backend, *map(list, zip(*pairs, strict=True))).mean()) if pairs else 0.0
+    scores[COMPLETIONS] = [[i, ins, h, float(r), ref] for i, ins, h, r, ref in
+                           zip(val.ids, val.instructions, hyps, rewards, val.references, strict=True)]
     return scores
 
 
@@ -155,8 +160,7 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
                               image_truth(val_samples))
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
                           validate=validate, progress=progress,
-                          dist=dist, on_validation=on_validation)
-    trainer.generation_backend = cfg.generation.backend  # read by GRPOTrainer._rollout
+                          dist=dist, on_validation=on_validation, generation=cfg.generation)
     if dist.main and not progress:  # no bar (a study's worker): one line per validation instead
         trainer.on_validation += (progress_line(trainer, run.path.name),)
     metrics = trainer.train()
@@ -168,5 +172,6 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,
                            "regularizer": cfg.rl.regularizer, "reference": cfg.rl.reference,
                            "reward": cfg.rl.reward})
+        run.close()  # the trackers (train.report_to): a W&B run ends with its stage
     dist.barrier()
     return out

@@ -437,3 +437,31 @@ def test_policy_dropout_ratio_at_a_sync_is_not_one_while_old_and_ref_stay_determ
         assert not tr.model.training
     assert rows[False]["ratio_mean"] == 1.0 and rows[False]["kl_mean"] == 0.0
     assert rows[True]["ratio_mean"] != 1.0 and rows[True]["kl_mean"] > 0.0
+
+
+@pytest.mark.parametrize("generation, expected", [(None, "lean"), ("hf", "hf"), ("lean", "lean")])
+def test_rollout_backend_comes_from_the_generation_config(generation, expected, tiny_model, tiny_processor, tmp_path,
+                                                          prompt_set, monkeypatch):
+    """Issue 25: a trainer built outside the RL stage sampled with transformers' generate (a hidden default "hf")
+    while GenerationConfig's default is lean; the backend is now the config's wherever the trainer is built."""
+    import harness.grpo.trainer as trainer_module
+    from harness.config import GenerationConfig
+
+    seen = []
+
+    def record(*args, backend, **kwargs):
+        seen.append(backend)
+        raise RuntimeError("sampled")
+
+    monkeypatch.setattr(trainer_module, "sample_rollout", record)
+    torch.manual_seed(0)
+    model = add_lora(tiny_model, r=4, alpha=8, dropout=0.1)
+    set_trainable(model, "rl")
+    rl = RLConfig(group_size=2, prompts_per_step=2, max_new_tokens=6, min_new_tokens=2, reward="test_length")
+    kw = {} if generation is None else {"generation": GenerationConfig(backend=generation)}
+    tr = GRPOTrainer(model, tiny_processor, rl, TrainConfig(epochs=1), RunDir(tmp_path), prompt_set, None, seed=0,
+                     progress=False, **kw)
+    tr.store.capture("old")
+    with pytest.raises(RuntimeError, match="sampled"):
+        tr.train_step()
+    assert seen == [expected]
