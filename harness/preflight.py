@@ -21,12 +21,12 @@ def check_split(split: str, key: str = "split") -> None:
 def check_names(cfg: RunConfig, stage: str | None) -> None:
     """Registered names the config refers to (only the stages that use them)."""
     if stage == "rl":
-        from rewards.registry import available_rewards
+        from rewards.registry import check_reward
 
-        names = available_rewards()
-        if cfg.rl.reward not in names:
-            raise ConfigError(f"'rl.reward' = {cfg.rl.reward!r} is not a registered reward; available: "
-                              f"{', '.join(names)}")
+        try:
+            check_reward(cfg.rl.reward)
+        except ValueError as e:
+            raise ConfigError(f"'rl.reward' = {cfg.rl.reward!r} is not a usable reward: {e}") from e
 
 
 def check_inputs(cfg: RunConfig, stage: str) -> None:

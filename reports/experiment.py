@@ -274,8 +274,11 @@ def _baseline_arm(index: dict) -> str | None:
 def _arm_name_from_config(cfg: dict) -> str:
     rl = cfg.get("rl") or {}
     name = f"{rl.get('regularizer', 'rl')}_{rl.get('reference', 'static')}"
-    if rl.get("reward") and rl.get("reward") != "bleu4":
-        name += f"_{rl['reward']}"
+    reward = rl.get("reward")
+    if isinstance(reward, dict):  # a weighted sum (rl.reward={bleu4: 0.5, chexpert_f1: 0.5})
+        reward = "+".join(f"{w:g}*{n}" if isinstance(w, int | float) else f"{w}*{n}" for n, w in reward.items())
+    if reward and reward != "bleu4":
+        name += f"_{reward}"
     return name
 
 

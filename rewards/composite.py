@@ -3,8 +3,10 @@
 `make_composite({"mccs": 0.75, "format": 0.25})` returns a reward function (same signature as every reward)
 that calls each component with the same references and context and sums the weighted scores. Weights are
 used as given (not renormalised); each must be finite and >= 0 and their sum > 0. Components with weight 0
-are not computed. Component names are resolved through the registry when the composite is first called,
-so a composite can be built at import time; an unknown name fails then, with the registry's error.
+are not computed. A component is a registered name or ``package.module:function`` (rewards/registry.py:
+resolve_reward); components are resolved when the composite is called, so a composite can be built at import
+time; an unknown name fails then, with the registry's error. `rl.reward={bleu4: 0.5, chexpert_f1: 0.5}` builds one
+from the config (checked when the config loads: rewards/registry.py check_reward).
 
 `score_report_part=True` (the default): components score `rewards.format.extract_report(candidate)`, the
 `<report>` part of a `<think>...</think><report>...</report>` output (or the tag-stripped text when the
@@ -27,12 +29,12 @@ import numpy as np
 
 from rewards.registry import register_reward
 
-__all__ = ["MRG_R1_WEIGHTS", "make_composite"]
+__all__ = ["MRG_R1_WEIGHTS", "check_weights", "make_composite"]
 
 MRG_R1_WEIGHTS = {"mccs": 0.75, "format": 0.25}
 
 
-def _check_weights(weights: Mapping[str, float]) -> dict[str, float]:
+def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     if not isinstance(weights, Mapping) or not weights:
         raise ValueError("composite reward: weights must be a non-empty mapping {reward name: weight}")
     checked: dict[str, float] = {}
@@ -53,12 +55,12 @@ def _check_weights(weights: Mapping[str, float]) -> dict[str, float]:
 
 def make_composite(weights: Mapping[str, float], score_report_part: bool = True) -> Callable[..., np.ndarray]:
     """A reward `sum_k weights[k] * reward_k(candidates', references, **context)`; see the module docstring."""
-    checked = _check_weights(weights)
+    checked = check_weights(weights)
     active = [(name, w) for name, w in checked.items() if w > 0]
 
     def composite(candidates: list[str], references: list[str], **context) -> np.ndarray:
         from rewards.format import extract_report
-        from rewards.registry import get_reward
+        from rewards.registry import resolve_reward
 
         if len(candidates) != len(references):
             raise ValueError(f"composite reward: {len(candidates)} candidates but {len(references)} references")
@@ -66,7 +68,7 @@ def make_composite(weights: Mapping[str, float], score_report_part: bool = True)
         reports = [extract_report(text) for text in raw] if score_report_part else raw
         total = np.zeros(len(raw), dtype=np.float64)
         for name, weight in active:
-            fn = get_reward(name)
+            fn = resolve_reward(name)
             texts = raw if getattr(fn, "scores_raw_text", False) else reports
             scores = np.asarray(fn(texts, references, **context), dtype=np.float64)
             if scores.shape != (len(raw),):

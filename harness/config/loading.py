@@ -173,7 +173,8 @@ def expand_dotted(data: dict, where: str) -> dict:
     for key, value in data.items():
         if isinstance(value, dict):
             value = expand_dotted(value, where)
-        *parents, last = str(key).split(".")
+        # A key with a colon is a name, never a section path: `rl.reward: {my_pkg.rewards:fn: 0.5}`.
+        *parents, last = [str(key)] if ":" in str(key) else str(key).split(".")
         node = out
         for p in parents:
             node = node.setdefault(p, {})

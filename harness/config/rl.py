@@ -90,7 +90,12 @@ class RLConfig:
     zero_std_groups: str = knob("keep", "Groups whose rewards are all equal: keep (their tokens still count in the "
                                         "denominators and the KL term, official code) or drop (removed from the "
                                         "loss).")
-    reward: str = knob("bleu4", "Reward (rewards/registry.py, any registered name).")
+    reward: str | dict[str, float] = knob("bleu4", "Reward (rewards/registry.py): a registered name (bleu4), any "
+                                                   "importable function with the reward signature fn(candidates, "
+                                                   "references, **context) as package.module:function, or a "
+                                                   "weighted sum of either, {bleu4: 0.5, chexpert_f1: 0.5} "
+                                                   "(rewards/composite.py: weights finite, >= 0, used as given; "
+                                                   "this project, as TRL's reward_funcs / reward_weights).")
     regularizer_args: dict[str, Any] = knob(help="Options of a registered regularizer that RLConfig has no field "
                                                  "for (a plug-in's own knobs, by the class's field names; e.g. "
                                                  "{scale: 0.5}). Fields RLConfig has are passed by name already.",

@@ -142,6 +142,15 @@ class TrainConfig(StepConfig):
     dist_load_timeout_s: float = knob(86400.0, "How long the other processes wait while rank 0 loads first (stage 0, "
                                                "data checks, the model) under a launch (this project), seconds; not "
                                                "part of a run's key.")
+    report_to: str | list[str] = knob("tensorboard", "Trackers the run's records are mirrored into, for warm-up, "
+                                                     "classifier, SFT and RL (harness/runs/trackers.py): "
+                                                     "tensorboard (RUN/tb/), wandb (Weights & Biases, files in "
+                                                     "RUN/wandb/; WANDB_MODE=offline keeps it on disk), none, or a "
+                                                     "list, e.g. [tensorboard, wandb]. The same keys as steps.jsonl "
+                                                     "/ evals.jsonl; RL's validation completions as a table (this "
+                                                     "project, as TRL's report_to). Not part of a run's key.")
+    wandb_project: str = knob("regbench", "W&B project of train.report_to=wandb (this project); not part of a "
+                                          "run's key.")
     deepspeed: str = knob("", "DeepSpeed config JSON (e.g. experiments/deepspeed/zero1.json) for warm-up, SFT and RL "
                               "under a launch: ZeRO-1/2 through accelerate's DeepSpeedPlugin "
                               "(harness/parallel/zero.py; the paper trains with DeepSpeed ZeRO-1, Supp. D.2); its "

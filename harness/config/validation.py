@@ -32,16 +32,22 @@ def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:
 
 def _check_plugin_names(rl: RLConfig, need) -> None:
     """Names against the registries (regularizers/, regularizers/reference/, rewards/; the message lists the
-    registered ones), so a typo fails when the config loads, before any stage runs."""
+    registered ones), so a typo fails when the config loads, before any stage runs. The reward may also be a
+    user's function (package.module:function) or a weighted sum: imported, signature and weights checked now."""
     from harness.aggregation import available_aggregations
     from regularizers.registry import available_references, available_regularizers
-    from rewards.registry import available_rewards
+    from rewards.registry import check_reward
 
     for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
                               ("rl.reference", rl.reference, available_references()),
-                              ("rl.reward", rl.reward, available_rewards()),
                               ("rl.aggregation", rl.aggregation, available_aggregations())):
         need(value in names, key, value, f"is not registered; registered: {', '.join(names)}")
+    try:  # a registered name, package.module:function, or {name: weight}: every part resolved and checked now
+        check_reward(rl.reward)
+        problem = None
+    except ValueError as e:
+        problem = str(e)
+    need(problem is None, "rl.reward", rl.reward, f"is not a usable reward: {problem}")
 
 
 def _trial_build(rl: RLConfig, where) -> None:
@@ -150,6 +156,7 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              "must be > 0")
         need(cfg.generation.min_new_tokens <= cfg.generation.max_new_tokens, "generation.min_new_tokens",
              cfg.generation.min_new_tokens, "must be <= generation.max_new_tokens")
+        _check_trackers(cfg, need)
         need(cfg.generation.backend in ("hf", "lean", "vllm"), "generation.backend", cfg.generation.backend,
              "must be hf, lean or vllm")
     # Then every other count and seed >= 0, after the knobs' own bounds: a message states the bound that the
@@ -159,6 +166,21 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
             need(value >= 0, key, value, "must be >= 0")
     if isinstance(cfg, RunConfig):
         _trial_build(cfg.rl, lambda key: _source_of(key, source, sources))
+
+
+def _check_trackers(cfg: RunConfig, need) -> None:
+    """train.report_to: known tracker names ("none" alone), and W&B installed when it is asked for."""
+    import importlib.util
+
+    from harness.runs.trackers import tracker_names
+
+    try:
+        names, problem = tracker_names(cfg.train.report_to), None
+    except ValueError as e:
+        names, problem = [], str(e)
+    need(problem is None, "train.report_to", cfg.train.report_to, f"is not valid: {problem}")
+    need("wandb" not in names or importlib.util.find_spec("wandb") is not None, "train.report_to",
+         cfg.train.report_to, "asks for wandb, which is not installed here (pip install wandb)")
 
 
 def _numeric_fields(obj, prefix: str = ""):

@@ -55,9 +55,10 @@ def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[st
                         source=f"{study.path.name}, arm '{arm.name}', stage '{stage}'")
 
 
-# Where and how, not what: a run moved to another disk or device, or fed by more loader workers, is the same run.
+# Where and how, not what: a run moved to another disk or device, fed by more loader workers, or mirrored into
+# other trackers, is the same run.
 _LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir", "model.device", "train.num_workers",
-              "train.dist_timeout_s", "train.dist_load_timeout_s")
+              "train.dist_timeout_s", "train.dist_load_timeout_s", "train.report_to", "train.wandb_project")
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

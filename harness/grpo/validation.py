@@ -10,6 +10,13 @@ from dataclasses import dataclass, field
 NLG_KEYS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")
 
 
+# The validation's completions, under this key of the validator's scores: [[id, prompt, completion, reward, gold]] per
+# validation prompt (gold = the reference report). The trainer takes them out of the scores (they are no number of
+# evals.jsonl) and hands them to the run's trackers as a table (harness/runs/trackers.py).
+COMPLETIONS = "completions"
+COMPLETION_COLUMNS = ("id", "prompt", "completion", "reward", "gold")
+
+
 def validation_score(scores: dict, mode: str = "paper", lam: float = 0.1, rg: float | None = None) -> float:
     """paper (Eq. 10): (sum_m m + lambda RG) / (|M| + 1); official: mean(M) + lambda RG.
 

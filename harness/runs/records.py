@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -153,35 +154,45 @@ def git_commit() -> str | None:
 
 
 class RunDir:
-    """A run directory; appends JSONL records and writes JSON files atomically."""
+    """A run directory; appends JSONL records and writes JSON files atomically. `trackers` (harness/runs/
+    trackers.py: tensorboard, wandb) receive every numeric field of the step and eval rows, and the tables;
+    they are opened on the first row (`tracker_info`: stage, config, project of a W&B run)."""
 
-    def __init__(self, path: str | Path, tensorboard: bool = False):
+    def __init__(self, path: str | Path, tensorboard: bool = False, trackers: Sequence[str] = (),
+                 tracker_info: dict | None = None):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._tb = None
-        self._tb_enabled = tensorboard
+        self._tracker_names = list(dict.fromkeys([*trackers, *(["tensorboard"] if tensorboard else [])]))
+        self._tracker_info = dict(tracker_info or {})
+        self._trackers = None
 
-    def _tensorboard(self):
-        """Lazily opened SummaryWriter under run_dir/tb (numbers of steps/evals lines are mirrored)."""
-        if self._tb is None and self._tb_enabled:
-            from torch.utils.tensorboard import SummaryWriter
+    def _open_trackers(self) -> list:
+        if self._trackers is None:
+            from harness.runs.trackers import open_trackers
 
-            self._tb = SummaryWriter(log_dir=str(self.path / "tb"))
-        return self._tb
+            self._trackers = open_trackers(self._tracker_names, self.path, **self._tracker_info)
+        return self._trackers
 
     def _mirror(self, prefix: str, row: dict) -> None:
-        tb = self._tensorboard()
-        if tb is None or "step" not in row:
+        if not self._tracker_names or "step" not in row:
             return
-        for k, v in row.items():
-            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-                tb.add_scalar(f"{prefix}/{k}", v, int(row["step"]))
-        tb.flush()
+        from harness.runs.trackers import scalars
+
+        values = scalars(row)
+        for tracker in self._open_trackers():
+            tracker.log(prefix, values, int(row["step"]))
+
+    def log_table(self, name: str, columns: Sequence[str], rows: list[Sequence[Any]], step: int) -> None:
+        """A table (e.g. the validation completions) into the trackers only: W&B Table, TensorBoard text."""
+        if not self._tracker_names:
+            return
+        for tracker in self._open_trackers():
+            tracker.table(name, columns, rows, int(step))
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        for tracker in self._trackers or []:
+            tracker.close()
+        self._trackers = None
 
     # -- whole files --------------------------------------------------------------------------------
     def write_manifest(self, config: dict, seed: int, stage: str, extra: dict | None = None) -> None:
@@ -267,6 +278,9 @@ class FollowerRun:
         pass
 
     def log_samples(self, row: dict) -> None:
+        pass
+
+    def log_table(self, *args, **kwargs) -> None:
         pass
 
     def truncate_logs_after(self, step: int) -> None:

@@ -18,7 +18,9 @@ from harness.config import ConfigError, RunConfig, to_dict
 from harness.runs.lock import LOCK_NAME
 
 # Where, not what: a run moved to another disk or device is the same run (cf. harness/experiments/resolve._LOCATIONS).
-LOCATION_KEYS = ("out_dir", "cache_dir", "data.synth_dir", "model.device", "train.num_workers")
+# The trackers (train.report_to, train.wandb_project) say where the records are mirrored, not what runs.
+LOCATION_KEYS = ("out_dir", "cache_dir", "data.synth_dir", "model.device", "train.num_workers", "train.report_to",
+                 "train.wandb_project")
 
 # Set by `regbench ... --restart`: discard what the run folder holds and start the stage over.
 _RESTART = [False]

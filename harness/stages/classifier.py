@@ -82,6 +82,7 @@ def _train(cfg: RunConfig, run, ccfg: ClassifierConfig, model, splits: dict, out
         run.log_eval({"step": ccfg.epochs, "split": split, "micro_f1": metrics[f"{split}_micro_f1"]})
     metrics["history"] = {k: v for k, v in history.items() if k != "state"} if isinstance(history, dict) else {}
     run.write_metrics(metrics)
+    run.close()  # the trackers (train.report_to): a W&B run ends with its stage
     return out
 
 

@@ -43,5 +43,6 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
         save_stage_model(model, out, base_path, "sft", lora=lora_settings(cfg), extra=extra,
                          settings=model_settings(cfg))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world})
+        run.close()  # the trackers (train.report_to): a W&B run ends with its stage
     dist.barrier()
     return out

@@ -36,5 +36,6 @@ def run_warmup(cfg: RunConfig, progress: bool = True) -> Path:
     if dist.main:
         save_stage_model(model, out, base_path, "warmup", settings=model_settings(cfg))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world})
+        run.close()  # the trackers (train.report_to): a W&B run ends with its stage
     dist.barrier()
     return out

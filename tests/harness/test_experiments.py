@@ -612,7 +612,8 @@ def test_stages_launched_under_torchrun_on_two_processes(tmp_path):
         port = s.getsockname()[1]
     launcher = f"{sys.executable} -m torch.distributed.run --nproc_per_node 2 --master_port {port}"
     sizes = ", ".join(t.replace("=", ": ") for t in TINY)
-    extra = (f"common: {{{sizes}}}\n"
+    # Stage 0 into the test's folder (issue 25: it wrote an 11-step base into the user's ~/.cache/regbench).
+    extra = (f"common: {{{sizes}, cache_dir: {tmp_path / 'cache'}}}\n"
              "stages: {warmup: {train: {max_steps: 2, batch_size: 4}}, rl: {train: {max_steps: 2}, rl: "
              "{prompts_per_step: 2, group_size: 2, max_new_tokens: 8, min_new_tokens: 2, val_max_samples: 4}}}\n")
     study = load_study(write_study(tmp_path, "  - name: a\n    pipeline: [warmup, rl]\n", seeds="[0]", extra=extra))

@@ -1,0 +1,128 @@
+"""Trackers: a run's records mirrored into the tools people read training runs in (`train.report_to`).
+
+The JSONL records (steps.jsonl, evals.jsonl) stay the source of truth; a tracker receives the same rows with the
+same keys, each number under `<prefix>/<key>` at the row's step (prefix `train` for steps.jsonl rows, the split,
+`val` or `test`, for evals.jsonl rows), and tables of validation completions (RL: prompt, completion, reward,
+gold). Every training stage (warm-up, classifier, SFT, RL) opens the trackers of its config in its run directory:
+
+- `tensorboard`: event files in RUN/tb/ (torch's SummaryWriter); `tensorboard --logdir RUN_OR_EXPERIMENT`; tables
+  as a text panel (markdown);
+- `wandb`: a Weights & Biases run whose files are in RUN/wandb/ (`WANDB_MODE=offline` keeps it on disk, `wandb sync
+  RUN/wandb/offline-run-*` uploads it later); tables as a W&B Table. One W&B run per run directory: its id is
+  derived from the folder, so a resumed stage continues the same W&B run.
+
+A tracker is opened on the first row it is given (a completed run opens none) and only on the process that writes
+the records (rank 0). This module holds the trackers and nothing else (this project, issue 25).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+TRACKERS = ("tensorboard", "wandb")
+TB_DIR = "tb"
+WANDB_DIR = "wandb"
+
+
+def tracker_names(report_to: str | Sequence[str] | None) -> list[str]:
+    """The trackers `train.report_to` names, in order, without repeats: "none" (or an empty list) is none, a
+    string is one, a list several. Unknown names are a ValueError naming them and the known ones."""
+    if report_to is None:
+        return []
+    items = [report_to] if isinstance(report_to, str) else list(report_to)
+    names = list(dict.fromkeys(str(x).strip().lower() for x in items))
+    unknown = [n for n in names if n not in (*TRACKERS, "none")]
+    if unknown:
+        raise ValueError(f"unknown tracker {unknown[0]!r}; known: {', '.join(TRACKERS)}, none")
+    if "none" in names and len(names) > 1:
+        raise ValueError(f"'none' cannot be combined with other trackers ({', '.join(names)})")
+    return [n for n in names if n != "none"]
+
+
+def scalars(row: dict) -> dict[str, float]:
+    """The numbers of a record row (not the step, not booleans, not non-finite values), keyed as in the row."""
+    return {k: float(v) for k, v in row.items()
+            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table (TensorBoard's text panel renders it); cells with '|' or newlines are escaped."""
+    def cell(v: Any) -> str:
+        text = f"{v:.4g}" if isinstance(v, float) else str(v)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+class Tracker:
+    """What every tracker does: numbers of a row at a step, a table at a step, close."""
+
+    def log(self, prefix: str, values: dict[str, float], step: int) -> None:
+        raise NotImplementedError
+
+    def table(self, name: str, columns: Sequence[str], rows: list[Sequence[Any]], step: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class TensorBoardTracker(Tracker):
+    def __init__(self, run_dir: Path, **_):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / TB_DIR))
+
+    def log(self, prefix: str, values: dict[str, float], step: int) -> None:
+        for k, v in values.items():
+            self.writer.add_scalar(f"{prefix}/{k}", v, step)
+        self.writer.flush()
+
+    def table(self, name: str, columns: Sequence[str], rows: list[Sequence[Any]], step: int) -> None:
+        self.writer.add_text(name, markdown_table(columns, rows), step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """A W&B run id of the run directory (its absolute path): a resumed stage continues the same W&B run."""
+    return hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
+
+
+class WandbTracker(Tracker):
+    def __init__(self, run_dir: Path, stage: str = "", config: dict | None = None, project: str = "regbench"):
+        import wandb
+
+        run_dir = Path(run_dir)
+        (run_dir / WANDB_DIR).mkdir(parents=True, exist_ok=True)
+        # dir: W&B writes its `wandb/` folder in it; the mode (online/offline) is W&B's own (WANDB_MODE, login).
+        self.run = wandb.init(project=project, name=run_dir.name, job_type=stage or None, config=config or {},
+                              dir=str(run_dir), id=wandb_run_id(run_dir), resume="allow", reinit="create_new",
+                              settings=wandb.Settings(console="off", silent=True))
+        self._wandb = wandb
+
+    def log(self, prefix: str, values: dict[str, float], step: int) -> None:
+        self.run.log({f"{prefix}/{k}": v for k, v in values.items()}, step=step)
+
+    def table(self, name: str, columns: Sequence[str], rows: list[Sequence[Any]], step: int) -> None:
+        self.run.log({name: self._wandb.Table(columns=list(columns), data=[list(r) for r in rows])}, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+_CLASSES = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker}
+
+
+def open_trackers(names: Sequence[str], run_dir: str | Path, stage: str = "", config: dict | None = None,
+                  project: str = "regbench") -> list[Tracker]:
+    """The trackers `names` (tracker_names) of a run directory."""
+    return [_CLASSES[n](Path(run_dir), stage=stage, config=config, project=project) for n in names]

@@ -1,0 +1,101 @@
+"""harness/runs/trackers.py: train.report_to's names, TensorBoard events and a W&B offline run with the JSONL keys,
+and the validation completions as a table."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from harness.config import ConfigError, load_config
+from harness.runs.records import RunDir, read_jsonl
+from harness.runs.trackers import markdown_table, scalars, tracker_names, wandb_run_id
+from tests.wandb_records import history, offline_runs
+
+COLUMNS = ("id", "prompt", "completion", "reward", "gold")
+TABLE = [["s0", "write", "the heart | is normal .", 0.25, "the heart is normal ."]]
+
+
+def tensorboard_tags(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+@pytest.mark.parametrize("value, names", [("none", []), ("tensorboard", ["tensorboard"]), (None, []), ([], []),
+                                          (["wandb", "tensorboard", "wandb"], ["wandb", "tensorboard"]),
+                                          ("WandB", ["wandb"])])
+def test_tracker_names(value, names):
+    assert tracker_names(value) == names
+
+
+@pytest.mark.parametrize("value, message", [("mlflow", "unknown tracker 'mlflow'"),
+                                            (["none", "wandb"], "'none' cannot be combined")])
+def test_bad_tracker_names_fail_when_the_config_loads(value, message):
+    with pytest.raises(ValueError, match=message):
+        tracker_names(value)
+    override = f"train.report_to={json.dumps(value)}"
+    with pytest.raises(ConfigError, match=re.escape(f"override '{override}': 'train.report_to' = ") + ".*" + message):
+        load_config(None, [override])
+
+
+def test_report_to_is_not_part_of_a_runs_key():
+    from harness.experiments.resolve import config_key
+    from harness.runs.state import config_hash
+
+    a = load_config(None, ["train.report_to=tensorboard"])
+    b = load_config(None, ["train.report_to=[tensorboard, wandb]", "train.wandb_project=other"])
+    assert config_hash(a) == config_hash(b) and config_key("rl", a, {}) == config_key("rl", b, {})
+
+
+def test_scalars_are_the_rows_numbers():
+    row = {"step": 3, "loss": 0.5, "tokens": 7, "skipped": True, "split": "val", "kl": None, "bad": float("nan")}
+    assert scalars(row) == {"loss": 0.5, "tokens": 7.0}
+
+
+def test_markdown_table_escapes_cells():
+    text = markdown_table(COLUMNS, TABLE)
+    assert text.splitlines()[0] == "| id | prompt | completion | reward | gold |"
+    assert "the heart \\| is normal ." in text and "| 0.25 |" in text
+
+
+def test_no_tracker_writes_nothing(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.log_step({"step": 1, "loss": 1.0})
+    run.log_table("val/completions", COLUMNS, TABLE, 1)
+    run.close()
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["steps.jsonl"]
+
+
+def test_tensorboard_and_wandb_get_the_jsonl_keys_and_the_table(tmp_path):
+    run_dir = tmp_path / "r"
+    run = RunDir(run_dir, trackers=["tensorboard", "wandb"], tracker_info={"stage": "rl", "config": {"seed": 0}})
+    run.log_eval({"step": 0, "split": "val", "val_score": 0.1, "improved": False})
+    run.log_step({"step": 1, "loss": 0.5, "lr": 1e-3, "skipped": False})
+    run.log_eval({"step": 1, "split": "val", "val_score": 0.3, "BLEU_4": 0.2})
+    run.log_table("val/completions", COLUMNS, TABLE, 1)
+    run.close()
+    jsonl = {f"train/{k}" for r in read_jsonl(run_dir / "steps.jsonl") for k in scalars(r)}
+    jsonl |= {f"{r['split']}/{k}" for r in read_jsonl(run_dir / "evals.jsonl") for k in scalars(r)}
+    assert jsonl == {"train/loss", "train/lr", "val/val_score", "val/BLEU_4"}
+
+    acc = tensorboard_tags(run_dir)
+    assert set(acc.Tags()["scalars"]) == jsonl
+    assert [(e.step, e.value) for e in acc.Scalars("val/val_score")] == [(0, pytest.approx(0.1)),
+                                                                       (1, pytest.approx(0.3))]
+    text = acc.Tensors("val/completions/text_summary")[0]
+    assert text.step == 1 and b"the heart \\| is normal ." in text.tensor_proto.string_val[0]
+
+    (folder,) = offline_runs(run_dir)
+    assert folder.name.endswith(wandb_run_id(run_dir))
+    rows = history(folder)
+    logged = {k for r in rows for k in r if not k.startswith("_") and not k.startswith("val/completions")}
+    assert logged == jsonl
+    assert [r["val/val_score"] for r in rows if "val/val_score" in r] == [0.1, 0.3]
+    (table_row,) = [r for r in rows if "val/completions/_type" in r]
+    assert table_row["_step"] == 1 and table_row["val/completions/nrows"] == 1
+    table = json.loads((folder / "files" / table_row["val/completions/path"]).read_text())
+    assert table["columns"] == list(COLUMNS) and table["data"] == TABLE
