@@ -8,10 +8,17 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint install clean
 
+# DeepSpeed (a dependency) is built without compiled ops (DS_BUILD_OPS=0) and against the installed torch
+# (--no-build-isolation), so torch and the build backend go in first.
+TORCH_PINS := $(shell grep -oE '"torch(vision)?==[^"]+"' pyproject.toml | tr -d '"')
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "installing regbench and its dependencies into $(VENV) (first run only, a few minutes)"
-	$(BIN)/python -m pip install --quiet -e '.[dev]' 2>&1 | sed '/^WARNING: Location .* is ignored/d'
+	$(BIN)/python -m pip install --quiet 'setuptools>=68' wheel $(TORCH_PINS) 2>&1 \
+		| sed '/^WARNING: Location .* is ignored/d'
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install --quiet --no-build-isolation -e '.[dev]' 2>&1 \
+		| sed '/^WARNING: Location .* is ignored/d'
 	touch $(STAMP)
 
 install: $(STAMP)
