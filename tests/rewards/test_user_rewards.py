@@ -61,6 +61,7 @@ def test_a_function_by_module_path(user_module):
 
 def test_a_weighted_sum_of_registered_and_user_rewards(user_module):
     import user_rewards_mod
+
     from rewards.bleu import bleu4
 
     cfg = load_config(None, ["rl.reward={bleu4: 0.5, user_rewards_mod:shared: 0.25}"])

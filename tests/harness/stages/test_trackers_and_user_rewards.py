@@ -122,9 +122,10 @@ def test_a_users_reward_by_name_drives_the_rl_stage(pipeline, user_module):
 
 def test_a_weighted_mix_of_a_users_reward_and_bleu4_from_yaml_drives_the_rl_stage(pipeline, user_module, tmp_path):
     root, common = pipeline
+    from my_rewards import brevity
+
     from harness.config import load_config
     from harness.stages.common import load_splits
-    from my_rewards import brevity
     from rewards.registry import compute_reward
 
     config = tmp_path / "mix.yaml"
