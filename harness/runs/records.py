@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,12 +166,14 @@ class RunDir:
         self._tracker_names = list(dict.fromkeys([*trackers, *(["tensorboard"] if tensorboard else [])]))
         self._tracker_info = dict(tracker_info or {})
         self._trackers = None
+        self._purge_step = None  # set on resume (truncate_logs_after): TensorBoard drops the later events
 
     def _open_trackers(self) -> list:
         if self._trackers is None:
             from harness.runs.trackers import open_trackers
 
-            self._trackers = open_trackers(self._tracker_names, self.path, **self._tracker_info)
+            self._trackers = open_trackers(self._tracker_names, self.path, purge_step=self._purge_step,
+                                           **self._tracker_info)
         return self._trackers
 
     def _mirror(self, prefix: str, row: dict) -> None:
@@ -240,12 +243,20 @@ class RunDir:
         return read_jsonl(self.path / EVALS_FILE)
 
     def clear_logs(self) -> None:
-        """A run that starts from zero (no checkpoint) keeps no rows of an earlier, interrupted try."""
+        """A run that starts from zero (no checkpoint) keeps no rows of an earlier, interrupted try (nor its trackers'
+        folders: harness/runs/trackers.py)."""
+        from harness.runs.trackers import TB_DIR, WANDB_DIR
+
         for name in LOG_FILES:
             (self.path / name).unlink(missing_ok=True)
+        for name in (TB_DIR, WANDB_DIR):
+            if (self.path / name).is_dir() and self._trackers is None:
+                shutil.rmtree(self.path / name)
 
     def truncate_logs_after(self, step: int) -> None:
-        """On resume, drop log lines written after the checkpoint we resume from."""
+        """On resume, drop log lines written after the checkpoint we resume from (TensorBoard: its events too)."""
+        if self._trackers is None:
+            self._purge_step = step + 1
         for name in LOG_FILES:
             p = self.path / name
             if not p.is_file():

@@ -9,7 +9,9 @@ gold). Every training stage (warm-up, classifier, SFT, RL) opens the trackers of
   as a text panel (markdown);
 - `wandb`: a Weights & Biases run whose files are in RUN/wandb/ (`WANDB_MODE=offline` keeps it on disk, `wandb sync
   RUN/wandb/offline-run-*` uploads it later); tables as a W&B Table. One W&B run per run directory: its id is
-  derived from the folder, so a resumed stage continues the same W&B run.
+  kept in the folder, so a resumed stage continues the same W&B run (W&B keeps the rows an interrupted try logged
+  after the checkpoint and ignores the repeated steps; TensorBoard purges them). A run started over (no checkpoint)
+  removes both trackers' folders with its logs.
 
 A tracker is opened on the first row it is given (a completed run opens none) and only on the process that writes
 the records (rank 0). This module holds the trackers and nothing else (this project, issue 25).
@@ -17,8 +19,8 @@ the records (rank 0). This module holds the trackers and nothing else (this proj
 
 from __future__ import annotations
 
-import hashlib
 import math
+import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,10 +76,12 @@ class Tracker:
 
 
 class TensorBoardTracker(Tracker):
-    def __init__(self, run_dir: Path, **_):
+    def __init__(self, run_dir: Path, purge_step: int | None = None, **_):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / TB_DIR))
+        # purge_step: a resumed run drops the events an interrupted try wrote after its checkpoint, as the JSONL
+        # records drop their rows (RunDir.truncate_logs_after).
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / TB_DIR), purge_step=purge_step)
 
     def log(self, prefix: str, values: dict[str, float], step: int) -> None:
         for k, v in values.items():
@@ -93,12 +97,19 @@ class TensorBoardTracker(Tracker):
 
 
 def wandb_run_id(run_dir: Path) -> str:
-    """A W&B run id of the run directory (its absolute path): a resumed stage continues the same W&B run."""
-    return hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
+    """The W&B run id of the run directory, kept in RUN/wandb/run_id: a resumed stage continues the same W&B run,
+    and a run started over (its logs cleared, RunDir.clear_logs) gets a new one."""
+    path = Path(run_dir) / WANDB_DIR / "run_id"
+    if path.is_file():
+        return path.read_text().strip()
+    run_id = secrets.token_hex(8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(run_id + "\n")
+    return run_id
 
 
 class WandbTracker(Tracker):
-    def __init__(self, run_dir: Path, stage: str = "", config: dict | None = None, project: str = "regbench"):
+    def __init__(self, run_dir: Path, stage: str = "", config: dict | None = None, project: str = "regbench", **_):
         import wandb
 
         run_dir = Path(run_dir)
@@ -123,6 +134,7 @@ _CLASSES = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker}
 
 
 def open_trackers(names: Sequence[str], run_dir: str | Path, stage: str = "", config: dict | None = None,
-                  project: str = "regbench") -> list[Tracker]:
+                  project: str = "regbench", purge_step: int | None = None) -> list[Tracker]:
     """The trackers `names` (tracker_names) of a run directory."""
-    return [_CLASSES[n](Path(run_dir), stage=stage, config=config, project=project) for n in names]
+    return [_CLASSES[n](Path(run_dir), stage=stage, config=config, project=project, purge_step=purge_step)
+            for n in names]

@@ -90,7 +90,7 @@ def test_tensorboard_and_wandb_get_the_jsonl_keys_and_the_table(tmp_path):
     assert text.step == 1 and b"the heart \\| is normal ." in text.tensor_proto.string_val[0]
 
     (folder,) = offline_runs(run_dir)
-    assert folder.name.endswith(wandb_run_id(run_dir))
+    assert folder.name.endswith(wandb_run_id(run_dir)) and wandb_run_id(run_dir) == wandb_run_id(run_dir)
     rows = history(folder)
     logged = {k for r in rows for k in r if not k.startswith("_") and not k.startswith("val/completions")}
     assert logged == jsonl
@@ -99,3 +99,36 @@ def test_tensorboard_and_wandb_get_the_jsonl_keys_and_the_table(tmp_path):
     assert table_row["_step"] == 1 and table_row["val/completions/nrows"] == 1
     table = json.loads((folder / "files" / table_row["val/completions/path"]).read_text())
     assert table["columns"] == list(COLUMNS) and table["data"] == TABLE
+
+
+def test_a_resumed_run_purges_the_later_events_and_keeps_its_wandb_id(tmp_path):
+    run_dir = tmp_path / "r"
+    first = RunDir(run_dir, trackers=["tensorboard", "wandb"])
+    for step in (1, 2, 3):
+        first.log_step({"step": step, "loss": float(step)})
+    first.close()
+    run_id = wandb_run_id(run_dir)
+    resumed = RunDir(run_dir, trackers=["tensorboard", "wandb"])
+    resumed.truncate_logs_after(1)  # the checkpoint was at step 1: steps 2-3 are dropped and redone
+    for step in (2, 3):
+        resumed.log_step({"step": step, "loss": 10.0 * step})
+    resumed.close()
+    assert [r["loss"] for r in read_jsonl(run_dir / "steps.jsonl")] == [1.0, 20.0, 30.0]
+    assert [(e.step, e.value) for e in tensorboard_tags(run_dir).Scalars("train/loss")] == [(1, 1.0), (2, 20.0),
+                                                                                             (3, 30.0)]
+    assert wandb_run_id(run_dir) == run_id and all(f.name.endswith(run_id) for f in offline_runs(run_dir))
+
+
+def test_a_run_started_over_clears_its_trackers(tmp_path):
+    run_dir = tmp_path / "r"
+    run = RunDir(run_dir, trackers=["tensorboard", "wandb"])
+    run.log_step({"step": 1, "loss": 1.0})
+    run.close()
+    run_id = wandb_run_id(run_dir)
+    again = RunDir(run_dir, trackers=["tensorboard", "wandb"])
+    again.clear_logs()
+    assert not (run_dir / "tb").exists() and not (run_dir / "wandb").exists()
+    again.log_step({"step": 1, "loss": 2.0})
+    again.close()
+    assert [e.value for e in tensorboard_tags(run_dir).Scalars("train/loss")] == [2.0]
+    assert wandb_run_id(run_dir) != run_id and len(offline_runs(run_dir)) == 1
