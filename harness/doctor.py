@@ -16,7 +16,7 @@ from pathlib import Path
 PINNED = {
     "torch": "2.14.1", "torchvision": "0.29.1", "transformers": "4.57.6", "peft": "0.21.2",
     "accelerate": "1.15.0", "timm": "1.0.31", "scikit-learn": "1.7.2", "optuna": "5.0.0",
-    "pycocoevalcap": "1.2", "radgraph": "0.1.18", "f1chexbert": "0.0.2", "deepspeed": "",
+    "pycocoevalcap": "1.2", "radgraph": "0.1.18", "f1chexbert": "0.0.2", "deepspeed": "0.19.8",
 }
 # Parameters of the real presets' models (Hugging Face model cards: 3.75B and 8.29B), for the memory estimate.
 PARAMS = {"qwen2.5-vl-3b": 3.75e9, "qwen2.5-vl-7b": 8.29e9}
@@ -70,7 +70,7 @@ def package_checks() -> list[Check]:
         try:
             version = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            out.append(Check(name, name == "deepspeed", "not installed" + (" (optional)" if not pin else "")))
+            out.append(Check(name, False, "not installed"))
             continue
         # Local builds add "+cpu" etc.; the pin is about the release.
         ok = not pin or version.split("+")[0] == pin

@@ -1,9 +1,10 @@
 """DeepSpeed ZeRO-1/2 through accelerate's DeepSpeedPlugin: the pieces that keep policy snapshots exact.
 
-DeepSpeed is an optional extra (`pip install -e .[deepspeed]`); nothing imports it unless asked, and the tests that
-need it skip with `unavailable()`'s reason. Configs: experiments/deepspeed/*.json (zero1 / zero2: the trainable
-parameters in fp32, as this project holds them, for `train.deepspeed`; zero1_fp16: DeepSpeed's own fp16 and
-dynamic loss scale, which train.deepspeed refuses -- it would cast the fp32 trainable parameters to fp16).
+DeepSpeed is a dependency (built without compiled ops, DS_BUILD_OPS=0: Makefile); nothing imports it unless asked,
+and the tests that need it skip with `unavailable()`'s reason only where an install lacks it. Configs:
+experiments/deepspeed/*.json (zero1 / zero2: the trainable parameters in fp32, as this project holds them, for
+`train.deepspeed`; zero1_fp16: DeepSpeed's own fp16 and dynamic loss scale, which train.deepspeed refuses -- it
+would cast the fp32 trainable parameters to fp16).
 
 Why this module: a ZeRO-1/2 optimizer keeps its own fp32 copy of each process's partition of the trainable
 parameters (`single_partition_of_fp32_groups`), steps that copy and writes it back into the model. A snapshot
@@ -37,7 +38,8 @@ def unavailable() -> str | None:
     try:
         import deepspeed  # noqa: F401
     except ImportError as e:
-        return f"deepspeed is not installed (optional extra: pip install -e .[deepspeed]): {e}"
+        return (f"deepspeed is not installed (a dependency of regbench: `make install`, or DS_BUILD_OPS=0 pip install "
+                f"deepspeed==0.19.8): {e}")
     return None
 
 
