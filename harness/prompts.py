@@ -13,6 +13,7 @@ from harness.batching import instruction_text
 from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
 from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba
+from harness.output_format import format_instruction
 
 
 @dataclass
@@ -87,9 +88,23 @@ def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
 def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:
     """Prompts rebuilt the way a stage checkpoint was trained: with the classifier's predicted diseases when its
     spec records a classifier (stage 2 onwards), plain otherwise."""
+    fmt = checkpoint_format(cfg, spec)
     if not spec.get("classifier_dir"):
-        return [cfg.prompt.instruction] * len(samples)
+        return [format_instruction(cfg.prompt.instruction, fmt)] * len(samples)
     names = predicted_diseases(spec["classifier_dir"], samples)
     instruction = spec.get("instruction", cfg.prompt.instruction)
     template = spec.get("disease_template", cfg.prompt.disease_template)
-    return [instruction_text(instruction, ns, template) for ns in names]
+    return [format_instruction(instruction_text(instruction, ns, template), fmt) for ns in names]
+
+
+def checkpoint_format(cfg: RunConfig, spec: dict) -> str:
+    """The output format (harness/output_format.py) a stage model was taught, which must be the config's: a
+    think_report model scored as plain (or the reverse) would be scored on what it was not taught to write.
+    A spec without the key is a plain model (written before the format existed)."""
+    from harness.config import ConfigError
+
+    trained = spec.get("output_format", "plain")
+    if spec and trained != cfg.prompt.output_format:
+        raise ConfigError(f"prompt.output_format is '{cfg.prompt.output_format}' but the model was trained with "
+                          f"'{trained}' (its spec.json); set prompt.output_format={trained} for this stage")
+    return cfg.prompt.output_format

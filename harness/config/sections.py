@@ -164,6 +164,13 @@ class PromptConfig:
     disease_template: str = knob("The classifier suggests: {diseases}.", "Stage 2 (REVA-PO Sec. 3.2): predicted "
                                  "positive disease names are inserted into the instruction through this template.")
     max_report_tokens: int = knob(100, "Report tokens kept as training targets, >= 1.")
+    output_format: str = knob("plain", "What a model is taught to write (harness/output_format.py): 'plain' (the "
+                              "report; REVA-PO) or 'think_report' (MRG-R1, paper 002: a reasoning span and the report "
+                              "inside <think>...</think><report>...</report>, the layout its format reward checks). "
+                              "With think_report, SFT targets carry that layout (the reasoning span: the observations "
+                              "the reference states present or possible; project's choice, MRG-R1 gives no cold "
+                              "start), the instruction asks for it (project's wording), and validation and test score "
+                              "the <report> part (rewards.format.extract_report). Set it for sft, rl and eval alike.")
 
 
 @dataclass

@@ -86,6 +86,8 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              "must be r2gen or reva_po")
         need(cfg.data.views is None or cfg.data.views >= 1, "data.views", cfg.data.views, "must be >= 1 or null")
         need(cfg.data.synth_n >= 10, "data.synth_n", cfg.data.synth_n, "must be >= 10")
+        need(cfg.prompt.output_format in ("plain", "think_report"), "prompt.output_format", cfg.prompt.output_format,
+             "must be plain or think_report (harness/output_format.py)")
         need(cfg.data.train_subset in ("first", "random"), "data.train_subset", cfg.data.train_subset,
              "must be first or random")
         need(cfg.data.train_min_tokens is None or cfg.data.train_min_tokens >= 1, "data.train_min_tokens",

@@ -67,6 +67,7 @@ from harness.grpo.validation import (
     validation_score,
 )
 from harness.models.precision import base_dtype
+from harness.output_format import reward_inputs
 from harness.parallel.distributed import Dist, shard
 from harness.parallel.updater import UpdateOutcome, Updater, needs_scaler
 from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
@@ -75,6 +76,7 @@ from harness.runs.records import RunDir
 from harness.schedule import epoch_order, make_scheduler
 from harness.snapshots import SnapshotStore
 from regularizers.registry import reference_from_config, regularizer_from_config
+from rewards.format import format_ok
 from rewards.registry import compute_reward
 
 
@@ -277,7 +279,8 @@ class GRPOTrainer:
         self.model.eval()  # dropout off in the rollouts and frozen passes (see module docstring)
         ro = self._rollout(idx)
         refs = [self.train_set.references[i] for i in idx for _ in range(G)]
-        raw = np.asarray(compute_reward(rl.reward, ro.texts, refs), dtype=np.float64)
+        fmt = getattr(self, "output_format", "plain")  # prompt.output_format (harness/output_format.py)
+        raw = np.asarray(compute_reward(rl.reward, reward_inputs(rl.reward, ro.texts, fmt), refs), dtype=np.float64)
         # Rewards (and so advantages and betas) on the model's device, beside the log-probs they weigh.
         rewards = torch.tensor(raw, dtype=torch.float32, device=ro.response_mask.device).view(B, G)
         adv = group_advantages(rewards, scale=rl.advantage_scale)
@@ -314,12 +317,21 @@ class GRPOTrainer:
                        zero_std=zero_std, lengths=ro.lengths, response_mask=ro.response_mask,
                        ref_entropy_tok=loss.h_ref, token_weights=token_w, skipped=outcome.skipped, lr=lr,
                        grad_norm=outcome.grad_norm, t0=t0, fields={**stats, **self.regularizer.log_stats(),
-                                                                    **self.reference.log_stats(), **events})
+                                                                    **self.reference.log_stats(), **events,
+                                                                    **self._format_stats(ro.texts)})
         self.run.log_step(row)
         if rl.samples_every and self.step % rl.samples_every == 0:
             self.run.log_samples(samples_record(self.step, [self.train_set.ids[i] for i in idx], ro.texts, rewards,
                                                 adv, loss.beta))
         return row
+
+    def _format_stats(self, texts: list[str]) -> dict:
+        """think_report arms (MRG-R1): `well_formatted`, the share of the step's sampled outputs (all processes)
+        with the <think>/<report> layout."""
+        if getattr(self, "output_format", "plain") == "plain":
+            return {}
+        ok = torch.tensor([float(format_ok(t)) for t in texts])
+        return {"well_formatted": float(self.dist.gather(ok).mean())}
 
     def _step_stats(self, outcome: UpdateOutcome, loss: StepLoss, mask: torch.Tensor) -> dict:
         """The step's loss statistics over all processes (step_log.loss_stats), or a skipped step's count;

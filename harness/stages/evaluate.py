@@ -16,6 +16,7 @@ import numpy as np
 from harness.config import RunConfig
 from harness.evaluation import findings_scores, label_with, nlg_report_scores, nlg_scores
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
+from harness.output_format import report_part, well_formatted_fraction
 from harness.prompts import instructions_for, load_images, reference_labels
 from harness.runs.records import RunDir, atomic_write_text, dumps
 from harness.sampling.decoding import generate_reports, greedy_settings
@@ -94,8 +95,10 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
         raise ValueError(f"split '{split}' not in the data set (have: {', '.join(splits)})")
     samples = splits[split]
     instructions = instructions_for(cfg, samples, spec)
-    hyps = generate_reports(model, processor, load_images(samples, cfg.model.image_size), instructions,
-                            **greedy_settings(cfg.generation), progress=progress, desc=f"decode {split}")
+    outputs = generate_reports(model, processor, load_images(samples, cfg.model.image_size), instructions,
+                               **greedy_settings(cfg.generation), progress=progress, desc=f"decode {split}")
+    # think_report models are scored on their <report> part (harness/output_format.py); plain: unchanged.
+    hyps = [report_part(text, cfg.prompt.output_format) for text in outputs]
     refs = {s.id: s.report for s in samples}
     scores = nlg_scores(refs, {s.id: h for s, h in zip(samples, hyps, strict=True)})
     ref_labels = reference_labels(samples) if cfg.eval.ce_backend == "rules" or any(
@@ -107,6 +110,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     gold, gold_labels = gold_eval(samples, hyps, ref_labels, labeler)
     scores.update(gold)
     scores.update(clinical_scores(cfg, hyps, [s.report for s in samples]))
+    scores["well_formatted"] = well_formatted_fraction(outputs)  # MRG-R1's layout; 0 for a plain model
     # The decoding the reports were made with: reports refuse to compare arms tested with different ones.
     scores = {"split": split, "stage": spec.get("stage"), "n": len(samples), **scores,
               "decoding": {"greedy": True, **greedy_settings(cfg.generation)}}
@@ -117,6 +121,9 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     if run is not None:
         run.log_eval(scores)
         rows = prediction_rows(samples, hyps, instructions, hyp_labels, ref_labels, gold_labels)
+        if cfg.prompt.output_format != "plain":  # the whole output beside the report part it was scored on
+            for row, text in zip(rows, outputs, strict=True):
+                row["output"] = text
         atomic_write_text(run.path / f"predictions_{label or spec.get('stage')}_{split}.jsonl",
                           "".join(dumps(r) + "\n" for r in rows))
     return scores

@@ -18,6 +18,7 @@ from harness.grpo.val_drift import kl_summary, kl_to_snapshot
 from harness.grpo.validation import COMPLETIONS, ValidationCallback, ValidationEvent
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
+from harness.output_format import report_part, reward_inputs, well_formatted_fraction
 from harness.parallel.distributed import Dist
 from harness.prompts import PromptSet, prompt_set
 from harness.sampling.decoding import generate_reports, greedy_settings
@@ -64,7 +65,10 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
 
     `rg` averages over the pairs whose hypothesis and reference are both non-empty, as the official code's
     s_val does (radgraph's F1RadGraph would count an empty pair as 0 in its mean); `rg_pairs` says how many.
-    Also (logged only, never a reward nor part of s_val): `proxy_reward`, the mean rl.reward of the validation
+    With `prompt.output_format=think_report` every score reads the reports' <report> part
+    (harness/output_format.py: report_part), and `proxy_reward` gets what the RL reward gets (reward_inputs).
+    Also (logged only, never a reward nor part of s_val): `well_formatted`, the share of outputs with MRG-R1's
+    <think>/<report> layout (every arm; 0 for a plain one); `proxy_reward`, the mean rl.reward of the validation
     reports against their references (what RL optimises); with `gold_present` ([N, 14] image truth, the phantom
     set's: what was drawn) the gold metric, the phantom's gold reader (harness/data/phantom/gold_reader.py, which
     no reward sees): `gold_f1` (micro-F1) and `gold_exact` (share of reports whose 14 presence flags all match),
@@ -75,10 +79,14 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     the trackers' table."""
     from rewards.registry import compute_reward
 
+    raw = hyps
+    hyps = [report_part(h, cfg.prompt.output_format) for h in raw]  # the <report> part (think_report)
     scores = nlg_scores(dict(zip(val.ids, val.references, strict=True)), dict(zip(val.ids, hyps, strict=True)),
                         metrics=["BLEU", "METEOR", "ROUGE_L"])
-    rewards = compute_reward(cfg.rl.reward, hyps, val.references)
+    rewards = compute_reward(cfg.rl.reward, reward_inputs(cfg.rl.reward, raw, cfg.prompt.output_format),
+                             val.references)
     scores["proxy_reward"] = float(np.mean(rewards))
+    scores["well_formatted"] = well_formatted_fraction(raw)
     labeler = label_with("rules", hyps) if gold_labels is not None or gold_present is not None else None
     if gold_labels is not None:
         agreement = findings_scores(hyps, gold_labels, backend="rules", hyp_labels=labeler)
@@ -161,12 +169,14 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
                           validate=validate, progress=progress,
                           dist=dist, on_validation=on_validation, generation=cfg.generation)
+    trainer.output_format = cfg.prompt.output_format  # read by GRPOTrainer.train_step (the texts rewards score)
     if dist.main and not progress:  # no bar (a study's worker): one line per validation instead
         trainer.on_validation += (progress_line(trainer, run.path.name),)
     metrics = trainer.train()
     out = run.path / "model"
     if dist.main:
-        extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template") if k in spec}
+        extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template", "output_format")
+                 if k in spec}
         save_stage_model(model, out, base_path, "rl", lora=spec.get("lora") or lora_settings(cfg), extra=extra,
                          settings=model_settings(cfg))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,

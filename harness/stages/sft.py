@@ -1,6 +1,10 @@
 """Stage 2, classifier-guided SFT (REVA-PO Sec. 3.2): prompt q = [I, D, V] with D the names the frozen
 classifier predicts positive; the merger trains fully, LoRA (r = alpha = 32, dropout 0.1 by default) on every
 linear layer of the vision encoder and the LLM; LM loss of Eq. 1.
+
+`prompt.output_format=think_report` (MRG-R1's layout, harness/output_format.py): the instruction asks for the
+layout and the targets are `<think> observations </think> <report> report </report>`; the format is recorded in
+the stage model's spec, and the RL and evaluation stages rebuild the prompts from it.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from pathlib import Path
 from harness.config import ConfigError, RunConfig
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
-from harness.prompts import disease_instructions, load_images, predicted_diseases
+from harness.output_format import format_instruction, training_target
+from harness.prompts import disease_instructions, load_images, predicted_diseases, reference_labels
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.loading import begin_stage
 
@@ -31,13 +36,17 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     for split in ("train", "val"):
         samples = splits[split]
         names = predicted_diseases(cfg.classifier.dir, samples)
-        data[split] = LMData(load_images(samples, size), disease_instructions(cfg, names),
-                             [s.report for s in samples])
+        fmt = cfg.prompt.output_format
+        labels = reference_labels(samples) if fmt != "plain" else [None] * len(samples)
+        data[split] = LMData(load_images(samples, size),
+                             [format_instruction(i, fmt) for i in disease_instructions(cfg, names)],
+                             [training_target(s.report, row, fmt) for s, row in zip(samples, labels, strict=True)])
     metrics = train_lm(model, processor, data["train"], data["val"], cfg.train, run, seed=cfg.seed,
                        max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 2 SFT", progress=progress,
                        dist=dist)
     extra = {"classifier_dir": str(Path(cfg.classifier.dir).resolve()),
-             "disease_template": cfg.prompt.disease_template, "instruction": cfg.prompt.instruction}
+             "disease_template": cfg.prompt.disease_template, "instruction": cfg.prompt.instruction,
+             "output_format": cfg.prompt.output_format}
     out = run.path / "model"
     if dist.main:
         save_stage_model(model, out, base_path, "sft", lora=lora_settings(cfg), extra=extra,
