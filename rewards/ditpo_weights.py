@@ -1,10 +1,15 @@
 """DiTPO-style token weight formulas: per-token advantages that favour diagnostically informative tokens.
-Numbers only (words, IDF tables, gradient norms -> weights); the engine's harness/grpo/token_weighter.py applies
-them to a rollout's tokens.
+Numbers only (words, IDF tables, gradients -> weights); the engine's weighters (harness/token_weighting/,
+registered as `rl.token_weighting` tfidf and gradient) apply them to a rollout's tokens.
 
 DiTPO (paper 003, "Diagnostic Token-weighted Policy Optimization") observes that most tokens of a radiology
 report are template-like and proposes to scale each token's advantage by a weight from a rule-based (TF-IDF)
-or a gradient-based mechanism. The paper gives no formulas; everything below is this project's own design.
+or a gradient-based mechanism, with a diagnostic F1 reward; its main results use the gradient-based weights
+(Table 1 caption). What the paper's text available to this project (paper 003: abstract, figure and table
+captions) states is only that: token-level advantages that give diagnostically critical tokens more weight
+(Fig. 1b), from TF-IDF or from gradients. It gives no formula, constant or normalisation, so every formula and
+constant below (word split, IDF form, boost, mean-1 normalisation, the gradient's proxy objective, the norm, the
+cap) is this project's own design.
 The weights feed `harness.grpo.core.policy_loss` as per-token advantages `A[i, t] = w[i, t] * A[i]`
 (`apply_token_weights`). Every weight vector has mean 1 over its response's tokens, so the average size of
 the policy-gradient signal is that of plain GRPO and only its distribution over tokens changes.
@@ -35,6 +40,11 @@ Gradient-based
   tokens, 0 at masked-out positions; a row without tokens is all 0, a row whose gradients are all 0 gets
   uniform weights 1 (no information). With `w_max`, weights are capped at `w_max` and the rest rescaled so the
   mean stays 1 (exact water-filling; needs `w_max >= 1`).
+- `token_gradient_weights(embeds, logp, diagnostic, mask, prompt_len)` is the whole gradient-based rule as a
+  pure function of tensors (the engine's weighter, harness/token_weighting/gradient.py, supplies the policy's
+  embeddings and log-probs): proxy J = sum of `logp * diagnostic`, g = |dJ / d embeds| at the response
+  positions, then `gradient_weights`. `diagnostic_flags(words, word_ids, terms)` marks the diagnostic tokens
+  (all of a response's tokens when none is).
 - How to compute `grad_norms` (the engine's job): run the policy on prompt + response with
   `inputs_embeds = embed(input_ids).detach().requires_grad_(True)` (parameters need no gradient); take the
   clinical-score proxy `J = sum_i sum_{t in D_i} log pi(y_{i,t} | y_{i,<t})`, the log-likelihood of the
@@ -64,12 +74,14 @@ __all__ = [
     "NOT_DIAGNOSTIC",
     "apply_token_weights",
     "default_diagnostic_terms",
+    "diagnostic_flags",
     "fit_idf",
     "gradient_weights",
     "is_diagnostic",
     "report_words",
     "stack_token_weights",
     "tfidf_weights",
+    "token_gradient_weights",
     "word_ids_from_offsets",
     "word_weights",
     "words_to_token_weights",
@@ -244,6 +256,49 @@ def gradient_weights(grad_norms: torch.Tensor, mask: torch.Tensor, w_max: float 
     if w_max is not None:
         w = _cap_mean_one(w, keep, float(w_max))
     return w
+
+
+def diagnostic_flags(
+    words: Sequence[str], word_ids: Sequence[int | None], diagnostic_terms: Iterable[str]
+) -> list[bool]:
+    """Per token: does it belong to a diagnostic word (`is_diagnostic`)? A response without any diagnostic token
+    gets all True (its whole log-likelihood is then the proxy; this project's choice)."""
+    terms = tuple(diagnostic_terms)
+    flags = [wid is not None and is_diagnostic(words[wid], terms) for wid in word_ids]
+    return flags if any(flags) else [True] * len(flags)
+
+
+def token_gradient_weights(
+    embeds: torch.Tensor,
+    logp: torch.Tensor,
+    diagnostic: torch.Tensor,
+    mask: torch.Tensor,
+    prompt_len: int,
+    w_max: float | None = None,
+) -> torch.Tensor:
+    """Gradient-based token weights `[N, T]` (this project's rule; module docstring).
+
+    `embeds` `[N, P + T, H]` is a leaf tensor with `requires_grad`, the input embeddings `logp` `[N, T]` (the
+    response tokens' log-probabilities) was computed from; `diagnostic` `[N, T]` is 1 at diagnostic tokens.
+    J = sum(logp * diagnostic); g[i, t] = || dJ / d embeds[i, P + t] ||_2 (the embedding of response token t,
+    which conditions every later token); weights = gradient_weights(g, mask, w_max).
+    """
+    import torch
+
+    if not embeds.requires_grad:
+        raise ValueError("embeds must be the leaf tensor (requires_grad=True) that logp was computed from")
+    if logp.shape != diagnostic.shape or logp.shape != mask.shape or logp.dim() != 2:
+        raise ValueError(f"logp {tuple(logp.shape)}, diagnostic {tuple(diagnostic.shape)} and mask "
+                         f"{tuple(mask.shape)} must be the same [N, T]")
+    T = logp.shape[1]
+    if embeds.dim() != 3 or embeds.shape[0] != logp.shape[0] or embeds.shape[1] < prompt_len + T:
+        raise ValueError(f"embeds must be [N, P + T, H] with P = {prompt_len}, T = {T}; got {tuple(embeds.shape)}")
+    proxy = (logp * diagnostic.to(logp.dtype) * mask.to(logp.dtype)).sum()
+    (grad,) = torch.autograd.grad(proxy, embeds, allow_unused=True)
+    if grad is None:
+        grad = torch.zeros_like(embeds)
+    norms = grad[:, prompt_len:prompt_len + T].float().norm(dim=-1).detach()
+    return gradient_weights(norms, mask.float(), w_max)
 
 
 def _cap_mean_one(w: torch.Tensor, keep: torch.Tensor, w_max: float) -> torch.Tensor:

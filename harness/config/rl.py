@@ -116,8 +116,10 @@ class RLConfig:
     val_max_samples: int | None = knob(None, "Cap on validation samples (null = all).")
     samples_every: int = knob(10, "Write sampled candidates with rewards/advantages/betas to samples.jsonl every k "
                                   "steps (0 = never).")
-    token_weighting: str = knob("none", "DiTPO-style token weighting of the advantages (rewards/ditpo_weights.py): "
-                                        "none | tfidf | gradient.")
+    token_weighting: str = knob("none", "DiTPO (paper 003) token weighting of the advantages, A[i, t] = w[i, t] "
+                                        "A[i]: none | gradient (DiTPO's main setting) | tfidf (its rule-based "
+                                        "variant) | any weighter registered in harness/token_weighting/. The paper "
+                                        "gives no formula: the weights are this project's (rewards/ditpo_weights.py).")
     token_weight_boost: float = knob(2.0, "tfidf token weighting: factor on the raw weight of diagnostic words "
                                           "(rewards/ditpo_weights.py; this project), > 0.")
     token_weight_max: float | None = knob(None, "gradient token weighting: cap on a token's weight "

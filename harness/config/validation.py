@@ -35,12 +35,14 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
     registered ones), so a typo fails when the config loads, before any stage runs. The reward may also be a
     user's function (package.module:function) or a weighted sum: imported, signature and weights checked now."""
     from harness.aggregation import available_aggregations
+    from harness.token_weighting.registry import available_token_weightings
     from regularizers.registry import available_references, available_regularizers
     from rewards.registry import check_reward
 
     for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
                               ("rl.reference", rl.reference, available_references()),
-                              ("rl.aggregation", rl.aggregation, available_aggregations())):
+                              ("rl.aggregation", rl.aggregation, available_aggregations()),
+                              ("rl.token_weighting", rl.token_weighting, available_token_weightings())):
         need(value in names, key, value, f"is not registered; registered: {', '.join(names)}")
     try:  # a registered name, package.module:function, or {name: weight}: every part resolved and checked now
         check_reward(rl.reward)
@@ -143,8 +145,6 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(rl.val_score in ("paper", "official"), "rl.val_score", rl.val_score, "must be paper or official")
         need(rl.val_rg_metric != "none" or rl.val_lambda == 0, "rl.val_lambda", rl.val_lambda,
              "needs rl.val_rg_metric (entity_f1 or radgraph); with val_rg_metric none set val_lambda=0")
-        need(rl.token_weighting in ("none", "tfidf", "gradient"), "rl.token_weighting", rl.token_weighting,
-             "must be none, tfidf or gradient")
         need(rl.dual_clip is None or rl.dual_clip > 1, "rl.dual_clip", rl.dual_clip, "must be > 1 or null")
         need(cfg.eval.ce_backend in ("rules", "chexbert"), "eval.ce_backend", cfg.eval.ce_backend,
              "must be rules or chexbert")

@@ -1,27 +1,15 @@
-"""The engine's token weighter (`rl.token_weighting`, DiTPO-style): a rollout's tokens -> per-token advantages
-A[i, t] = w[i, t] * A[i], weights of mean 1 over each response's tokens. The weight formulas are in
-rewards/ditpo_weights.py (this project's own design; DiTPO publishes none); this module only maps the
-engine's rollout tokens onto words and, for the gradient weighter, runs the old policy once.
+"""The engine's side of token weighting (`rl.token_weighting`, DiTPO): a rollout's response tokens mapped onto the
+words of their decoded text, which the registered weighters (harness/token_weighting/) weigh with the formulas of
+rewards/ditpo_weights.py; the trainer builds the weighter with `build_token_weighting` and applies
+A[i, t] = w[i, t] * A[i].
 """
 
 from __future__ import annotations
 
-import torch
+from harness.grpo.rollout import Rollout
+from rewards.ditpo_weights import word_ids_from_offsets
 
-from harness.grpo.core import token_logprobs
-from harness.grpo.rollout import Rollout, response_logits
-from rewards.ditpo_weights import (
-    default_diagnostic_terms,
-    fit_idf,
-    gradient_weights,
-    is_diagnostic,
-    stack_token_weights,
-    word_ids_from_offsets,
-    word_weights,
-    words_to_token_weights,
-)
-
-MODES = ("none", "tfidf", "gradient")
+__all__ = ["rollout_words", "token_texts_and_offsets"]
 
 
 def token_texts_and_offsets(tokenizer, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
@@ -34,62 +22,11 @@ def token_texts_and_offsets(tokenizer, ids: list[int]) -> tuple[str, list[tuple[
     return text, offsets
 
 
-class TokenWeighter:
-    def __init__(self, mode: str, tokenizer, train_reports: list[str], boost: float = 2.0,
-                 w_max: float | None = None, chunk_rows: int = 4):
-        if mode not in MODES:
-            raise ValueError(f"rl.token_weighting must be one of {', '.join(MODES)}, got {mode!r}")
-        self.mode, self.tok, self.boost, self.w_max, self.chunk_rows = mode, tokenizer, boost, w_max, chunk_rows
-        self.terms = default_diagnostic_terms()
-        self.idf = fit_idf(train_reports) if mode == "tfidf" else {}
-
-    def _words(self, ro: Rollout):
-        """Per response: (words, word id per masked token)."""
-        out = []
-        for row, m in zip(ro.responses.tolist(), ro.response_mask.tolist(), strict=True):
-            ids = [t for t, k in zip(row, m, strict=True) if k]
-            text, offsets = token_texts_and_offsets(self.tok, ids)
-            out.append(word_ids_from_offsets(text, offsets))
-        return out
-
-    def weights(self, model, ro: Rollout) -> torch.Tensor:
-        """[N, L] weights (0 outside the response mask). `model` must hold the old policy for `gradient`."""
-        mask = ro.response_mask
-        words = self._words(ro)
-        if self.mode == "tfidf":
-            per = [words_to_token_weights(word_weights(ws, self.idf, self.terms, self.boost), wid)
-                   for ws, wid in words]
-            return stack_token_weights(per, mask).float()
-        return self._gradient(model, ro, words)
-
-    def _gradient(self, model, ro: Rollout, words) -> torch.Tensor:
-        mask = ro.response_mask
-        diag = torch.zeros_like(mask, dtype=torch.float32)
-        for i, (ws, wid) in enumerate(words):
-            flags = [wid_t is not None and is_diagnostic(ws[wid_t], self.terms) for wid_t in wid]
-            if not any(flags):
-                flags = [True] * len(wid)  # no diagnostic token: the whole response is the proxy
-            pos = mask[i].nonzero().flatten().tolist()
-            for p, f in zip(pos, flags, strict=True):
-                diag[i, p] = float(f)
-        captured = {}
-        embed = model.get_input_embeddings()
-
-        def hook(_module, _inp, output):
-            leaf = output.detach().requires_grad_(True)
-            captured["embeds"] = leaf
-            return leaf
-
-        handle = embed.register_forward_hook(hook)
-        try:
-            with torch.enable_grad():
-                logits = response_logits(model, ro)
-                logp = token_logprobs(logits, ro.responses, 1.0, self.chunk_rows)
-                proxy = (logp * diag).sum()
-                (grad,) = torch.autograd.grad(proxy, captured["embeds"])
-        finally:
-            handle.remove()
-        P = ro.prompt_len
-        # The gradient at the input position of response token t (position P + t).
-        norms = grad[:, P:].float().norm(dim=-1).detach()
-        return gradient_weights(norms, mask.float(), self.w_max)
+def rollout_words(tokenizer, ro: Rollout) -> list[tuple[list[str], list[int | None]]]:
+    """Per response: (its words, the word index of each masked token, None for a token of no word)."""
+    out = []
+    for row, m in zip(ro.responses.tolist(), ro.response_mask.tolist(), strict=True):
+        ids = [t for t, k in zip(row, m, strict=True) if k]
+        text, offsets = token_texts_and_offsets(tokenizer, ids)
+        out.append(word_ids_from_offsets(text, offsets))
+    return out

@@ -75,6 +75,7 @@ from harness.runs.checkpoint_io import load_state
 from harness.runs.records import RunDir
 from harness.schedule import epoch_order, make_scheduler
 from harness.snapshots import SnapshotStore
+from harness.token_weighting.registry import build_token_weighting
 from regularizers.registry import reference_from_config, regularizer_from_config
 from rewards.format import format_ok
 from rewards.registry import compute_reward
@@ -173,12 +174,8 @@ class GRPOTrainer:
         self.updater.attach(self.optimizer)  # DeepSpeed ZeRO: its engine over the model and the optimizer
         self.store.master_sync = self.updater.master_sync()  # a restore must also reach ZeRO's fp32 master
         self.scheduler = make_scheduler(self.optimizer, train_cfg, self.total_steps)
-        self.weighter = None
-        if rl.token_weighting != "none":
-            from harness.grpo.token_weighter import TokenWeighter
-
-            self.weighter = TokenWeighter(rl.token_weighting, processor.tokenizer, train.references,
-                                          rl.token_weight_boost, rl.token_weight_max, rl.logprob_chunk_positions)
+        # DiTPO's token weights (rl.token_weighting; harness/token_weighting/): None for 'none'.
+        self.weighter = build_token_weighting(rl, processor.tokenizer, train.references)
         self.best = BestTracker(include_start=rl.best_includes_start)
         # Steps of the epoch schedule; train.max_steps may cut it short. VAPR's "no reset after the last
         # validation" refers to the schedule, so a cut run resumed with a larger max_steps equals an uncut one.

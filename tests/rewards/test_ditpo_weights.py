@@ -167,3 +167,46 @@ def test_uniform_weights_leave_policy_loss_unchanged():
     per_token = apply_token_weights(adv, gradient_weights(torch.ones(n, t), mask), mask)
     weighted, _ = policy_loss(logp, logp_old, None, per_token, beta, mask)
     assert weighted.item() == pytest.approx(base.item(), abs=1e-6)
+
+
+def test_token_gradient_weights_hand_computed():
+    """One response of T = 3 tokens after a prompt of P = 1 position, H = 2. A linear "policy": the log-prob of
+    response token t is a_t . e[P + t - 1] (the embedding before it). Tokens 1 and 2 are diagnostic, so
+    J = a_1 . e[1] + a_2 . e[2]; dJ/de at the response positions P + t = 1, 2, 3 is a_1, a_2, 0, with norms
+    |(3, 4)| = 5, |(0, 1)| = 1, 0; their mean is 2, so the weights are 2.5, 0.5, 0."""
+    from rewards.ditpo_weights import token_gradient_weights
+
+    a = torch.tensor([[1.0, 1.0], [3.0, 4.0], [0.0, 1.0]])  # a_0 (token 0 is not diagnostic), a_1, a_2
+    embeds = torch.tensor([[[0.5, -1.0], [2.0, 0.0], [1.0, 1.0], [-3.0, 2.0]]], requires_grad=True)
+    logp = (a * embeds[0, :3]).sum(-1).unsqueeze(0)  # [1, 3]: token t reads e[t] (= e[P + t - 1])
+    diagnostic = torch.tensor([[0.0, 1.0, 1.0]])
+    mask = torch.ones(1, 3)
+    w = token_gradient_weights(embeds, logp, diagnostic, mask, prompt_len=1)
+    torch.testing.assert_close(w, torch.tensor([[2.5, 0.5, 0.0]]))
+    # The cap keeps the mean at 1: 2.5 -> 2, the rest scaled to sum 1: 0.5 -> 1, 0 stays 0.
+    logp = (a * embeds[0, :3]).sum(-1).unsqueeze(0)
+    capped = token_gradient_weights(embeds, logp, diagnostic, mask, prompt_len=1, w_max=2.0)
+    torch.testing.assert_close(capped, torch.tensor([[2.0, 1.0, 0.0]]))
+
+
+def test_token_gradient_weights_masks_and_bad_input():
+    from rewards.ditpo_weights import token_gradient_weights
+
+    embeds = torch.randn(2, 4, 3, requires_grad=True)
+    logp = (embeds[:, 1:3] ** 2).sum(-1)  # [2, 2]: the proxy reads positions 1 and 2, the responses start at 2
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    w = token_gradient_weights(embeds, logp, torch.ones(2, 2), mask, prompt_len=2)
+    assert w[1, 1] == 0 and w[1, 0] == 1.0  # one token: weight 1; masked-out: 0
+    torch.testing.assert_close(w[0].mean(), torch.tensor(1.0))
+    with pytest.raises(ValueError, match="leaf"):
+        token_gradient_weights(embeds.detach(), logp, torch.ones(2, 2), mask, prompt_len=2)
+    with pytest.raises(ValueError, match="P = 3"):
+        token_gradient_weights(embeds, logp, torch.ones(2, 2), mask, prompt_len=3)
+
+
+def test_diagnostic_flags_fall_back_to_every_token():
+    from rewards.ditpo_weights import diagnostic_flags
+
+    words = ["small", "effusion", "."]
+    assert diagnostic_flags(words, [0, 1, None, 1], ["effusion"]) == [False, True, False, True]
+    assert diagnostic_flags(["the", "lungs"], [0, None, 1], ["effusion"]) == [True, True, True]
