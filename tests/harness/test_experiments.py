@@ -95,10 +95,11 @@ def test_studies_as_written(study_file):
     expected = {
         "table3_pipeline": {"s1", "s1_s2", "s1_s3", "s2_s3", "s1_s2_s3"},
         "table4_rl_ablation": {"rer_vapr", "ckl", "no_kl", "no_vapr"},
-        "table_s5_rewards": {"before_rl", "bleu4", "chexpert_f1", "entity_f1"},  # radgraph_f1: real presets
+        "table_s5_rewards": {"before_rl", "bleu4", "chexpert_f1", "entity_f1", "ditpo"},  # radgraph_f1: real presets
         "regularizer_matrix": {f"{g}_{r}" for g in ("none", "constant", "adaptive", "rer")
                                for r in ("static", "ema", "vapr")},
-        "reward_matrix": {"bleu4", "chexpert_f1", "entity_f1", "ce_f1", "mccs", "mrg_r1", "ditpo_bleu4"},
+        "reward_matrix": {"bleu4", "chexpert_f1", "entity_f1", "ce_f1", "mccs", "mrg_r1", "ditpo",
+                          "ditpo_tfidf"},
         "demo_rl_ablation": {"ckl", "no_kl", "adaptive", "rer_static", "ema", "rer_vapr"},
         "table1_iu_xray": {"reva_po", "base", "s1", "s1_s2"},
         "table1_mimic_cxr": {"reva_po", "base", "s1", "s1_s2"},
@@ -132,8 +133,28 @@ def test_table4_and_reward_arms_set_what_they_say():
     assert (rl["no_vapr"].regularizer, rl["no_vapr"].reference) == ("rer", "static")
     assert (rl["ckl"].regularizer, rl["no_kl"].regularizer, rl["rer_vapr"].reference) == ("constant", "none", "vapr")
     rm = load_study(EXPERIMENTS / "reward_matrix.yaml")
-    ditpo = resolve_config(rm, rm.arm("ditpo_bleu4"), "rl", 0).rl
-    assert (ditpo.reward, ditpo.token_weighting) == ("bleu4", "tfidf")
+    ditpo = resolve_config(rm, rm.arm("ditpo"), "rl", 0).rl
+    assert (ditpo.reward, ditpo.token_weighting) == ("diagnostic_f1", "gradient")  # DiTPO's main setting
+    variant = resolve_config(rm, rm.arm("ditpo_tfidf"), "rl", 0).rl
+    assert (variant.reward, variant.token_weighting) == ("diagnostic_f1", "tfidf")
+    # MRG-R1 is taught its layout in its own SFT run, and is validated and tested on the <report> part; every other
+    # arm shares the plain SFT run.
+    for stage in ("sft", "rl", "eval"):
+        assert resolve_config(rm, rm.arm("mrg_r1"), stage, 0).prompt.output_format == "think_report"
+        assert resolve_config(rm, rm.arm("mccs"), stage, 0).prompt.output_format == "plain"
+    assert resolve_config(rm, rm.arm("mrg_r1"), "warmup", 0).prompt.output_format == "plain"
+    mrg, mccs = (resolve_config(rm, rm.arm(a), "eval", 0) for a in ("mrg_r1", "mccs"))
+    assert mrg.generation == mccs.generation and mrg.rl.select == mccs.rl.select  # same decoding and checkpoint rule
+    from harness.config import to_dict
+
+    def flat(d, prefix=""):
+        return {k2: v2 for k, v in d.items() for k2, v2 in
+                (flat(v, f"{prefix}{k}.").items() if isinstance(v, dict) else [(f"{prefix}{k}", v)])}
+
+    for stage, same_but in (("sft", {"prompt.output_format"}),
+                            ("rl", {"prompt.output_format", "rl.reward"})):
+        a, b = (flat(to_dict(resolve_config(rm, rm.arm(x), stage, 0))) for x in ("mrg_r1", "mccs"))
+        assert {k for k in a if a[k] != b[k]} == same_but, stage  # same data, schedule, decoding otherwise
     s5 = load_study(EXPERIMENTS / "table_s5_rewards.yaml", preset=EXPERIMENTS / "presets" / "mimic-qwen2.5vl-7b.yaml")
     assert resolve_config(s5, s5.arm("radgraph_f1"), "rl", 0).rl.reward == "radgraph_f1"
     t3 = load_study(EXPERIMENTS / "table3_pipeline.yaml")

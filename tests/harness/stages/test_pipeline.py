@@ -93,6 +93,37 @@ def test_full_tiny_pipeline(workdir, capsys):
     assert (run / "steps.jsonl").read_text() == before
 
 
+def test_think_report_model_through_sft_rl_and_eval(workdir, capsys):
+    """MRG-R1's layout (prompt.output_format=think_report, issue 24): the SFT stage records the format, RL and
+    eval follow it (and refuse a config that says otherwise), and they log the well-formatted share."""
+    warm, clf = workdir / "warmup" / "model", workdir / "classifier" / "classifier"
+    if not (warm / "spec.json").is_file():
+        pytest.skip("needs test_full_tiny_pipeline's warm-up and classifier")
+    fmt = ["prompt.output_format=think_report"]
+    sft = TINY + _common(workdir, "sft_tagged") + fmt + [
+        "train.max_steps=2", "train.batch_size=4", "model.lora_r=4", "model.lora_alpha=8", f"init_from={warm}",
+        f"classifier.dir={clf}"]
+    assert main(["train", "sft", *sft, "--no-progress"]) == 0
+    assert read_json(workdir / "sft_tagged" / "model" / "spec.json")["output_format"] == "think_report"
+    rl_args = ["train.max_steps=1", f"init_from={workdir / 'sft_tagged' / 'model'}", "rl.prompts_per_step=2",
+               "rl.group_size=2", "rl.max_new_tokens=8", "rl.min_new_tokens=2", "rl.reward=mrg_r1",
+               "train.lr=1e-4", "train.scheduler=constant"]
+    assert main(["train", "rl", *TINY, *_common(workdir, "rl_plain"), *rl_args, "--no-progress"]) == 2
+    assert "trained with 'think_report'" in capsys.readouterr().err
+    assert main(["train", "rl", *TINY, *_common(workdir, "rl_tagged"), *fmt, *rl_args, "--no-progress"]) == 0
+    steps = read_jsonl(workdir / "rl_tagged" / "steps.jsonl")
+    assert 0 <= steps[0]["well_formatted"] <= 1
+    assert all("well_formatted" in e for e in read_jsonl(workdir / "rl_tagged" / "evals.jsonl"))
+    capsys.readouterr()
+    ev = TINY + _common(workdir, "eval_tagged") + fmt
+    assert main(["eval", *ev, "--model", str(workdir / "rl_tagged" / "model"), "--split", "test",
+                 "--out", str(workdir / "eval_tagged"), "--no-progress"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert 0 <= scores["well_formatted"] <= 1
+    rows = read_jsonl(next((workdir / "eval_tagged").glob("predictions_*_test.jsonl")))
+    assert all("output" in r and r["generated"] == r["generated"].strip() for r in rows)
+
+
 def test_stage0_findings_answers():
     import numpy as np
 
