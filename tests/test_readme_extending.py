@@ -14,6 +14,7 @@ import torch
 from harness.aggregation import aggregate, available_aggregations
 from harness.aggregation import registry as aggregation_registry
 from harness.config import load_config
+from harness.token_weighting import registry as weighting_registry
 from regularizers.registry import (
     REFERENCES,
     REGULARIZERS,
@@ -37,7 +38,10 @@ def _extending_examples() -> list[str]:
 def registered():
     """Run every example; take what they registered out of the registries again afterwards."""
     available_aggregations(), available_regularizers(), available_references(), available_rewards()  # built-ins in
-    before = (dict(REGULARIZERS), dict(REFERENCES), dict(REWARDS), dict(aggregation_registry._REGISTRY))
+    weighting_registry.available_token_weightings()
+    weightings = weighting_registry._REGISTRY.entries
+    before = (dict(REGULARIZERS), dict(REFERENCES), dict(REWARDS), dict(aggregation_registry._REGISTRY),
+              dict(weightings))
     names = []
     for i, code in enumerate(_extending_examples()):
         module = types.ModuleType(f"readme_example_{i}")  # dataclasses look their module up in sys.modules
@@ -47,15 +51,19 @@ def registered():
     yield
     for name in names:
         del sys.modules[name]
-    for table, old in zip((REGULARIZERS, REFERENCES, REWARDS, aggregation_registry._REGISTRY), before, strict=True):
+    for table, old in zip((REGULARIZERS, REFERENCES, REWARDS, aggregation_registry._REGISTRY, weightings), before,
+                          strict=True):
         table.clear()
         table.update(old)
 
 
 def test_every_extending_example_registers_a_working_plugin(registered):
-    assert len(_extending_examples()) == 4
+    assert len(_extending_examples()) == 5
     cfg = load_config(None, ["rl.regularizer=scaled", "rl.regularizer_args={scale: 0.5}", "rl.reference=periodic",
-                             "rl.reference_args={period: 20}", "rl.reward=words", "rl.aggregation=row_sum_mean"])
+                             "rl.reference_args={period: 20}", "rl.reward=words", "rl.aggregation=row_sum_mean",
+                             "rl.token_weighting=uniform", "rl.token_weight_boost=3"])
+    weighter = weighting_registry.build_token_weighting(cfg.rl, "tok", [])
+    assert (type(weighter).__name__, weighter.token_weight_boost, weighter.tokenizer) == ("Uniform", 3.0, "tok")
     reg = build_regularizer("scaled", beta_base=cfg.rl.beta_base, scale=0.5)
     assert reg.betas(torch.zeros(2, 3)).flatten().tolist() == pytest.approx([cfg.rl.beta_base * 0.5] * 6)
     assert build_reference("periodic", period=20).period == 20

@@ -109,11 +109,16 @@ def _free_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def _score(names: list[str], candidates: list[str], references: list[str], group_size: int) -> dict[str, np.ndarray]:
+def _score(names: list[str], candidates: list[str], references: list[str], group_size: int,
+           output_format: str = "plain") -> dict[str, np.ndarray]:
+    """Each reward of `names` on the candidates; a think_report model's candidates are scored as the RL reward
+    scores them (harness/output_format.py: reward_inputs, the <report> part for a clinical reward)."""
+    from harness.output_format import reward_inputs
     from rewards.registry import compute_reward
 
     refs = [r for r in references for _ in range(group_size)]
-    return {n: compute_reward(n, candidates, refs).reshape(len(references), group_size) for n in names}
+    return {n: compute_reward(n, reward_inputs(n, candidates, output_format), refs).reshape(len(references), group_size)
+            for n in names}
 
 
 def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS, n_prompts: int | None = None,
@@ -157,7 +162,7 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
         _free_memory(device)
         results[pol] = {"model": str(path), "ids": list(prompts.ids), "references": list(prompts.references),
                         "candidates": [cands[i * group_size:(i + 1) * group_size] for i in range(len(samples))],
-                        "rewards": _score(names, cands, prompts.references, group_size)}
+                        "rewards": _score(names, cands, prompts.references, group_size, cfg.prompt.output_format)}
     elapsed = time.time() - t0
     paths = []
     for kind, used in per_kind.items():
