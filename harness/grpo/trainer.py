@@ -142,7 +142,7 @@ class GRPOTrainer:
     def __init__(self, model, processor, rl: RLConfig, train_cfg: TrainConfig, run: RunDir, train: PromptSet,
                  val: PromptSet | None, *, seed: int, validate: Callable[[object], dict] | None = None,
                  progress: bool = True, dist: Dist | None = None, on_validation: Sequence[ValidationCallback] = (),
-                 generation: GenerationConfig | None = None):
+                 generation: GenerationConfig | None = None, output_format: str = "plain"):
         # generation: the config whose `backend` samples the rollouts (lean by default, as GenerationConfig's
         # default; the RL stage passes the run's generation section).
         # on_validation: called with a ValidationEvent after every validation (on every process), e.g. by a
@@ -152,6 +152,9 @@ class GRPOTrainer:
         self.train_set, self.val_set, self.seed, self.progress = train, val, seed, progress
         self.dist = dist or Dist()
         self.generation_backend = (generation or GenerationConfig()).backend
+        # output_format: prompt.output_format of the model being trained (harness/output_format.py): which part of
+        # a sampled text the rewards score ("plain": all of it; "think_report": the <report> part).
+        self.output_format = output_format
         if rl.prompts_per_step % self.dist.world:
             raise ValueError(f"rl.prompts_per_step = {rl.prompts_per_step} must be a multiple of the number of "
                              f"processes ({self.dist.world}): each process takes an equal share of the prompts")
@@ -276,7 +279,7 @@ class GRPOTrainer:
         self.model.eval()  # dropout off in the rollouts and frozen passes (see module docstring)
         ro = self._rollout(idx)
         refs = [self.train_set.references[i] for i in idx for _ in range(G)]
-        fmt = getattr(self, "output_format", "plain")  # prompt.output_format (harness/output_format.py)
+        fmt = self.output_format  # prompt.output_format (harness/output_format.py)
         raw = np.asarray(compute_reward(rl.reward, reward_inputs(rl.reward, ro.texts, fmt), refs), dtype=np.float64)
         # Rewards (and so advantages and betas) on the model's device, beside the log-probs they weigh.
         rewards = torch.tensor(raw, dtype=torch.float32, device=ro.response_mask.device).view(B, G)
@@ -325,7 +328,7 @@ class GRPOTrainer:
     def _format_stats(self, texts: list[str]) -> dict:
         """think_report arms (MRG-R1): `well_formatted`, the share of the step's sampled outputs (all processes)
         with the <think>/<report> layout."""
-        if getattr(self, "output_format", "plain") == "plain":
+        if self.output_format == "plain":
             return {}
         ok = torch.tensor([float(format_ok(t)) for t in texts])
         return {"well_formatted": float(self.dist.gather(ok).mean())}

@@ -168,8 +168,8 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
                               image_truth(val_samples))
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
                           validate=validate, progress=progress,
-                          dist=dist, on_validation=on_validation, generation=cfg.generation)
-    trainer.output_format = cfg.prompt.output_format  # read by GRPOTrainer.train_step (the texts rewards score)
+                          dist=dist, on_validation=on_validation, generation=cfg.generation,
+                          output_format=cfg.prompt.output_format)
     if dist.main and not progress:  # no bar (a study's worker): one line per validation instead
         trainer.on_validation += (progress_line(trainer, run.path.name),)
     metrics = trainer.train()
