@@ -31,12 +31,14 @@ def index(tmp_path_factory):
 
 def test_the_writer_writes_exactly_the_schema_keys(index):
     _, idx = index
-    assert set(idx) == _declared(schema.IndexKey)
+    # slurm_jobs is written by the Slurm executor only; this index comes from the local one
+    assert idx[schema.IndexKey.EXECUTOR] == "local"
+    assert set(idx) == _declared(schema.IndexKey) - {schema.IndexKey.SLURM_JOBS}
     assert idx[schema.IndexKey.FORMAT] == schema.INDEX_FORMAT
     assert {k for a in idx[schema.IndexKey.ARMS] for k in a} == _declared(schema.ArmKey)
     runs = idx[schema.IndexKey.RUNS]
     assert len(runs) == 6  # 3 arms x 2 seeds
-    assert all(set(r) == _declared(schema.RunKey) for r in runs)
+    assert all(set(r) == _declared(schema.RunKey) - {schema.RunKey.EVAL_SLURM_JOBS} for r in runs)
     entries = [e for r in runs for e in r[schema.RunKey.STAGES].values()]
     assert entries and all(set(e) <= _declared(schema.StageKey) for e in entries)
     assert set(idx[schema.IndexKey.SUMMARY]) == set(schema.RUN_STATUSES)
