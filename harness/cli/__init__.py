@@ -49,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 def error_line(e: BaseException) -> str:
     """One line for any error: the message (which names the file/key/value and what to do), its first line if
     it has several; errors that are not ours also say their type."""
+    from harness.runs.durable import DiskFullError
+
     text = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
+    if isinstance(e, DiskFullError):
+        return " ".join(e.strerror.split()) if e.strerror else text
     if isinstance(e, ConfigError | FileNotFoundError | ValueError | RuntimeError) and not isinstance(
             e, UnicodeDecodeError):
         return text
@@ -71,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(ns, "args") or any(e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         ns.args = list(ns.args) + extra
+    from harness.runs.preemption import REQUEUE_EXIT_CODE, Preempted
+
     try:
         return ns.func(ns)
+    except Preempted as e:  # a stop signal: the stage wrote its checkpoint; the scheduler may requeue the command
+        print(f"regbench: {e}", file=sys.stderr)
+        return REQUEUE_EXIT_CODE
     except KeyboardInterrupt:
         print("regbench: interrupted (rerun the same command to resume)", file=sys.stderr)
         return 130

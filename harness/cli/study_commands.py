@@ -59,7 +59,12 @@ def cmd_experiment(ns) -> int:
     if ns.max_seeds is not None:
         raise ConfigError("--max-seeds goes with --until-decided")
     result = run_experiment(study, out, workers=ns.workers, seeds=seeds, arms=arms, launcher=ns.launcher,
-                            stages_dir=ns.stages_dir, executor=ns.executor, slurm=slurm_options(ns))
+                            stages_dir=ns.stages_dir, executor=ns.executor, slurm=slurm_options(ns),
+                            max_requeues=ns.max_requeues)
+    if result.preempted:
+        from harness.runs.preemption import REQUEUE_EXIT_CODE
+
+        return REQUEUE_EXIT_CODE
     return 0 if result.ok else 1
 
 
@@ -92,6 +97,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                 '--nproc_per_node 8" (data parallel over the GPUs; needs --workers 1; with '
                                 '--executor slurm: inside each job)')
             add_executor_args(p)
+            p.add_argument("--max-requeues", type=int, default=3, metavar="N",
+                           help="resubmit a stage run preempted by a stop signal (SIGTERM / SIGUSR1 to its worker) "
+                                "up to N times, resuming from its checkpoint (default 3); a signal to the runner "
+                                "itself stops the experiment with exit status 75 (rerun to resume)")
             p.add_argument("--until-decided", action="store_true",
                            help="run seeds in rounds (the study's decide.looks) until every declared contrast is "
                                 "better, worse or equivalent, alpha spent over the looks (sequential.json)")

@@ -151,6 +151,11 @@ class TrainConfig(StepConfig):
                                                      "project, as TRL's report_to). Not part of a run's key.")
     wandb_project: str = knob("regbench", "W&B project of train.report_to=wandb (this project); not part of a "
                                           "run's key.")
+    preempt_signals: list[str] = knob(default_factory=lambda: ["SIGTERM", "SIGUSR1"], help=(
+        "Signals that make a stage (warm-up, classifier, SFT, RL, stage 0) finish its current step, write a "
+        "checkpoint and exit with status 75 (requeue), as Slurm sends before it stops or requeues a job "
+        "(harness/runs/preemption.py; this project, issue 26); [] = none (the signal's default action). Not part "
+        "of a run's key."))
     deepspeed: str = knob("", "DeepSpeed config JSON (e.g. experiments/deepspeed/zero1.json) for warm-up, SFT and RL "
                               "under a launch: ZeRO-1/2 through accelerate's DeepSpeedPlugin "
                               "(harness/parallel/zero.py; the paper trains with DeepSpeed ZeRO-1, Supp. D.2); its "

@@ -114,6 +114,15 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(cfg.train.micro_batch_size is None or cfg.train.micro_batch_size > 0, "train.micro_batch_size",
              cfg.train.micro_batch_size, "must be > 0 or null")
         need(cfg.train.num_workers >= 0, "train.num_workers", cfg.train.num_workers, "must be >= 0")
+        signals = cfg.train.preempt_signals
+        need(isinstance(signals, list | tuple), "train.preempt_signals", signals,
+             "must be a list of signal names, e.g. [SIGTERM, SIGUSR1] ([] = none)")
+        try:
+            from harness.runs.preemption import signal_numbers
+
+            signal_numbers(signals)
+        except ValueError as e:
+            need(False, "train.preempt_signals", signals, f"is refused: {e}")
         need(cfg.train.max_steps is None or cfg.train.max_steps > 0, "train.max_steps", cfg.train.max_steps,
              "must be > 0 or null")
         rl = cfg.rl

@@ -58,7 +58,10 @@ def resolve_config(study: Study, arm: Arm, stage: str, seed: int, paths: dict[st
 # Where and how, not what: a run moved to another disk or device, fed by more loader workers, or mirrored into
 # other trackers, is the same run.
 _LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir", "model.device", "train.num_workers",
-              "train.dist_timeout_s", "train.dist_load_timeout_s", "train.report_to", "train.wandb_project")
+              "train.dist_timeout_s", "train.dist_load_timeout_s")
+# How a run is stopped or mirrored, not what it computes; left out of the key altogether (added after the keys
+# above, so that the stage runs of earlier studies keep their keys).
+_NOT_KEYED = ("train.preempt_signals", "train.report_to", "train.wandb_project")
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:
@@ -71,5 +74,11 @@ def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: 
         for p in parents:
             node = node[p]
         node[last] = None
+    for dotted in _NOT_KEYED:
+        *parents, last = dotted.split(".")
+        node = d
+        for p in parents:
+            node = node[p]
+        node.pop(last, None)
     payload = json.dumps({"stage": kind, "config": d, "inputs": inputs}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:10]

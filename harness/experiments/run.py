@@ -2,7 +2,13 @@
 
 `run_experiment` prepares the plan and hands it to an `_ExperimentRun`, whose named steps are: pick the nodes
 the selected runs still need, start every node whose inputs are complete, collect the finished ones, settle the
-runs they complete or fail, and write the index after each round."""
+runs they complete or fail, and write the index after each round.
+
+Preemption (harness/runs/preemption.py): a node whose stage was preempted (a stop signal to its worker) is
+resubmitted at once, up to `max_requeues` times; it resumes from its checkpoint. A stop signal to the runner
+itself (a scheduler stopping the whole job) is passed on to the worker processes; the runner starts nothing
+new, waits for the running nodes to write their checkpoints, writes the index and returns with `preempted` set
+(`regbench experiment run` then exits with status 75, and the same command resumes)."""
 
 from __future__ import annotations
 
@@ -19,7 +25,15 @@ from harness.experiments.index import build_index, now, run_status
 from harness.experiments.nodes import DEFAULT_FUNCTIONS
 from harness.experiments.plan import NODE_ORDER, Node, Plan, build_plan, link_stages, node_done, node_label
 from harness.experiments.study import STAGES, Study, load_study
-from harness.experiments.workers import LOCK_POLL_S, acquire_lock, execute_node, make_executor, release_lock
+from harness.experiments.workers import (
+    LOCK_POLL_S,
+    acquire_lock,
+    execute_node,
+    make_executor,
+    release_lock,
+    worker_pids,
+)
+from harness.runs import preemption
 from harness.runs.records import atomic_write_json, read_json
 from harness.runs.schema import (
     EVAL_FINAL_STAGE,
@@ -43,6 +57,7 @@ class ExperimentResult:
     index: dict
     failed: list[tuple[str, int]]
     ran: list[tuple[str, int]]
+    preempted: bool = False  # stopped by a signal to the runner; rerun the same command to resume
 
     @property
     def ok(self) -> bool:
@@ -55,7 +70,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
                    argv: list[str] | None = None, launcher: str | None = None,
                    stages_dir: str | Path | None = None, wait_for_locks: bool = False,
                    executor: str = "local", slurm=None,
-                   runs: list[tuple[str, int]] | None = None) -> ExperimentResult:
+                   runs: list[tuple[str, int]] | None = None, max_requeues: int = 3) -> ExperimentResult:
     """Run the selected arms x seeds of a study (all by default); see the package docstring.
 
     `runs`: exactly these (arm, seed) runs instead (their seeds must be the study's or in `seeds`), in one pool of
@@ -69,7 +84,11 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     multi-process commands, one at a time (so `workers` must be 1); see `launch_stage`.
 
     `executor` "slurm" submits every stage run as a Slurm job instead (harness/experiments/slurm.py; `slurm`: its
-    SlurmOptions); `workers` then does not apply, and `launcher` runs inside the jobs of multi-GPU stages."""
+    SlurmOptions); `workers` then does not apply, and `launcher` runs inside the jobs of multi-GPU stages.
+
+    `max_requeues`: how often one stage run is resubmitted after a preemption before it counts as failed."""
+    if max_requeues < 0:
+        raise ConfigError(f"--max-requeues must be >= 0, not {max_requeues}")
     if executor not in EXECUTORS:
         raise ConfigError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     check_workers(workers)
@@ -96,7 +115,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
 
         return SlurmExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks,
                                   slurm or SlurmOptions()).run()
-    return _ExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks).run()
+    return _ExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks, max_requeues).run()
 
 
 def check_workers(workers: object, option: str = "--workers") -> None:
@@ -184,7 +203,7 @@ class _ExperimentRun:
 
     def __init__(self, plan: Plan, selected: list[tuple[str, int]], fns: dict[str, str],
                  log: Callable[[str], None], argv: list[str] | None, launcher: str | None, workers: int,
-                 wait_for_locks: bool):
+                 wait_for_locks: bool, max_requeues: int = 3):
         self.plan, self.study, self.selected, self.fns = plan, plan.study, selected, fns
         self.log, self.argv, self.launcher, self.workers = log, argv, launcher, workers
         self.wait_for_locks = wait_for_locks
@@ -204,6 +223,9 @@ class _ExperimentRun:
         self.running: dict[Future, str] = {}
         self.waiting: set[str] = set()  # stage runs another runner holds (wait_for_locks)
         self.limit = max(1, workers)
+        self.max_requeues = max_requeues
+        self.requeues: dict[str, int] = {}  # node id -> resubmissions after a preemption
+        self.stopping = False  # a stop signal reached the runner: start nothing new
 
     def say(self, text: str) -> None:
         self.log(f"[experiment {self.study.name}] {text}")
@@ -223,7 +245,8 @@ class _ExperimentRun:
         self.write_index()
         self._open_executor()
         try:
-            self._loop()
+            with preemption.handling():
+                self._loop()
         finally:
             self._close_executor()
             index = self.write_index()
@@ -231,9 +254,30 @@ class _ExperimentRun:
                   and (r[RunKey.ARM], r[RunKey.SEED]) in selected]
         ran = [k for k in selected if k in self.run_info]
         n_ok = sum(1 for k in selected if run_status(plan, plan.runs[k])[0] == "complete")
-        self.say(f"done in {time.time() - self.t0:.0f}s: {n_ok} complete, {len(failed)} failed; "
-                 f"index {self.index_path}")
-        return ExperimentResult(self.index_path, index, failed, ran)
+        if self.stopping:
+            self.say(f"stopped by {preemption.requested()} after {time.time() - self.t0:.0f}s: {n_ok} complete, "
+                     f"{len(failed)} failed, the running stages checkpointed; rerun the same command to resume "
+                     f"(exit status {preemption.REQUEUE_EXIT_CODE}); index {self.index_path}")
+        else:
+            self.say(f"done in {time.time() - self.t0:.0f}s: {n_ok} complete, {len(failed)} failed; "
+                     f"index {self.index_path}")
+        return ExperimentResult(self.index_path, index, failed, ran, preempted=self.stopping)
+
+    def _check_stop(self) -> None:
+        """A stop signal to the runner: pass it on to the workers once, start nothing new."""
+        if self.stopping or not preemption.requested():
+            return
+        self.stopping = True
+        self.say(f"{preemption.requested()} received: no new stage starts; waiting for the {len(self.running)} "
+                 "running one(s) to checkpoint")
+        import os
+        import signal
+
+        for pid in worker_pids(self.executor):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     def where(self) -> str:
         return f"{self.workers} worker(s)"
@@ -250,7 +294,10 @@ class _ExperimentRun:
 
     def _loop(self) -> None:
         while self.remaining or self.running:
-            progressed = self._start_ready()
+            self._check_stop()
+            if self.stopping and not self.running:
+                break
+            progressed = self._start_ready() if not self.stopping else False
             if progressed:
                 self._settle_runs()
                 self.write_index()
@@ -261,8 +308,10 @@ class _ExperimentRun:
                         continue
                     raise RuntimeError(f"experiment graph is stuck at {self.remaining[:3]}")  # pragma: no cover
                 continue
-            finished, _ = wait(list(self.running), timeout=LOCK_POLL_S if self.waiting else None,
-                               return_when=FIRST_COMPLETED)
+            # (a timeout, so that a stop signal is seen while the stages run)
+            finished, _ = wait(list(self.running), timeout=LOCK_POLL_S, return_when=FIRST_COMPLETED)
+            if not finished:
+                continue
             broken = False
             for fut in finished:
                 broken = self._collect(fut) or broken
@@ -344,6 +393,9 @@ class _ExperimentRun:
         except BrokenProcessPool:
             res = {"ok": False, "error": _POOL_DIED, "traceback": traceback.format_exc(), "elapsed_s": None}
             broken = True
+            self._check_stop()
+            if self.stopping:  # killed by the stop signal before its handlers were in place: pending, not failed
+                res = {"ok": False, "preempted": _POOL_DIED, "error": None, "elapsed_s": None}
         self._record(nid, res)
         return broken
 
@@ -360,18 +412,46 @@ class _ExperimentRun:
             atomic_write_json(node.run_dir / METRICS_FILE, scores)
         if node.kind in STAGES:
             release_lock(node.run_dir)
-        self.say(f"{'finished' if res['ok'] else 'FAILED'} {node.kind} ({node_label(node)}) in "
-                 f"{res.get('elapsed_s') or 0:.0f}s")
-        if res["ok"]:
+        if not res.get("preempted"):
+            self.say(f"{'finished' if res['ok'] else 'FAILED'} {node.kind} ({node_label(node)}) in "
+                     f"{res.get('elapsed_s') or 0:.0f}s")
+        if res.get("preempted"):
+            self._preempted(nid, node, res["preempted"])
+        elif res["ok"]:
             node.status = "complete"
         elif res.get(PRUNED):
             node.status, node.error = PRUNED, res[PRUNED]
         else:
             node.status, node.error, node.traceback = "failed", res["error"], res.get("traceback")
 
+    def _preempted(self, nid: str, node: Node, message: str) -> None:
+        """A stage stopped with its checkpoint: resubmit it (bounded), or leave it pending when the runner stops."""
+        self._check_stop()
+        if self.stopping:
+            node.status = "pending"
+            self.say(f"preempted {node.kind} ({node_label(node)}): checkpoint written; it resumes when the "
+                     "experiment is run again")
+            return
+        n = self.requeues.get(nid, 0) + 1
+        self.requeues[nid] = n
+        if n > self.max_requeues:
+            node.status = "failed"
+            node.error = (f"preempted {n} times (more than --max-requeues {self.max_requeues}); its checkpoint is "
+                          f"kept: rerun the experiment to resume it ({message})")
+            self.say(f"FAILED {node.kind} ({node_label(node)}): {node.error}")
+            return
+        node.status = "pending"
+        self.remaining.insert(0, nid)
+        self.say(f"preempted {node.kind} ({node_label(node)}): resubmitted ({n} of at most {self.max_requeues}); "
+                 "it resumes from its checkpoint")
+
     def _replace_broken_pool(self) -> None:
         """A worker died: what the pool still ran fails with it, and a fresh pool takes over."""
         for fut, nid in list(self.running.items()):
+            if self.stopping:  # a worker the stop signal reached before it could handle it: run it again later
+                self.plan.nodes[nid].status = "pending"
+                self.running.pop(fut)
+                continue
             self.plan.nodes[nid].status = "failed"
             self.plan.nodes[nid].error = _POOL_DIED
             self.running.pop(fut)

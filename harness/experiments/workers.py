@@ -1,5 +1,10 @@
 """Executing plan nodes: stage-run locks, worker processes (one torch thread, a GPU slot each, dying with the
-runner), the in-process executor for `workers = 1`, and launched multi-process stages."""
+runner), the in-process executor for `workers = 1`, and launched multi-process stages.
+
+Preemption (harness/runs/preemption.py): a stage asked to stop ends with `Preempted` after its checkpoint;
+`execute_node` returns that as a `preempted` result (a launched stage: exit status 75, or a new line in its
+preemptions.jsonl), which the runner resubmits. A worker process handles the stop signals from its start, so a
+signal between two stages does not kill it; its stop flag is cleared after each node."""
 
 from __future__ import annotations
 
@@ -94,8 +99,15 @@ def die_with_parent_if_launched() -> None:
         die_with_parent()
 
 
+_IN_WORKER = [False]  # set in a worker process of the pool (its stop flag is its own, cleared after each node)
+
+
 def _init_worker(slots=None) -> None:
+    from harness.runs import preemption
+
     die_with_parent()
+    _IN_WORKER[0] = True
+    preemption.install()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     gpu = slots.get() if slots is not None else None
     if gpu is not None:  # before torch touches CUDA: this worker then sees one GPU, as cuda:0
@@ -130,6 +142,7 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
     harness.cli, which sets the same signal when DIE_WITH_PARENT_ENV is set): kill -9 of the runner leaves no
     rank writing the run folder."""
     import shlex
+    import signal
     import subprocess
 
     import yaml
@@ -139,13 +152,28 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
     config_path = out / "launch_config.yaml"
     atomic_write_text(config_path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
     cmd = [*shlex.split(launcher), "-m", "harness.cli", "train", kind, str(config_path), "--no-progress"]
+    from harness.runs import preemption
+
     log_path = out / "launch.log"
+    before = preemption.count(out)
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False,
-                            env={**os.environ, DIE_WITH_PARENT_ENV: "1"},
-                            preexec_fn=death_signal_setter()).returncode  # noqa: PLW1509 - no allocation in it
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, DIE_WITH_PARENT_ENV: "1"},
+                                preexec_fn=death_signal_setter())  # noqa: PLW1509 - no allocation in it
+        passed_on = False
+        while True:
+            try:
+                rc = proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                # This process was asked to stop: pass it on to the launcher (torchrun passes it to its ranks).
+                if preemption.requested() and not passed_on:
+                    proc.send_signal(signal.SIGTERM)
+                    passed_on = True
+    if rc == preemption.REQUEUE_EXIT_CODE or (rc != 0 and preemption.count(out) > before):
+        # (torchrun reports its ranks' status 75 as a failure of its own; the run folder says what happened)
+        raise preemption.Preempted(f"launched {kind} run {out}", signal_name=preemption.requested())
     if rc != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
         raise LaunchFailed(f"`{shlex.join(cmd)}` exited with status {rc}; the end of {log_path}:\n{tail}", rc)
@@ -157,17 +185,23 @@ def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
     """Run one node; never raises an Exception (the error and traceback come back in the result, with the exit
     status of a launched stage as `returncode`)."""
     from harness.errors import RunPruned
+    from harness.runs import preemption
     from harness.runs.lock import scope
 
     t0 = time.time()
     try:
         with scope():  # the run folders the stage locked are given back when it ends (workers run many)
             return _execute_node(kind, function, config, model_dir, launcher, t0)
+    except preemption.Preempted as e:  # stopped on request with a checkpoint: the runner resubmits it
+        return {"ok": False, "preempted": str(e), "error": None, "elapsed_s": time.time() - t0}
     except RunPruned as e:  # stopped on purpose by a validation callback: recorded as pruned, not failed
         return {"ok": False, "pruned": e.reason, "error": None, "elapsed_s": time.time() - t0}
     except Exception as e:  # noqa: BLE001 - recorded in the index; other arms go on
         return {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
                 "elapsed_s": time.time() - t0, "returncode": getattr(e, "returncode", None)}
+    finally:
+        if _IN_WORKER[0]:  # a worker's stop signal was for the node it ran (the runner's flag is its own)
+            preemption.clear()
 
 
 def _execute_node(kind: str, function: str, config: dict, model_dir: str | None, launcher: str | None,
@@ -205,6 +239,12 @@ class _InlineExecutor:
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         pass
+
+
+def worker_pids(executor) -> list[int]:
+    """The live worker processes of a pool (none for the in-process executor)."""
+    procs = getattr(executor, "_processes", None) or {}
+    return [p.pid for p in list(procs.values()) if p.pid is not None and p.is_alive()]
 
 
 def make_executor(workers: int):

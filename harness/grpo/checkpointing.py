@@ -4,8 +4,9 @@ One file, `checkpoint/rl_state.pt` in the run directory: the live trainable tens
 best), the optimizer (under DeepSpeed each process's ZeRO partition beside it), the schedule, the regularizer's
 and the reference strategy's states, the best-validation tracker, the non-finite counters and the updater's
 state (the fp16 loss scale, under the key "engine": the on-disk name). The state is identical on every process
-and rank 0 writes it; it is read back with the safe loader (harness/runs/checkpoint_io.py), by
-`GRPOTrainer.try_resume`.
+and rank 0 writes it, as a checkpoint generation (written into checkpoint.new/, sealed with its sizes and
+checksums, rotated in; the previous one is kept as checkpoint.prev/); it is read back from the newest verified
+generation with the safe loader (harness/runs/checkpoint_io.py), by `GRPOTrainer.try_resume`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from harness.runs.checkpoint_io import begin, commit, resume_folder, staging_dir, write_state
 from harness.runs.records import RunDir
 
 
@@ -24,34 +26,44 @@ def checkpoint_path(run: RunDir) -> Path:
 def save_checkpoint(trainer) -> None:
     """Write the trainer's state (rank 0; every process writes its ZeRO optimizer partition) and wait for it."""
     path = checkpoint_path(trainer.run)
-    optimizer = trainer.updater.optimizer_state(trainer.optimizer, path.parent)
+    if trainer.dist.main:
+        begin(path.parent)
+    trainer.dist.barrier()
+    optimizer = trainer.updater.optimizer_state(trainer.optimizer, staging_dir(path.parent))
+    trainer.dist.barrier()  # every ZeRO partition is written before rank 0 seals the generation
     if trainer.dist.main:
         _write(trainer, path, optimizer)
     trainer.dist.barrier()
 
 
+def resume_from(trainer) -> Path | None:
+    """The checkpoint generation (folder) to resume from: the newest verified one, or None."""
+    path = checkpoint_path(trainer.run)
+    return resume_folder(path.parent, path.name, log=print if trainer.dist.main else None)
+
+
 def _write(trainer, path: Path, optimizer: dict | None) -> None:
     store = trainer.store
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {"step": trainer.step, "live": {n: p.detach().cpu() for n, p in
                                             zip(store.param_names(), store.parameters(), strict=True)},
              "store": store.state_dict(), "optimizer": optimizer,
              "scheduler": trainer.scheduler.state_dict(), "regularizer": trainer.regularizer.state_dict(),
              "reference": trainer.reference.state_dict(), "best": trainer.best.state_dict(),
              "nonfinite": dict(trainer.nonfinite), "engine": trainer.updater.state_dict()}
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    write_state(state, staging_dir(path.parent) / path.name)
+    trainer.run.sync_logs()  # the lines this checkpoint covers are on disk before it is
+    commit(path.parent, trainer.step)
 
 
-def restore_checkpoint(trainer, state: dict) -> None:
+def restore_checkpoint(trainer, state: dict, folder: Path | None = None) -> None:
     """Put a loaded checkpoint `state` back into the trainer (the live weights before the optimizer state)."""
     store = trainer.store
     with torch.no_grad():
         for n, p in zip(store.param_names(), store.parameters(), strict=True):
             p.copy_(state["live"][n])
     store.load_state_dict(state["store"])
-    trainer.updater.load_optimizer_state(trainer.optimizer, state["optimizer"], checkpoint_path(trainer.run).parent)
+    trainer.updater.load_optimizer_state(trainer.optimizer, state["optimizer"],
+                                         folder or checkpoint_path(trainer.run).parent)
     trainer.scheduler.load_state_dict(state["scheduler"])
     trainer.regularizer.load_state_dict(state["regularizer"])
     trainer.reference.load_state_dict(state["reference"])

@@ -22,7 +22,8 @@ After every epoch (and every K steps if asked) the current policy decodes the va
 exactly as the test does (the generation config); the score s_val (Eq. 10) updates the best-validation
 snapshot (harness/grpo/selection.py), then the reference strategy may reset to it (VAPR). At the end the
 policy chosen by rl.select (best_val or final), the same rule for every arm, is left in the model
-(harness/grpo/final_policy.py). The log rows are assembled in harness/grpo/step_log.py.
+(harness/grpo/final_policy.py). The log rows are assembled in harness/grpo/step_log.py. A stop signal
+(harness/runs/preemption.py) ends the loop between two steps with a checkpoint and `Preempted`.
 
 Dropout: the rollouts and the old, reference and validation passes run in eval mode (dropout off: the same
 weights give the same numbers). The current policy's pass with grad runs in eval mode too by default, so the ratio
@@ -71,6 +72,7 @@ from harness.output_format import reward_inputs
 from harness.parallel.distributed import Dist, shard
 from harness.parallel.updater import UpdateOutcome, Updater, needs_scaler
 from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
+from harness.runs import preemption
 from harness.runs.checkpoint_io import load_state
 from harness.runs.records import RunDir
 from harness.schedule import epoch_order, make_scheduler
@@ -196,9 +198,11 @@ class GRPOTrainer:
         checkpointing.save_checkpoint(self)
 
     def try_resume(self) -> bool:
-        if not self.ckpt_path.is_file():
+        folder = checkpointing.resume_from(self)  # the newest verified generation (a torn one is skipped)
+        if folder is None:
             return False
-        checkpointing.restore_checkpoint(self, load_state(self.ckpt_path))  # the safe loader (weights only)
+        # the safe loader (weights only)
+        checkpointing.restore_checkpoint(self, load_state(folder / self.ckpt_path.name), folder)
         self.run.truncate_logs_after(self.step)
         return True
 
@@ -390,7 +394,12 @@ class GRPOTrainer:
         bar = tqdm(total=self.total_steps, initial=self.step, desc="stage 3 RL", disable=not self.progress,
                    leave=False)
         t_start = time.time()
+        saved_at = self.step if resumed else None  # the step of the checkpoint on disk
         while self.step < self.total_steps:
+            if preemption.stop_agreed(self.dist):  # a stop signal: the last step (and its validation) is done
+                if saved_at != self.step:
+                    self.save_checkpoint()
+                raise preemption.stop(self.run.path, "rl", self.step, self.ckpt_path, main=self.dist.main)
             if self.rl.old_sync == "per_epoch" and self.step % self.steps_per_epoch == 0:
                 self.store.capture("old")  # Algorithm 1: each epoch samples from the policy it starts with
             last = self.train_step()
@@ -415,6 +424,7 @@ class GRPOTrainer:
             if validated or (self.tcfg.checkpoint_every and self.step % self.tcfg.checkpoint_every == 0) \
                     or self.step == self.total_steps or too_many:
                 self.save_checkpoint()
+                saved_at = self.step
             if too_many:
                 raise stop_error(self.nonfinite, self.rl.max_nonfinite_steps, self.step, self.ckpt_path.parent)
         bar.close()

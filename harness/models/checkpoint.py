@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import torch
@@ -163,22 +164,39 @@ def adopt_checkpoint_settings(cfg, model_dir: str | Path) -> None:
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp))
-    tmp.replace(path)
+    save_file(tensors, str(path))
 
 
 def save_stage_model(model, out_dir: str | Path, base_path: str | Path, stage: str,
                      lora: dict | None = None, extra: dict | None = None, settings: dict | None = None) -> Path:
     """`extra` records how prompts were built (e.g. the classifier folder) so eval and RL rebuild them;
-    `settings` the model's preset, image size, dtype, attention and base id (`model_settings`)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    `settings` the model's preset, image size, dtype, attention and base id (`model_settings`).
+
+    Crash-consistent (harness/runs/durable.py): the folder is written beside `out_dir` (`<name>.tmp`), every
+    file and the folder fsynced, then renamed into place; a full disk names the file and the size needed and
+    leaves no temporary folder (an earlier `out_dir` stays as it was)."""
+    from harness.runs.durable import fsync_tree, replace_dir, reporting_disk_full
+
+    final = Path(out_dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    out = final.with_name(final.name + ".tmp")
     tensors = {k: v.detach().cpu().contiguous() for k, v in trainable_state(model).items()}
+    needed = sum(v.numel() * v.element_size() for v in tensors.values())
+    with reporting_disk_full(out / (ADAPTER_WEIGHTS if lora else MERGER_WEIGHTS), "the stage model", needed,
+                             cleanup=[out]):
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir()
+        _write_stage_model(model, out, tensors, base_path, stage, lora, extra, settings)
+        fsync_tree(out)
+        replace_dir(out, final)
+    return final
+
+
+def _write_stage_model(model, out: Path, tensors: dict, base_path, stage: str, lora: dict | None, extra: dict | None,
+                       settings: dict | None) -> None:
     settings = dict(settings or {})
     lora = lora if has_lora(model) else None
-    for stale in (ADAPTER_WEIGHTS, ADAPTER_CONFIG, MERGER_WEIGHTS, LEGACY_WEIGHTS):
-        (out / stale).unlink(missing_ok=True)
     if lora:
         _save_tensors({to_peft_key(k): v for k, v in tensors.items()}, out / ADAPTER_WEIGHTS)
         base_id = settings.get("base_id") or str(base_path)
@@ -189,7 +207,6 @@ def save_stage_model(model, out_dir: str | Path, base_path: str | Path, stage: s
             "base": str(Path(base_path).resolve()) if Path(base_path).exists() else str(base_path),
             "stage": stage, "lora": lora, **settings, **(extra or {})}
     atomic_write_json(out / SPEC, spec)  # last: a folder with spec.json is complete
-    return out
 
 
 def read_spec(model_dir: str | Path) -> dict:

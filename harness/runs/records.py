@@ -7,8 +7,10 @@ samples.jsonl  sampled candidates (RL)
 metrics.json   final metrics
 checkpoint/    the latest resumable checkpoint
 
-Every whole-file write is atomic (temp file in the same folder + os.replace), so a crash never leaves a
-half-written JSON file; JSONL lines are appended with one write and flushed.
+Every whole-file write is atomic and durable (temp file in the same folder, fsynced, os.replace, the folder
+fsynced; harness/runs/durable.py), so a crash never leaves a half-written or empty JSON file; JSONL lines are
+appended with one write and flushed, and fsynced before every checkpoint (`RunDir.sync_logs`), so the lines a
+checkpoint covers survive a machine crash. A full disk is reported with the file's path.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness.runs.durable import fsync_dir, fsync_file, reporting_disk_full
 from harness.runs.schema import (
     EVALS_FILE,
     LOG_FILES,
@@ -76,10 +79,13 @@ _UMASK = _read_umask()
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` whole: temp file, fsync, rename, fsync of the folder. A full disk is a DiskFullError
+    naming `path` and the bytes needed; no temporary file is left."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
+    with reporting_disk_full(path, "a file", len(data)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with reporting_disk_full(path, "a file", len(data), cleanup=[Path(tmp)]):
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -88,10 +94,18 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         # so that run records on a shared cluster disk stay readable by the group.
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        fsync_dir(path.parent)
+
+
+def append_line_durable(path: str | Path, line: str) -> None:
+    """Append one line in one write and fsync it (records that must survive a crash: preemptions.jsonl)."""
+    path = Path(path)
+    data = line.encode("utf-8")
+    with reporting_disk_full(path, "a log line", len(data)):
+        with open(path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -221,9 +235,16 @@ class RunDir:
     # -- line logs ------------------------------------------------------------------------------------
     def _append(self, name: str, row: dict) -> None:
         line = dumps(row) + "\n"
-        with open(self.path / name, "a", encoding="utf-8") as f:
+        with reporting_disk_full(self.path / name, "a log line", len(line.encode("utf-8"))), \
+                open(self.path / name, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
+
+    def sync_logs(self) -> None:
+        """fsync the line logs (before a checkpoint: the lines it covers must survive a machine crash)."""
+        for name in LOG_FILES:
+            if (self.path / name).is_file():
+                fsync_file(self.path / name)
 
     def log_step(self, row: dict) -> None:
         self._append(STEPS_FILE, row)
@@ -295,6 +316,9 @@ class FollowerRun:
         pass
 
     def truncate_logs_after(self, step: int) -> None:
+        pass
+
+    def sync_logs(self) -> None:
         pass
 
     def clear_logs(self) -> None:

@@ -18,9 +18,10 @@ from harness.config import ConfigError, RunConfig, to_dict
 from harness.runs.lock import LOCK_NAME
 
 # Where, not what: a run moved to another disk or device is the same run (cf. harness/experiments/resolve._LOCATIONS).
-# The trackers (train.report_to, train.wandb_project) say where the records are mirrored, not what runs.
+# The trackers (train.report_to, train.wandb_project) say where the records are mirrored, not what runs; the
+# preemption signals how a run is stopped.
 LOCATION_KEYS = ("out_dir", "cache_dir", "data.synth_dir", "model.device", "train.num_workers", "train.report_to",
-                 "train.wandb_project")
+                 "train.wandb_project", "train.preempt_signals")
 
 # Set by `regbench ... --restart`: discard what the run folder holds and start the stage over.
 _RESTART = [False]
@@ -116,7 +117,8 @@ def check_reuse(run_dir: Path, cfg: RunConfig, stage: str) -> None:
 
 # What a stage writes into its folder; --restart removes these (and nothing it does not know).
 RUN_ENTRIES = ("manifest.json", "metrics.json", "steps.jsonl", "evals.jsonl", "samples.jsonl", "checkpoint",
-               "model", "classifier", "tb", "error.txt")
+               "checkpoint.new", "checkpoint.prev", "model", "model.old", "model.tmp", "classifier", "tb", "error.txt",
+               "preemptions.jsonl")
 
 
 def discard_run(run_dir: Path) -> None:
@@ -132,8 +134,10 @@ def discard_run(run_dir: Path) -> None:
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    ckpt = run_dir / "checkpoint"
-    return ckpt.is_dir() and any(p.suffix == ".pt" for p in ckpt.iterdir())
+    """Whether any checkpoint generation (checkpoint/, checkpoint.new/, checkpoint.prev/) holds a state file."""
+    from harness.runs.checkpoint_io import generations
+
+    return any(g.is_dir() and any(p.suffix == ".pt" for p in g.iterdir()) for g in generations(run_dir / "checkpoint"))
 
 
 def check_out_dir(run_dir: Path, key: str = "out_dir") -> None:

@@ -24,6 +24,7 @@ from harness.models.classifier import (
     train_classifier,
 )
 from harness.prompts import classifier_inputs, reference_labels
+from harness.runs import preemption
 from harness.runs.schema import METRICS_FILE
 from harness.stages.common import load_splits, require_train, seed_everything, start_run
 
@@ -36,6 +37,7 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
                             seed=cfg.seed, normalization=c.normalization)
 
 
+@preemption.preemptible
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
     from harness.preflight import check_inputs, check_run_folder
     from harness.runs.state import restart_requested
@@ -69,7 +71,14 @@ def _train(cfg: RunConfig, run, ccfg: ClassifierConfig, model, splits: dict, out
     def on_epoch(epoch: int, train_loss: float, val_loss: float | None) -> None:
         run.log_step({"step": epoch, "epoch": epoch, "loss": train_loss, "val_loss": val_loss})
 
-    history = train_classifier(model, x_tr, y_tr, x_va, y_va, ccfg, on_epoch=on_epoch, progress=progress)
+    try:
+        # A checkpoint after every epoch (and on a stop signal mid-epoch); a rerun resumes from it.
+        history = train_classifier(model, x_tr, y_tr, x_va, y_va, ccfg, on_epoch=on_epoch, progress=progress,
+                                   checkpoint_dir=run.path / "checkpoint", should_stop=preemption.stop_agreed,
+                                   on_resume=run.truncate_logs_after)
+    except preemption.Preempted as e:
+        preemption.record(run.path, "classifier", e.step, run.path / "checkpoint")
+        raise
     probs = predict_proba(model, x_va)
     thresholds = choose_thresholds(probs, y_va.numpy())
     save_classifier(model, ccfg, thresholds, out)

@@ -107,6 +107,7 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
     manifest, a completed one is left as it is; a run with no checkpoint starts from zero, so its logs are
     emptied (a rerun never appends to the rows of an interrupted or failed try)."""
     from harness.runs import lock as runlock
+    from harness.runs import preemption
     from harness.runs import state as runstate
 
     path = Path(cfg.out_dir)
@@ -126,5 +127,7 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
     if not run.complete:
         if not runstate.has_checkpoint(path):
             run.clear_logs()
-        run.write_manifest(to_dict(cfg), cfg.seed, stage, {"config_hash": runstate.config_hash(cfg), **(extra or {})})
+        # `preemptions`: how often the run was stopped by a signal so far (one line each in preemptions.jsonl)
+        run.write_manifest(to_dict(cfg), cfg.seed, stage, {"config_hash": runstate.config_hash(cfg),
+                                                           "preemptions": preemption.count(path), **(extra or {})})
     return run

@@ -4,7 +4,8 @@ Loss: Eq. 1 (token mean of report NLL). AdamW over the parameters that `set_trai
 learning-rate schedule per config; gradient clipping; one line per optimizer step in steps.jsonl; validation
 loss after every epoch in evals.jsonl. A checkpoint (trainable tensors, optimizer, scheduler, step) is written
 every `checkpoint_every` steps and at the end; a rerun of the same command resumes from it. Batch order is a
-pure function of (seed, epoch), so a resumed run sees exactly the batches an uninterrupted one would.
+pure function of (seed, epoch), so a resumed run sees exactly the batches an uninterrupted one would. A stop signal
+(harness/runs/preemption.py) ends the loop after the current step with a checkpoint and `Preempted`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from harness.models.precision import base_dtype
 from harness.models.trainable import unwrap
 from harness.parallel.distributed import Dist, shard
 from harness.parallel.updater import Updater, needs_scaler
-from harness.runs.checkpoint_io import load_state, save_state
+from harness.runs import preemption
+from harness.runs.checkpoint_io import begin, commit, load_state, resume_folder, staging_dir, write_state
 from harness.runs.records import RunDir
 from harness.schedule import make_scheduler
 from harness.stages.lm_batches import StepBatches, step_loader
@@ -63,9 +65,15 @@ def _ckpt_path(run: RunDir) -> Path:
 def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: Dist | None = None,
                     updater: Updater | None = None) -> None:
     """Rank 0 writes (the trainable state is the same on every process); the others wait for it. Under
-    DeepSpeed every process also writes its ZeRO optimizer partition beside it (`updater`)."""
+    DeepSpeed every process also writes its ZeRO optimizer partition beside it (`updater`). A new checkpoint
+    generation (harness/runs/checkpoint_io.py): written into checkpoint.new/, sealed, then rotated in."""
     dist = dist or Dist()
-    opt_state = updater.optimizer_state(optimizer, _ckpt_path(run).parent) if updater else optimizer.state_dict()
+    folder = _ckpt_path(run).parent
+    if dist.main:
+        begin(folder)
+    dist.barrier()
+    opt_state = updater.optimizer_state(optimizer, staging_dir(folder)) if updater else optimizer.state_dict()
+    dist.barrier()  # every partition is written before rank 0 seals the generation
     if dist.main:
         _write_checkpoint(run, model, opt_state, scheduler, step, updater.state_dict() if updater else {})
     dist.barrier()
@@ -73,19 +81,23 @@ def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: D
 
 def _write_checkpoint(run: RunDir, model, opt_state: dict | None, scheduler, step: int, engine_state: dict) -> None:
     path = _ckpt_path(run)
-    path.parent.mkdir(parents=True, exist_ok=True)
     params = {n: p.detach().cpu() for n, p in unwrap(model).named_parameters() if p.requires_grad}
     # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run; the updater's
     # state is the fp16 loss scale (GradScaler), so that a resumed fp16 run scales as an uninterrupted one.
     state = {"params": params, "optimizer": opt_state, "scheduler": scheduler.state_dict(),
              "step": step, "torch_rng": torch.get_rng_state(), "engine": engine_state}
-    save_state(state, path)
+    write_state(state, staging_dir(path.parent) / path.name)
+    run.sync_logs()  # the lines this checkpoint covers are on disk before it is
+    commit(path.parent, step)
 
 
 def load_checkpoint(run: RunDir, model, optimizer, scheduler, updater: Updater | None = None) -> int:
-    path = _ckpt_path(run)
-    if not path.is_file():
+    """The step of the newest verified checkpoint generation, loaded into the objects (0 when there is none)."""
+    main = updater is None or updater.dist.main
+    folder = resume_folder(_ckpt_path(run).parent, _ckpt_path(run).name, log=print if main else None)
+    if folder is None:
         return 0
+    path = folder / _ckpt_path(run).name
     state = load_state(path)
     params = dict(unwrap(model).named_parameters())
     with torch.no_grad():
@@ -94,7 +106,7 @@ def load_checkpoint(run: RunDir, model, optimizer, scheduler, updater: Updater |
                 raise ValueError(f"{path}: parameter '{n}' not in the model; was the config changed?")
             params[n].copy_(v)
     if updater is not None:
-        updater.load_optimizer_state(optimizer, state["optimizer"], path.parent)
+        updater.load_optimizer_state(optimizer, state["optimizer"], folder)
         updater.load_state_dict(state.get("engine") or {})
     else:
         optimizer.load_state_dict(state["optimizer"])
@@ -195,7 +207,12 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     t_start = time.time()
     last_loss = float("nan")
     bar = tqdm(total=total, initial=step, desc=desc, disable=not progress, leave=False)
+    saved_at = step  # the step of the checkpoint on disk (or 0)
     while step < total:
+        if preemption.stop_agreed(dist):  # a stop signal: the step before this one is done and logged
+            if saved_at != step:
+                save_checkpoint(run, model, optimizer, scheduler, step, dist, updater)
+            raise preemption.stop(run.path, desc, step, _ckpt_path(run), main=dist.main)
         epoch = step // steps_per_epoch
         t0 = time.time()
         batches = next(loader)
@@ -241,8 +258,10 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
         # After the epoch's validation row: a resume from this checkpoint keeps that row and never redoes it.
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
             save_checkpoint(run, model, optimizer, scheduler, step, dist, updater)
+            saved_at = step
     bar.close()
-    save_checkpoint(run, model, optimizer, scheduler, step, dist, updater)
+    if saved_at != step:
+        save_checkpoint(run, model, optimizer, scheduler, step, dist, updater)
     final = {"steps": step, "train_loss": last_loss, "wall_time_s": time.time() - t_start}
     evals = [e for e in run.evals() if "loss" in e]
     if evals:

@@ -18,7 +18,9 @@ from harness.constants import OBSERVATIONS
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
 from harness.prompts import load_images
-from harness.runs.records import RunDir, atomic_write_json
+from harness.runs import preemption
+from harness.runs.durable import fsync_tree, replace_dir, reporting_disk_full
+from harness.runs.records import RunDir, atomic_write_json, atomic_write_text
 from harness.stages import paths as stage_paths
 from harness.stages.common import ensure_phantom, seed_everything, torch_threads
 from harness.stages.lm_train import LMData, train_lm
@@ -94,6 +96,7 @@ def build_base(cfg: RunConfig, progress: bool = True) -> Path:
     return pretrain_tiny_base(cfg, progress=progress)
 
 
+@preemption.preemptible
 def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = False) -> Path:
     """Return the cached tiny base folder, building it first if needed."""
     if cfg.model.preset != "tiny":
@@ -156,12 +159,12 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     staging = out.parent / f"{out.name}.staging"
     if staging.exists():
         shutil.rmtree(staging)
-    save_base(model, processor, staging)
-    atomic_write_json(staging / "pretrain_metrics.json", metrics)
-    (staging / "DONE").write_text(pretrain_key(cfg) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    staging.replace(out)
+    with reporting_disk_full(staging, "the stage-0 base model", None, cleanup=[staging]):
+        save_base(model, processor, staging)
+        atomic_write_json(staging / "pretrain_metrics.json", metrics)
+        atomic_write_text(staging / "DONE", pretrain_key(cfg) + "\n")  # last: the folder is complete
+        fsync_tree(staging)  # every file on disk before the folder is renamed into place
+        replace_dir(staging, out)
     shutil.copytree(run.path, out / "run", dirs_exist_ok=True)
     shutil.rmtree(work, ignore_errors=True)
     return out

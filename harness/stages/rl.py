@@ -21,6 +21,7 @@ from harness.models.trainable import add_lora, count_parameters, lora_settings, 
 from harness.output_format import report_part, reward_inputs, well_formatted_fraction
 from harness.parallel.distributed import Dist
 from harness.prompts import PromptSet, prompt_set
+from harness.runs import preemption
 from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.snapshots import SnapshotStore
 from harness.stages.loading import begin_stage
@@ -144,6 +145,7 @@ def image_truth(samples) -> np.ndarray | None:
     return np.stack([np.asarray(s.present, dtype=np.float64) for s in samples])
 
 
+@preemption.preemptible
 def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[ValidationCallback] = ()) -> Path:
     """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/parallel/distributed.py).
     `on_validation`: the trainer's validation callbacks (a search's pruning); one may raise RunPruned."""

@@ -16,10 +16,12 @@ from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.output_format import format_instruction, training_target
 from harness.prompts import disease_instructions, load_images, predicted_diseases, reference_labels
+from harness.runs import preemption
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.loading import begin_stage
 
 
+@preemption.preemptible
 def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     if not cfg.classifier.dir:
         raise ConfigError("stage 2 (sft) needs 'classifier.dir': the folder written by `regbench classifier train`")

@@ -12,10 +12,12 @@ from harness.config import RunConfig
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import count_parameters, set_trainable
 from harness.prompts import load_images, plain_instructions
+from harness.runs import preemption
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.loading import begin_stage
 
 
+@preemption.preemptible
 def run_warmup(cfg: RunConfig, progress: bool = True) -> Path:
     start = begin_stage(cfg, "warmup", progress)  # data-parallel under torchrun / accelerate launch
     if start.complete:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,51 @@ class _Pairs(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         return self.x[i], self.y[i]
+
+
+class _Skip(torch.utils.data.Sampler):
+    """The indices of `inner` after its first `skip` (a resumed epoch; `inner` still draws all of them, so its
+    generator advances exactly as in an uninterrupted epoch, and no skipped image is loaded)."""
+
+    def __init__(self, inner, skip: int):
+        self.inner, self.skip = inner, skip
+
+    def __iter__(self):
+        return itertools.islice(iter(self.inner), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(0, len(self.inner) - self.skip)
+
+
+CHECKPOINT_NAME = "classifier_state.pt"
+
+
+def _save(folder: Path, state: dict) -> None:
+    from harness.runs.checkpoint_io import save_state
+
+    save_state(state, folder / CHECKPOINT_NAME)
+
+
+def _load(folder: Path | None) -> dict | None:
+    from harness.runs.checkpoint_io import load_state, resume_folder
+
+    if folder is None:
+        return None
+    found = resume_folder(folder, CHECKPOINT_NAME)
+    return load_state(found / CHECKPOINT_NAME) if found is not None else None
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _device_of(model: nn.Module) -> torch.device:
@@ -61,6 +108,9 @@ def train_classifier(
     cfg: ClassifierConfig,
     on_epoch: Callable[[int, float, float | None], None] | None = None,
     progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_resume: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Train with AdamW + BCE-with-logits (mean over samples x classes); keep the best epoch by val loss.
 
@@ -70,6 +120,12 @@ def train_classifier(
     batch by batch). `on_epoch(epoch, train_loss, val_loss)` is called after each epoch (epoch counts from 1).
     At the end, the weights of the best epoch (lowest val loss; the last epoch without validation data) are
     restored and the model is left in eval mode.
+
+    With `checkpoint_dir` (a run's checkpoint/ folder) a checkpoint is written after every epoch and a call
+    resumes from the newest one (`on_resume(completed epochs)` is called then); `should_stop()` is asked after
+    every batch (harness/runs/preemption.py): when it holds, a checkpoint is written mid-epoch (the generator's
+    state at the epoch's start and the batches done, so the resumed epoch draws the same order and skips what
+    was trained) and `Preempted` is raised. A resumed run ends with the weights of an uninterrupted one.
 
     Returns {"train_loss": [...], "val_loss": [...], "best_epoch": int, "best_val_loss": float | None}.
     """
@@ -85,11 +141,10 @@ def train_classifier(
 
     device = _device_of(model)
     generator = torch.Generator().manual_seed(cfg.seed)
+    folder = Path(checkpoint_dir) if checkpoint_dir is not None else None
     # A tensor of images, or a Dataset that decodes them on demand (harness/data/streaming.py), in workers
     # when cfg.num_workers > 0, into pinned memory when training on a GPU.
     pairs = TensorDataset(train_x, train_y.float()) if torch.is_tensor(train_x) else _Pairs(train_x, train_y.float())
-    loader = DataLoader(pairs, batch_size=cfg.batch_size, shuffle=True, generator=generator,
-                        num_workers=cfg.num_workers, drop_last=False, pin_memory=device.type == "cuda")
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, betas=(0.9, cfg.adam_beta2),
                                   weight_decay=cfg.weight_decay)
@@ -99,9 +154,37 @@ def train_classifier(
     history: dict[str, Any] = {"train_loss": [], "val_loss": [], "best_epoch": 0, "best_val_loss": None}
     best_state: dict[str, torch.Tensor] | None = None
     best_loss = float("inf")
-    for epoch in range(1, cfg.epochs + 1):
+    first_epoch, skip, seen, total, step = 1, 0, 0, 0.0, 0
+    state = _load(folder)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        _set_rng_state(state["rng"])
+        history, best_state = state["history"], state["best_state"] or None
+        best_loss = float(state["best_loss"])
+        first_epoch, skip, seen, total, step = (int(state["epoch"]), int(state["batch"]), int(state["seen"]),
+                                                float(state["total"]), int(state["step"]))
+        if on_resume is not None:
+            on_resume(first_epoch - 1)
+
+    def checkpoint(epoch: int, batch: int, epoch_start) -> None:
+        # `generator`: its state at the start of `epoch` (mid-epoch) or of the next epoch (batch 0).
+        _save(folder, {"step": step, "epoch": epoch, "batch": batch, "generator": epoch_start, "rng": _rng_state(),
+                       "model": model.state_dict(), "optimizer": optimizer.state_dict(), "history": history,
+                       "best_state": best_state or {}, "best_loss": best_loss, "seen": seen, "total": total})
+
+    n_batches = -(-len(pairs) // cfg.batch_size)
+    for epoch in range(first_epoch, cfg.epochs + 1):
+        epoch_start = generator.get_state()
+        sampler = _Skip(torch.utils.data.RandomSampler(pairs, generator=generator), skip * cfg.batch_size)
+        loader = DataLoader(pairs, batch_size=cfg.batch_size, sampler=sampler, generator=generator,
+                            num_workers=cfg.num_workers, drop_last=False, pin_memory=device.type == "cuda")
         model.train()
-        seen, total = 0, 0.0
+        if not skip:
+            seen, total = 0, 0.0
+        done = skip
+        skip = 0
         bar = tqdm(loader, desc=f"classifier epoch {epoch}/{cfg.epochs}", disable=not progress, leave=False)
         for xb, yb in bar:
             optimizer.zero_grad(set_to_none=True)
@@ -120,7 +203,15 @@ def train_classifier(
             optimizer.step()
             seen += len(xb)
             total += batch_loss * len(xb)
+            done += 1
+            step += 1
             bar.set_postfix(loss=f"{batch_loss:.4f}")
+            if should_stop is not None and done < n_batches and should_stop():  # the last batch: see below
+                if folder is not None:
+                    checkpoint(epoch, done, epoch_start)
+                from harness.runs.preemption import Preempted, requested
+
+                raise Preempted(f"classifier training ({folder})", step, requested())
         train_loss = total / max(1, seen)
         model.eval()
         val_loss = _mean_bce(model, val_x, val_y, cfg) if val_x is not None and val_y is not None else None
@@ -137,6 +228,12 @@ def train_classifier(
                     "n/a" if val_loss is None else f"{val_loss:.5f}")
         if on_epoch is not None:
             on_epoch(epoch, train_loss, val_loss)
+        if folder is not None:
+            checkpoint(epoch + 1, 0, generator.get_state())
+        if should_stop is not None and should_stop() and epoch < cfg.epochs:
+            from harness.runs.preemption import Preempted, requested
+
+            raise Preempted(f"classifier training ({folder})", step, requested())
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
