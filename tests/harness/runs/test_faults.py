@@ -24,9 +24,17 @@ from harness.runs import checkpoint_io, preemption
 from harness.runs.checkpoint_io import CheckpointError, resume_folder, save_state
 from harness.runs.durable import DiskFullError
 from harness.runs.records import RunDir, read_jsonl
-from tests.harness.grpo.test_trainer import prompt_set  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def prompt_set(xray_images):
+    from harness.prompts import PromptSet
+
+    refs = ["the heart size is normal .", "mild cardiomegaly . small left pleural effusion ."]
+    return PromptSet([f"s{i}" for i in range(4)], [[xray_images[i]] for i in range(4)], ["write"] * 4,
+                     [refs[i % 2] for i in range(4)])
 
 
 @pytest.fixture(autouse=True)
@@ -342,7 +350,6 @@ ENFORCE = "[enforce fail at inline_container.cc:664] . unexpected pos 1048576 vs
 def test_a_full_disk_at_the_rl_checkpoint_names_the_file_and_keeps_the_last_one(tiny_tokenizer, tiny_processor,
                                                                                  tmp_path, prompt_set, monkeypatch):
     """What torch says on a full disk (before: the message below, and a 1 MB rl_state.tmp left behind)."""
-    from harness.grpo import checkpointing
     from harness.runs import durable
 
     tr = _rl_trainer(tiny_tokenizer, tiny_processor, tmp_path / "run", prompt_set, SCORES)
