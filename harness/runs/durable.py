@@ -96,11 +96,10 @@ def disk_full_error(path: str | Path, what: str, needed: int | None, e: BaseExce
     free = free_bytes(path.parent)
     need = f"; it needs about {_mb(needed)}" if needed else ""
     left = f", {_mb(free)} free on that file system" if free is not None else ""
-    err = DiskFullError(errno.ENOSPC, f"{path}: no space left on the device writing {what}{need}{left}; free space "
-                                      f"(or choose another folder), then rerun the same command (it resumes from the "
-                                      f"last complete checkpoint)")
-    err.filename = str(path)
-    return err
+    then = ("rerun the same command: it resumes from the last complete checkpoint" if "checkpoint" in what
+            else "run the command again")
+    return DiskFullError(errno.ENOSPC, f"{path}: no space left on the device writing {what}{need}{left}; free "
+                                      f"space there (or choose another folder), then {then}")
 
 
 @contextlib.contextmanager

@@ -607,3 +607,91 @@ def test_a_stop_signal_to_the_runner_ends_it_with_75_and_the_rerun_completes(tmp
     res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert _records(out) == _records(ref)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A real tiny study: its RL stage preempted at three points (mid-step, mid-validation, mid-checkpoint), each
+# time in its worker process only; the runner resubmits it and the result equals the uninterrupted RL run.
+
+RL_FAULTS = [("step", 2), ("validation", 2), ("checkpoint", 1)]  # the k-th of each on the 1st, 2nd, 3rd try
+
+
+def rl_with_faults(cfg, progress=False):
+    """harness.stages.rl.run_rl with SIGTERM sent to this (worker) process at RL_FAULTS[i] on try i."""
+    from harness.grpo import checkpointing
+    from harness.parallel.updater import Updater
+    from harness.stages import rl
+
+    tries = preemption.count(cfg.out_dir)
+    where, k = RL_FAULTS[tries] if tries < len(RL_FAULTS) else (None, 0)
+    seen = {"n": 0}
+
+    def hit():
+        seen["n"] += 1
+        if seen["n"] == k:
+            _signal_self()
+
+    saved = (Updater.update, rl.make_validator, checkpointing.write_state)
+    if where == "step":
+        Updater.update = lambda self, *a, **kw: (hit(), saved[0](self, *a, **kw))[1]
+    elif where == "validation":
+        def make_validator(*a, **kw):
+            fn = saved[1](*a, **kw)
+            return lambda model: (hit(), fn(model))[1]
+        rl.make_validator = make_validator
+    elif where == "checkpoint":
+        checkpointing.write_state = lambda *a: (hit(), saved[2](*a))[1]
+    try:
+        return rl.run_rl(cfg, progress=progress)
+    finally:
+        Updater.update, rl.make_validator, checkpointing.write_state = saved
+
+
+def test_a_real_rl_stage_preempted_at_three_points_through_the_runner_equals_the_uninterrupted_one(tmp_path):
+    from harness.cli import main
+    from harness.experiments import DEFAULT_FUNCTIONS, load_study, run_experiment
+    from harness.runs.records import read_json
+    from tests.harness.test_experiments import write_study
+    from tests.tiny_sizes import TINY
+
+    path = write_study(tmp_path, "  - name: a\n    overrides: {rl: [rl.regularizer=rer, rl.reference=vapr]}\n",
+                       seeds="[0]", name="faults")
+    sets = [f"common.{x}" for x in TINY] + [
+        f"common.cache_dir={tmp_path / 'cache'}",
+        "stages.warmup.train.max_steps=1", "stages.warmup.train.batch_size=4",
+        "stages.classifier.classifier.epochs=1", "stages.classifier.classifier.batch_size=8",
+        "stages.classifier.classifier.img_size=32",
+        "stages.sft.train.max_steps=1", "stages.sft.train.batch_size=4", "stages.sft.model.lora_r=4",
+        "stages.sft.model.lora_alpha=8",
+        "stages.rl.train.max_steps=6", "stages.rl.rl.prompts_per_step=2", "stages.rl.rl.group_size=2",
+        "stages.rl.rl.max_new_tokens=6", "stages.rl.rl.min_new_tokens=2", "stages.rl.rl.val_max_samples=2",
+        "stages.rl.rl.val_every_steps=1", "stages.rl.rl.reset_every_epochs=1",
+    ]
+    out = tmp_path / "out"
+    argv = ["experiment", "run", str(path), "--workers", "1", "--out", str(out)]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0  # the uninterrupted study
+    index = read_json(out / "index.json")
+    rl_dir = out / index["runs"][0]["stages"]["rl"]["dir"]
+    eval_dir = out / index["runs"][0]["eval_dir"]
+    want = {name: (rl_dir / name).read_bytes() for name in ("model/adapter_model.safetensors",)}
+    want_logs = (_without_times(read_jsonl(rl_dir / "steps.jsonl")), read_jsonl(rl_dir / "evals.jsonl"))
+    want_eval = read_json(eval_dir / "metrics.json")
+    rl_dir.rename(tmp_path / "rl_uninterrupted")  # the RL run and its evaluation run again, with faults
+    (eval_dir / "metrics.json").unlink()
+
+    study = load_study(path, sets=sets)
+    logs = []
+    result = run_experiment(study, out, workers=2, log=logs.append,
+                            functions={**DEFAULT_FUNCTIONS, "rl": "tests.harness.runs.test_faults:rl_with_faults"})
+    assert result.ok, logs
+    assert sum("resubmitted" in line for line in logs) == 3
+    rows = read_jsonl(rl_dir / preemption.PREEMPTIONS_FILE)
+    assert [(r["stage"], r["signal"]) for r in rows] == [("rl", "SIGTERM")] * 3
+    assert read_json(rl_dir / "manifest.json")["preemptions"] == 3
+    assert {name: (rl_dir / name).read_bytes() for name in want} == want
+    assert (_without_times(read_jsonl(rl_dir / "steps.jsonl")), read_jsonl(rl_dir / "evals.jsonl")) == want_logs
+    got_eval = read_json(eval_dir / "metrics.json")
+    assert {k: v for k, v in got_eval.items() if "time" not in k} == {k: v for k, v in want_eval.items()
+                                                                      if "time" not in k}
