@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from harness.runs.schema import PREEMPTIONS_FILE
+
 REQUEUE_EXIT_CODE = 75
 DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1")
-PREEMPTIONS_FILE = "preemptions.jsonl"
 # Signals a process cannot handle, or that would make no sense as "please stop": refused by the config check.
 _REFUSED = ("SIGKILL", "SIGSTOP", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGCHLD")
 

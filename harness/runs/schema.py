@@ -103,6 +103,7 @@ STEPS_FILE = "steps.jsonl"
 EVALS_FILE = "evals.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 METRICS_FILE = "metrics.json"
+PREEMPTIONS_FILE = "preemptions.jsonl"  # one line per stop signal the run honoured (harness/runs/preemption.py)
 LOG_FILES = (STEPS_FILE, EVALS_FILE, SAMPLES_FILE)
 FINAL_TEST_PREDICTIONS = "predictions_final_test.jsonl"  # the eval stage's per-report test outputs
 TEST_PREDICTIONS_GLOB = "predictions_*_test.jsonl"

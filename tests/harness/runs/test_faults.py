@@ -114,9 +114,11 @@ def _rl_trainer(tiny_tokenizer, tiny_processor, run_dir, prompts, scores):
 
 
 SCORES = [0.1, 0.3, 0.2, 0.4, 0.35, 0.5, 0.45, 0.6]
-# The RL run: 4 steps (2 epochs), a validation after every step, a checkpoint after every validation.
+# The RL run: 4 steps (2 epochs), a validation before the first step and after every step, a checkpoint after
+# every validation but the first. Points drawn at random among those a step follows (a signal during the last
+# step, validation or checkpoint lets the run finish instead: nothing is left to stop).
 _rng = random.Random(26)
-RL_POINTS = [("step", _rng.randint(1, 4)), ("validation", _rng.randint(2, 5)), ("checkpoint", _rng.randint(1, 4)),
+RL_POINTS = [("step", _rng.randint(1, 3)), ("validation", _rng.randint(2, 4)), ("checkpoint", _rng.randint(1, 3)),
              ("validation", 1)]  # the validation before the first step
 
 
