@@ -361,7 +361,7 @@ def test_a_full_disk_at_the_rl_checkpoint_names_the_file_and_keeps_the_last_one(
 
     def full_disk(obj, path):
         calls["n"] += 1
-        if calls["n"] < 3:  # steps 0 and 1 are written; the disk is full at step 2's
+        if calls["n"] < 2:  # step 1's checkpoint is written; the disk is full at step 2's
             return real(obj, path)
         Path(path).write_bytes(b"\0" * 1_048_576)  # what torch had written when the disk filled up
         monkeypatch.setattr(durable, "free_bytes", lambda folder: 0)
@@ -649,6 +649,7 @@ def rl_with_faults(cfg, progress=False):
         Updater.update, rl.make_validator, checkpointing.write_state = saved
 
 
+@pytest.mark.slow  # a whole tiny study (stage 0 to the test evaluation), then its RL stage four times: minutes
 def test_a_real_rl_stage_preempted_at_three_points_through_the_runner_equals_the_uninterrupted_one(tmp_path):
     from harness.cli import main
     from harness.experiments import DEFAULT_FUNCTIONS, load_study, run_experiment
