@@ -193,7 +193,9 @@ def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
         with scope():  # the run folders the stage locked are given back when it ends (workers run many)
             return _execute_node(kind, function, config, model_dir, launcher, t0)
     except preemption.Preempted as e:  # stopped on request with a checkpoint: the runner resubmits it
-        return {"ok": False, "preempted": str(e), "error": None, "elapsed_s": time.time() - t0}
+        # (`returncode`: what a Slurm job running this node exits with, harness/experiments/slurm.py: run_job)
+        return {"ok": False, "preempted": str(e), "error": None, "elapsed_s": time.time() - t0,
+                "returncode": preemption.REQUEUE_EXIT_CODE}
     except RunPruned as e:  # stopped on purpose by a validation callback: recorded as pruned, not failed
         return {"ok": False, "pruned": e.reason, "error": None, "elapsed_s": time.time() - t0}
     except Exception as e:  # noqa: BLE001 - recorded in the index; other arms go on
