@@ -420,19 +420,13 @@ class SlurmExperimentRun(_ExperimentRun):
 def _drop_other_hosts(run_dir: Path) -> None:
     """A stage run's lock lines of other hosts, left by a job that no longer runs (the runner saw it end): the
     lock trusts a holder it cannot check, so the resubmitted job, maybe on another node, would be refused."""
-    from harness.runs.lock import HOST, LOCK_NAME, read_holders
+    from harness.runs.lock import HOST, LOCK_NAME, read_holders, write_holders
 
     lock = run_dir / LOCK_NAME
     holders = read_holders(lock)
     keep = [h for h in holders if h.host == HOST]
-    if len(keep) == len(holders):
-        return
-    if keep:
-        tmp = lock.with_name(f"{LOCK_NAME}.{os.getpid()}.tmp")
-        tmp.write_text("".join(h.line() + "\n" for h in keep))
-        os.replace(tmp, lock)
-    else:
-        lock.unlink(missing_ok=True)
+    if len(keep) != len(holders):
+        write_holders(lock, keep)
 
 
 # ---------------------------------------------------------------------------------------------------------

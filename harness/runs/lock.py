@@ -111,6 +111,16 @@ _HELD: dict[Path, int] = {}
 _SCOPES: list[list[Path]] = []
 
 
+def write_holders(lock: Path, holders) -> None:
+    """Replace the lock's holder lines by `holders` (written beside it and renamed in); no holders: no lock."""
+    if holders:
+        tmp = lock.with_name(f"{lock.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(h.line() + "\n" for h in holders))
+        os.replace(tmp, lock)
+    else:
+        lock.unlink(missing_ok=True)
+
+
 def _create(lock: Path, content: str) -> bool:
     """Create `lock` holding `content` in one step (link of a finished temp file): never seen empty."""
     tmp = lock.with_name(f"{lock.name}.{os.getpid()}.tmp")
@@ -192,12 +202,7 @@ def release_file(lock: str | Path) -> None:
     mine = os.getpid()
     rest = [h for h in read_holders(lock) if not (h.host == HOST and h.pid == mine)]
     try:
-        if rest:
-            tmp = lock.with_name(f"{lock.name}.{mine}.tmp")
-            tmp.write_text("".join(h.line() + "\n" for h in rest))
-            os.replace(tmp, lock)
-        else:
-            lock.unlink(missing_ok=True)
+        write_holders(lock, rest)
     except OSError:
         pass  # the folder was removed meanwhile (stage 0's work folder)
 
