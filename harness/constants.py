@@ -28,3 +28,6 @@ POSITIVE, NEGATIVE, UNCERTAIN = 1, 0, -1
 # n-gram matches and guesses for n = 1..4 and the two lengths, from which reports/bootstrap.py rescores corpus BLEU.
 BLEU_COUNT_KEYS: tuple[str, ...] = (*(f"correct_{n}" for n in range(1, 5)), *(f"guess_{n}" for n in range(1, 5)),
                                      "testlen", "reflen")
+
+# The model stages of REVA-PO's pipeline, in order (a study's `pipeline:` lists some of them).
+PIPELINE_STAGES: tuple[str, ...] = ("warmup", "classifier", "sft", "rl")

@@ -5,7 +5,10 @@ run)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import torch
 
 from harness.config import ConfigError, RunConfig
 from harness.models.checkpoint import check_base_folder
@@ -67,10 +70,24 @@ def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) ->
         runlock.check_free(path)
 
 
+def model_device(cfg: RunConfig) -> torch.device:
+    """The device of `model.device`; "auto" is this process's GPU when CUDA is available, else the CPU."""
+    name = cfg.model.device
+    if name == "auto":
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"model.device = {name!r}, but CUDA is not available here (use auto or cpu)")
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"model.device = {name!r}, but this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s) (cuda:0 .. cuda:{torch.cuda.device_count() - 1}); use auto or one of them")
+    return device
+
+
 def check_device(cfg: RunConfig) -> None:
     """`model.device` names a device this machine has."""
-    from harness.stages.loading import model_device
-
     try:
         model_device(cfg)
     except ValueError as e:

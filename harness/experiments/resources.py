@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from harness.config import ConfigError
-from harness.experiments.study import STAGES
+from harness.constants import PIPELINE_STAGES
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Resources:
 
 
 # The node kinds of a plan (harness/experiments/plan.py: NODE_ORDER), and `default` for those not listed.
-RESOURCE_KINDS = ("default", "data", "pretrain", *STAGES, "eval", "analysis")
+RESOURCE_KINDS = ("default", "data", "pretrain", *PIPELINE_STAGES, "eval", "analysis")
 _FIELDS = {f.name: f.type for f in fields(Resources)}
 
 

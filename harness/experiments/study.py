@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import PRESET_KEYS, ConfigError, apply_overrides, load_yaml, read_yaml_mapping
+from harness.constants import PIPELINE_STAGES
 from harness.runs.schema import ArmKey
 
-STAGES = ("warmup", "classifier", "sft", "rl")
+STAGES = PIPELINE_STAGES
 MODEL_STAGES = ("warmup", "sft", "rl")
 OVERRIDE_SCOPES = ("all", *STAGES, "eval")
 

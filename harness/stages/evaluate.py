@@ -17,11 +17,11 @@ from harness.config import RunConfig
 from harness.evaluation import findings_scores, label_with, nlg_report_scores, nlg_scores
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.output_format import report_part, well_formatted_fraction
+from harness.preflight import model_device
 from harness.prompts import instructions_for, load_images, reference_labels
 from harness.runs.records import RunDir, atomic_write_text, dumps
 from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.stages.common import load_splits, seed_everything
-from harness.stages.loading import model_device
 
 
 def clinical_scores(cfg: RunConfig, hyps: list[str], refs: list[str]) -> dict:

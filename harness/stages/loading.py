@@ -6,13 +6,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from harness.config import RunConfig
 from harness.config.presets import get_preset
 from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model
 from harness.parallel.distributed import Dist, init_distributed
 from harness.parallel.zero import plugin_for
+from harness.preflight import model_device
 from harness.runs.schema import METRICS_FILE
 
 
@@ -35,22 +34,6 @@ def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
                 "it first")
         return out
     return preset.default_path
-
-
-def model_device(cfg: RunConfig) -> torch.device:
-    """The device of `model.device`; "auto" is this process's GPU when CUDA is available, else the CPU."""
-    name = cfg.model.device
-    if name == "auto":
-        if not torch.cuda.is_available():
-            return torch.device("cpu")
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"model.device = {name!r}, but CUDA is not available here (use auto or cpu)")
-    device = torch.device(name)
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"model.device = {name!r}, but this machine has {torch.cuda.device_count()} CUDA "
-                         f"device(s) (cuda:0 .. cuda:{torch.cuda.device_count() - 1}); use auto or one of them")
-    return device
 
 
 def load_for_stage(cfg: RunConfig, progress: bool = True):
