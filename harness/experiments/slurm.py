@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config import ConfigError
+from harness.experiments.local import LocalExperimentRun
 from harness.experiments.plan import Node, node_label
 from harness.experiments.resources import Resources
-from harness.experiments.run import _ExperimentRun
 from harness.experiments.study import STAGES
 from harness.experiments.workers import LAUNCHED_STAGES, WORKER_THREADS, execute_node, release_lock
 from harness.runs.preemption import REQUEUE_EXIT_CODE
@@ -179,7 +179,7 @@ def _log_tail(path: Path, n: int = 15) -> str:
         return f"(no log at {path})"
 
 
-class SlurmExperimentRun(_ExperimentRun):
+class SlurmExperimentRun(LocalExperimentRun):
     """run_experiment's graph with every node a Slurm job (see the module docstring)."""
 
     executor_name = "slurm"
@@ -210,7 +210,7 @@ class SlurmExperimentRun(_ExperimentRun):
             if nid in self.plan.nodes and isinstance(jobs, list):
                 self.plan.nodes[nid].jobs = [str(j) for j in jobs]
 
-    # -- executor steps (see _ExperimentRun.run)
+    # -- executor steps (see LocalExperimentRun.run)
 
     def _open_executor(self) -> None:
         why = slurm_available()

@@ -87,7 +87,7 @@ def test_every_preset_asks_for_resources_and_a_study_can_override_them(tmp_path)
 def test_a_7b_rl_job_asks_for_8_gpus_and_runs_its_stage_under_torchrun(tmp_path):
     """The sbatch parameters of one node, as the runner builds them (no cluster needed)."""
     from harness.experiments import build_plan
-    from harness.experiments.run import _needed_order
+    from harness.experiments.local import needed_order
     from harness.experiments.slurm import SlurmExperimentRun
 
     study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]"),
@@ -95,7 +95,7 @@ def test_a_7b_rl_job_asks_for_8_gpus_and_runs_its_stage_under_torchrun(tmp_path)
                        sets=["common.data.annotation=/data/a.json", "common.data.image_dir=/data/images"])
     plan = build_plan(study, tmp_path / "out")
     selected = list(plan.runs)
-    assert _needed_order(plan, selected)
+    assert needed_order(plan, selected)
     run = SlurmExperimentRun(plan, selected, {"rl": "harness.stages.rl:run_rl"}, lambda s: None, [], None, 1,
                              False, SlurmOptions(sbatch={"partition": "gpu", "account": "lab"}))
     rl = next(n for n in plan.nodes.values() if n.kind == "rl")

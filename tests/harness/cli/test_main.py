@@ -55,7 +55,8 @@ def test_sft_without_classifier_is_a_clear_error(capsys, tmp_path):
 def test_eval_with_a_missing_model_folder(capsys, tmp_path):
     assert main(["eval", "--model", str(tmp_path / "nope"), "--no-progress", f"data.synth_dir={tmp_path}",
                  "data.synth_n=10"]) == 2
-    assert "model folder not found" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'--model'" in err and "nope': folder not found" in err
 
 
 def test_data_synth_rejects_bad_sizes(capsys, tmp_path):
