@@ -23,6 +23,9 @@ at test time. This project's choices, each named here:
   composites, which extract the report part themselves) gets the output; any other gets `report_part`.
 - `well_formatted_fraction(texts)`: the share of texts with the layout (rewards.format.format_ok); validation
   rows and test scores log it for every arm (`well_formatted`), so a plain arm shows 0.
+- `format_token_ids(tokenizer)`: the tokens the four tags are written with in a target, whose embedding and
+  output rows `model.train_format_tokens` trains (the tiny tokenizer, trained on report text, writes each tag
+  as 4-6 pieces, among them `<`, `/` and `>`, which stage 0 never saw as input).
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from harness.constants import OBSERVATIONS
-from rewards.format import extract_report, format_ok
+from rewards.format import TAGS, extract_report, format_ok
 
 __all__ = [
     "FORMAT_HINT",
     "OUTPUT_FORMATS",
     "format_instruction",
+    "format_token_ids",
     "reasoning_text",
     "report_part",
     "reward_inputs",
@@ -102,3 +106,21 @@ def reward_inputs(reward: str, texts: Sequence[str], fmt: str) -> list[str]:
     if _check(fmt) == "plain" or getattr(get_reward(reward), "scores_raw_text", False):
         return list(texts)
     return [report_part(t, fmt) for t in texts]
+
+
+def format_token_ids(tokenizer) -> list[int]:
+    """Sorted ids of the tokens that overlap one of the four tags when `tokenizer` encodes an SFT target (the
+    tags are split the same way whatever the reasoning and the report: spaces separate them from both)."""
+    text = training_target("x", np.zeros(len(OBSERVATIONS)), "think_report")
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    spans = [(at, at + len(tag)) for tag in TAGS for at in _occurrences(text, tag)]
+    return sorted({int(i) for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
+                   if any(a < end and start < b for start, end in spans)})
+
+
+def _occurrences(text: str, tag: str) -> list[int]:
+    out, at = [], text.find(tag)
+    while at >= 0:
+        out.append(at)
+        at = text.find(tag, at + 1)
+    return out

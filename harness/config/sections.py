@@ -82,6 +82,15 @@ class ModelConfig:
                            "the vision encoder and the LLM; the merger trains fully.")
     lora_alpha: int = knob(32, "LoRA alpha (REVA-PO Supp. D.2: 32).")
     lora_dropout: float = knob(0.1, "LoRA dropout, in [0, 1) (REVA-PO Supp. D.2: 0.1).")
+    train_format_tokens: bool = knob(False, "With prompt.output_format=think_report: the stage that adds the LoRA "
+                                            "adapter (SFT, or RL from a model without one) also trains the "
+                                            "embedding rows (and the output rows: tied in the tiny model) of the "
+                                            "tokens MRG-R1's four tags are written with, through peft's "
+                                            "trainable_token_indices, saved in the adapter; later stages keep "
+                                            "training what the adapter holds. This project's choice (issue 24): "
+                                            "the tiny tokenizer and stage 0 never saw the tags, so their rows are "
+                                            "only trained to be unlikely; MRG-R1's 7B base knows them and its LoRA "
+                                            "covers attention and MLP only. Off: the plain LoRA adapter.")
     tiny_text_hidden: int = knob(64, "Tiny preset: text hidden size (this project; docs/DESIGN.md 'The tiny testbed').")
     tiny_text_layers: int = knob(2, "Tiny preset: text layers (this project; docs/DESIGN.md 'The tiny testbed').")
     tiny_vision_hidden: int = knob(64, "Tiny preset: vision hidden size (this project; docs/DESIGN.md "

@@ -90,6 +90,9 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(cfg.data.synth_n >= 10, "data.synth_n", cfg.data.synth_n, "must be >= 10")
         need(cfg.prompt.output_format in ("plain", "think_report"), "prompt.output_format", cfg.prompt.output_format,
              "must be plain or think_report (harness/output_format.py)")
+        need(not cfg.model.train_format_tokens or cfg.prompt.output_format == "think_report",
+             "model.train_format_tokens", cfg.model.train_format_tokens,
+             "needs prompt.output_format=think_report (it trains the rows of the <think>/<report> tags' tokens)")
         need(cfg.data.train_subset in ("first", "random"), "data.train_subset", cfg.data.train_subset,
              "must be first or random")
         need(cfg.data.train_min_tokens is None or cfg.data.train_min_tokens >= 1, "data.train_min_tokens",

@@ -62,6 +62,9 @@ _LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir", "model.device", "train.n
 # How a run is stopped or mirrored, not what it computes; left out of the key altogether (added after the keys
 # above, so that the stage runs of earlier studies keep their keys).
 _NOT_KEYED = ("train.preempt_signals", "train.report_to", "train.wandb_project")
+# Fields added later, left out of the key while at the value that computes what runs computed before them, so
+# the stage runs of earlier studies keep their keys.
+_KEYED_WHEN_SET = {"model.train_format_tokens": False}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:
@@ -74,7 +77,7 @@ def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: 
         for p in parents:
             node = node[p]
         node[last] = None
-    for dotted in _NOT_KEYED:
+    for dotted in (*_NOT_KEYED, *(k for k, v in _KEYED_WHEN_SET.items() if _get(d, k) == v)):
         *parents, last = dotted.split(".")
         node = d
         for p in parents:
@@ -82,3 +85,9 @@ def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: 
         node.pop(last, None)
     payload = json.dumps({"stage": kind, "config": d, "inputs": inputs}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:10]
+
+
+def _get(d: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        d = d[part]
+    return d

@@ -5,8 +5,9 @@ A stage writes `<run>/model/` holding
   the preset, image size, dtype and attention implementation, the stage, the LoRA settings, and how prompts
   were built (e.g. the classifier folder);
 - stages with LoRA (SFT, RL): a peft adapter, `adapter_config.json` + `adapter_model.safetensors`, holding
-  the LoRA tensors and the merger (peft's `modules_to_save`), so `PeftModel.from_pretrained(base, RUN/model)`
-  is the stage's model;
+  the LoRA tensors and the merger (peft's `modules_to_save`), and, where the stage trained token rows
+  (`model.train_format_tokens`), peft's `trainable_token_indices` delta, so `PeftModel.from_pretrained(base,
+  RUN/model)` is the stage's model;
 - the warm-up (merger only; peft cannot write an adapter without LoRA layers): `merger.safetensors`, the
   merger's tensors under the Hugging Face module's names (`model.load_state_dict(..., strict=False)`).
 Tensors are the fp32 master weights. Loading builds the base once and lays them over it: no second copy of a
@@ -28,8 +29,10 @@ from harness.errors import ConfigError
 from harness.models.trainable import (
     LORA_TARGETS,
     MERGER,
+    TOKEN_DELTA,
     add_lora,
     has_lora,
+    token_targets,
     trainable_state,
     unwrap,
     upcast_stage_parameters,
@@ -50,6 +53,7 @@ _ADAPTER = "default"
 _MERGER_MODULE = "visual.merger"  # peft `modules_to_save` entry (matched as a suffix of the module name)
 _LORA_KEY = re.compile(rf"\.(lora_A|lora_B)\.{_ADAPTER}\.")
 _PEFT_LORA_KEY = re.compile(r"\.(lora_A|lora_B)\.")
+_TOKEN_KEY = f".{TOKEN_DELTA}.{_ADAPTER}"  # peft stores the delta without the adapter name
 
 
 def _is_hub_id(path: str) -> bool:
@@ -118,7 +122,9 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
 
 
 def to_peft_key(name: str) -> str:
-    """A merger / LoRA parameter name of the unwrapped module -> its key in a peft adapter file."""
+    """A merger / LoRA / token-row parameter name of the unwrapped module -> its key in a peft adapter file."""
+    if name.endswith(_TOKEN_KEY):
+        return _PEFT_PREFIX + name[: -len(f".{_ADAPTER}")]
     return _PEFT_PREFIX + _LORA_KEY.sub(r".\1.", name)
 
 
@@ -127,16 +133,20 @@ def from_peft_key(key: str) -> str:
     if not key.startswith(_PEFT_PREFIX):
         raise ValueError(f"'{key}' is not a peft adapter key (expected the prefix '{_PEFT_PREFIX}')")
     name = key[len(_PEFT_PREFIX):]
+    if name.endswith(f".{TOKEN_DELTA}"):
+        return f"{name}.{_ADAPTER}"
     return name if name.startswith(MERGER) else _PEFT_LORA_KEY.sub(rf".\1.{_ADAPTER}.", name)
 
 
-def lora_config(lora: dict, base_id: str | None):
-    """The peft `LoraConfig` of stages 2-3: LoRA on LORA_TARGETS, the merger saved whole."""
+def lora_config(lora: dict, base_id: str | None, model=None):
+    """The peft `LoraConfig` of stages 2-3: LoRA on LORA_TARGETS, the merger saved whole, and the token rows the
+    stage trained (`lora["token_indices"]`, as add_lora gave them to `model`)."""
     from peft import LoraConfig
 
+    tokens = token_targets(model, lora.get("token_indices")) if model is not None else None
     return LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                       target_modules=LORA_TARGETS, bias="none", modules_to_save=[_MERGER_MODULE],
-                      base_model_name_or_path=base_id)
+                      trainable_token_indices=tokens, base_model_name_or_path=base_id)
 
 
 def model_settings(cfg) -> dict:
@@ -200,7 +210,7 @@ def _write_stage_model(model, out: Path, tensors: dict, base_path, stage: str, l
     if lora:
         _save_tensors({to_peft_key(k): v for k, v in tensors.items()}, out / ADAPTER_WEIGHTS)
         base_id = settings.get("base_id") or str(base_path)
-        lora_config(lora, base_id).save_pretrained(str(out))  # peft's own adapter_config.json
+        lora_config(lora, base_id, model).save_pretrained(str(out))  # peft's own adapter_config.json
     else:
         _save_tensors({k: v for k, v in tensors.items() if k.startswith(MERGER)}, out / MERGER_WEIGHTS)
     spec = {"format": FORMAT,

@@ -3,6 +3,10 @@
 Stage 0 (tiny only): everything. Stage 1 (warm-up): only `visual.merger`. Stages 2-3: the merger fully, plus
 LoRA adapters on every linear layer of the vision encoder blocks and the LLM decoder layers (not lm_head).
 Names are always those of the unwrapped Hugging Face module, with or without LoRA.
+
+Optionally (`token_indices`, `model.train_format_tokens`: MRG-R1's <think>/<report> tags on the tiny preset,
+issue 24), stages 2-3 also train some rows of the input embedding (and so of the tied lm_head, or of an untied
+one too) through peft's own `trainable_token_indices`: a delta over those rows, saved in the peft adapter.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from harness.models.precision import upcast
 from harness.models.unwrap import unwrap
 
 MERGER = "model.visual.merger."
+# The parameter peft's `trainable_token_indices` adds (a [k, H] delta over k embedding rows), per adapter.
+TOKEN_DELTA = "trainable_tokens_delta"
 # Linear layers of Qwen2.5-VL's vision blocks and LLM decoder layers (module names as in transformers 4.57).
 LORA_TARGETS = (
     r"model\.visual\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.(gate_proj|up_proj|down_proj))"
@@ -27,14 +33,35 @@ def has_lora(model: nn.Module) -> bool:
     return any("lora_" in n for n, _ in unwrap(model).named_parameters())
 
 
-def add_lora(model: nn.Module, r: int, alpha: int, dropout: float) -> nn.Module:
-    """Inject LoRA adapters in place and return the unwrapped module (adapters live inside it)."""
+def is_stage_parameter(name: str) -> bool:
+    """Whether a parameter (unwrapped name) is one stages 1-3 may change: the merger, LoRA, trainable token rows."""
+    return name.startswith(MERGER) or "lora_" in name or TOKEN_DELTA in name
+
+
+def token_targets(model: nn.Module, token_indices: list[int] | None):
+    """peft's `trainable_token_indices` for `model`: the list itself when lm_head is tied to the input embedding
+    (peft then ties the output rows to the same delta), else the rows of both, so the output rows train too."""
+    if not token_indices:
+        return None
+    inner = unwrap(model)
+    out, emb = inner.get_output_embeddings(), inner.get_input_embeddings()
+    if out is None or getattr(inner.config, "tie_word_embeddings", False):  # what peft's tying looks at
+        return list(token_indices)
+    names = {m: n.rsplit(".", 1)[-1] for n, m in inner.named_modules()}
+    return {names[emb]: list(token_indices), names[out]: list(token_indices)}
+
+
+def add_lora(model: nn.Module, r: int, alpha: int, dropout: float,
+             token_indices: list[int] | None = None) -> nn.Module:
+    """Inject LoRA adapters in place and return the unwrapped module (adapters live inside it); with
+    `token_indices`, also peft's trainable rows of those tokens' input (and output) embeddings."""
     from peft import LoraConfig, inject_adapter_in_model
 
     inner = unwrap(model)
     if has_lora(inner):
         return inner
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=LORA_TARGETS, bias="none")
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=LORA_TARGETS, bias="none",
+                        trainable_token_indices=token_targets(inner, token_indices))
     return inject_adapter_in_model(config, inner)
 
 
@@ -50,7 +77,7 @@ def set_trainable(model: nn.Module, stage: str) -> list[str]:
         train = (
             stage == "pretrain"
             or name.startswith(MERGER)
-            or (stage in ("sft", "rl") and "lora_" in name)
+            or (stage in ("sft", "rl") and is_stage_parameter(name))
         )
         p.requires_grad_(train)
         if train:
@@ -61,17 +88,13 @@ def set_trainable(model: nn.Module, stage: str) -> list[str]:
 
 
 def upcast_stage_parameters(model: nn.Module) -> None:
-    """Merger and LoRA in fp32 (before loading a stage's saved fp32 tensors into them, exactly)."""
-    upcast(p for n, p in unwrap(model).named_parameters() if n.startswith(MERGER) or "lora_" in n)
+    """Merger, LoRA and token rows in fp32 (before loading a stage's saved fp32 tensors into them, exactly)."""
+    upcast(p for n, p in unwrap(model).named_parameters() if is_stage_parameter(n))
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The parameters that stages 1-3 change (merger + LoRA), detached copies on CPU."""
-    return {
-        n: p.detach().to("cpu", copy=True)
-        for n, p in unwrap(model).named_parameters()
-        if n.startswith(MERGER) or "lora_" in n
-    }
+    """The parameters that stages 1-3 change (merger, LoRA, token rows), detached copies on CPU."""
+    return {n: p.detach().to("cpu", copy=True) for n, p in unwrap(model).named_parameters() if is_stage_parameter(n)}
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:
@@ -79,6 +102,15 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
 
 
-def lora_settings(cfg) -> dict:
-    """add_lora's arguments from a RunConfig's model section (REVA-PO Supp. D.2: r = alpha = 32, dropout 0.1)."""
-    return {"r": cfg.model.lora_r, "alpha": cfg.model.lora_alpha, "dropout": cfg.model.lora_dropout}
+def lora_settings(cfg, tokenizer=None) -> dict:
+    """add_lora's arguments from a RunConfig's model section (REVA-PO Supp. D.2: r = alpha = 32, dropout 0.1),
+    plus `token_indices` (the tags' tokens in `tokenizer`) with `model.train_format_tokens`; a default config
+    gives exactly r, alpha and dropout, as before that option."""
+    settings = {"r": cfg.model.lora_r, "alpha": cfg.model.lora_alpha, "dropout": cfg.model.lora_dropout}
+    if not cfg.model.train_format_tokens:
+        return settings
+    if tokenizer is None:
+        raise ValueError("model.train_format_tokens: lora_settings needs the tokenizer to find the tags' tokens")
+    from harness.output_format import format_token_ids
+
+    return {**settings, "token_indices": format_token_ids(tokenizer)}

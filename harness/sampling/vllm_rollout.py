@@ -6,16 +6,16 @@ API (`LLM`, `SamplingParams`, the model's `load_weights`), and benchmarks/device
 check. What runs on the CPU and is tested: the import guard (nothing here imports vllm until an engine is
 built), the clear error where vLLM or CUDA is missing, and `merged_weights` (the weights the engine receives).
 
-Design: one engine per policy model, started from the frozen base's folder (`config._name_or_path`), in the
-same process (colocated; a share of GPU memory, `gpu_memory_utilization`). Before each generation the trainable
-parameters (LoRA + merger) are compared with those last sent; when they changed (after an old-policy sync, or
-a snapshot swapped in) the merged weights W + scale * B @ A of every LoRA layer and the merger go to the engine
-under their Hugging Face names. Prompts are the chat-template texts of harness.batching with their images; the
-engine returns token ids, assembled into the same tensors as the other backends (left-padded prompt from the
-processor, right-padded response). Sampling: temperature, top-p, top-k, repetition penalty, min/max new tokens,
-the end token as stop token, suppressed tokens by a -inf logit bias, one vLLM seed per request drawn from
-torch's generator (so the trainer's per-step seeding fixes it). The tokens are not those of `generate`: other
-kernels, another sampler.
+Design: one engine per policy model, started from the frozen base's folder (`config._name_or_path`), in the same
+process (colocated; a share of GPU memory, `gpu_memory_utilization`). Before each generation the trainable
+parameters (LoRA + merger) are compared with those last sent; when they changed (after an old-policy sync, or a
+snapshot swapped in) the merged weights W + scale * B @ A of every LoRA layer, the merger, and an embedding with
+trained token rows go to the engine under their Hugging Face names. Prompts are the chat-template texts of
+harness.batching with their images; the engine returns token ids, assembled into the same tensors as the other
+backends (left-padded prompt from the processor, right-padded response). Sampling: temperature, top-p, top-k,
+repetition penalty, min/max new tokens, the end token as stop token, suppressed tokens by a -inf logit bias, one
+vLLM seed per request drawn from torch's generator (so the trainer's per-step seeding fixes it). The tokens are not
+those of `generate`: other kernels, another sampler.
 """
 
 from __future__ import annotations
@@ -40,10 +40,13 @@ def require_vllm(device: torch.device) -> None:
 
 def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
     """(Hugging Face name, tensor) of every weight that training changes: for each LoRA layer its merged weight
-    W + scaling * B @ A (peft's merge, in W's dtype) and bias; every other trainable parameter as it is."""
+    W + scaling * B @ A (peft's merge, in W's dtype) and bias; for trainable token rows (peft's
+    `trainable_token_indices`) the embedding with those rows replaced (a tied lm_head follows it); every other
+    trainable parameter as it is."""
     from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.trainable_tokens import TrainableTokensLayer
 
-    from harness.models.trainable import unwrap
+    from harness.models.trainable import TOKEN_DELTA, unwrap
 
     hf = unwrap(model)
     lora_names = set()
@@ -56,8 +59,12 @@ def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
                 yield f"{name}.weight", (base.weight + delta).to(base.weight.dtype)
                 if base.bias is not None:
                     yield f"{name}.bias", base.bias.detach()
+        elif isinstance(mod, TrainableTokensLayer) and mod.tied_adapter is None:
+            with torch.no_grad():  # `<wrapper>.token_adapter` -> the plain model's `<wrapper>.weight`
+                yield f"{name.rsplit('.', 1)[0]}.weight", mod.get_merged_weights(mod.active_adapters).detach()
     for name, p in hf.named_parameters():
-        if p.requires_grad and "lora_" not in name and not any(name.startswith(n + ".") for n in lora_names):
+        if (p.requires_grad and "lora_" not in name and TOKEN_DELTA not in name
+                and not any(name.startswith(n + ".") for n in lora_names)):
             yield name, p.detach()
 
 

@@ -157,7 +157,9 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
     from harness.models.checkpoint import read_spec
 
     spec = read_spec(cfg.init_from) if cfg.init_from else {}
-    model = add_lora(model, **(spec.get("lora") or lora_settings(cfg)))
+    # An SFT adapter brings its own layout (LoRA, token rows); from a model without one, the config's.
+    lora = spec.get("lora") or lora_settings(cfg, processor.tokenizer)
+    model = add_lora(model, **lora)
     set_trainable(model, "rl")
     n_train, n_all = count_parameters(model)
     train = prompt_set(cfg, splits["train"], spec)
@@ -179,7 +181,7 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
     if dist.main:
         extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template", "output_format")
                  if k in spec}
-        save_stage_model(model, out, base_path, "rl", lora=spec.get("lora") or lora_settings(cfg), extra=extra,
+        save_stage_model(model, out, base_path, "rl", lora=lora, extra=extra,
                          settings=model_settings(cfg))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,
                            "regularizer": cfg.rl.regularizer, "reference": cfg.rl.reference,

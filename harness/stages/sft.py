@@ -4,7 +4,8 @@ linear layer of the vision encoder and the LLM; LM loss of Eq. 1.
 
 `prompt.output_format=think_report` (MRG-R1's layout, harness/output_format.py): the instruction asks for the
 layout and the targets are `<think> observations </think> <report> report </report>`; the format is recorded in
-the stage model's spec, and the RL and evaluation stages rebuild the prompts from it.
+the stage model's spec, and the RL and evaluation stages rebuild the prompts from it. With
+`model.train_format_tokens` the adapter also trains the rows of the tags' tokens (harness/models/trainable.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
         return start.run.path / "model"
     dist, run, progress, splits = start.dist, start.run, start.progress, start.splits
     model, processor, base_path = start.model, start.processor, start.base_path
-    model = add_lora(model, **lora_settings(cfg))
+    lora = lora_settings(cfg, processor.tokenizer)  # + the tags' token rows with model.train_format_tokens
+    model = add_lora(model, **lora)
     set_trainable(model, "sft")
     n_train, n_all = count_parameters(model)
     size = cfg.model.image_size
@@ -51,7 +53,7 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
              "output_format": cfg.prompt.output_format}
     out = run.path / "model"
     if dist.main:
-        save_stage_model(model, out, base_path, "sft", lora=lora_settings(cfg), extra=extra,
+        save_stage_model(model, out, base_path, "sft", lora=lora, extra=extra,
                          settings=model_settings(cfg))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world})
         run.close()  # the trackers (train.report_to): a W&B run ends with its stage

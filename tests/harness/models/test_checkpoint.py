@@ -17,6 +17,7 @@ from harness.models.checkpoint import (
     LEGACY_WEIGHTS,
     MERGER_WEIGHTS,
     adopt_checkpoint_settings,
+    apply_tensors,
     export_merged,
     from_peft_key,
     load_stage_model,
@@ -87,6 +88,54 @@ def test_peft_keys_round_trip():
     assert [from_peft_key(to_peft_key(k)) for k in (lora, merger)] == [lora, merger]
     with pytest.raises(ValueError, match="not a peft adapter key"):
         from_peft_key(lora)
+
+
+def test_token_row_keys_round_trip():
+    delta = "model.language_model.embed_tokens.token_adapter.trainable_tokens_delta.default"
+    key = "base_model.model.model.language_model.embed_tokens.token_adapter.trainable_tokens_delta"
+    assert to_peft_key(delta) == key  # peft's own key (get_peft_model_state_dict drops the adapter name)
+    assert from_peft_key(key) == delta
+
+
+def test_default_adapter_layout_is_lora_and_merger_only(sft_model, base_dir, tmp_path):
+    """A run without model.train_format_tokens writes the adapter it wrote before that option (issue 24)."""
+    out = save_stage_model(sft_model, tmp_path / "sft", base_dir, "sft", lora=LORA, settings=SETTINGS)
+    keys = set(load_file(str(out / ADAPTER_WEIGHTS)))
+    assert all(".lora_A." in k or ".lora_B." in k or from_peft_key(k).startswith(MERGER) for k in keys)
+    config = json.loads((out / ADAPTER_CONFIG).read_text())
+    assert config["trainable_token_indices"] is None and config["modules_to_save"] == ["visual.merger"]
+    assert read_spec(out)["lora"] == LORA
+
+
+def test_tag_token_rows_are_saved_in_the_peft_adapter(tiny_model, tiny_processor, xray_images, base_dir, tmp_path):
+    """model.train_format_tokens (issue 24): the token rows go into the standard adapter folder (peft's
+    trainable_token_indices), and PeftModel.from_pretrained and load_stage_model both give the stage's model."""
+    from peft import PeftModel
+
+    from harness.output_format import format_token_ids
+
+    ids = format_token_ids(tiny_processor.tokenizer)
+    lora = {**LORA, "token_indices": ids}
+    model = add_lora(tiny_model, **lora)
+    set_trainable(model, "sft")
+    _perturb(model)
+    out = save_stage_model(model, tmp_path / "sft", base_dir, "sft", lora=lora, settings=SETTINGS)
+    config = json.loads((out / ADAPTER_CONFIG).read_text())
+    assert config["trainable_token_indices"] == ids
+    state = load_file(str(out / ADAPTER_WEIGHTS))
+    delta = "base_model.model.model.language_model.embed_tokens.token_adapter.trainable_tokens_delta"
+    assert state[delta].shape == (len(ids), model.config.text_config.hidden_size)
+    assert read_spec(out)["lora"] == lora
+    expected = _logits(model, tiny_processor, xray_images)
+    peft_model = PeftModel.from_pretrained(_fresh_base(base_dir), str(out))
+    torch.testing.assert_close(_logits(peft_model, tiny_processor, xray_images), expected, rtol=0, atol=1e-5)
+    loaded, _, _ = load_stage_model(out)
+    torch.testing.assert_close(_logits(loaded, tiny_processor, xray_images), expected, rtol=0, atol=0)
+    # The rows matter: the same LoRA and merger without them give other logits.
+    without_rows = add_lora(_fresh_base(base_dir), **LORA)
+    apply_tensors(without_rows, {k: v for k, v in trainable_state(model).items() if "trainable_tokens" not in k},
+                  source="test")
+    assert not torch.allclose(_logits(without_rows, tiny_processor, xray_images), expected, atol=1e-4)
 
 
 def test_adapter_saved_by_a_stage_loads_with_peft_and_gives_equal_logits(sft_model, tiny_processor, xray_images,
