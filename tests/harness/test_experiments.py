@@ -151,7 +151,8 @@ def test_table4_and_reward_arms_set_what_they_say():
         return {k2: v2 for k, v in d.items() for k2, v2 in
                 (flat(v, f"{prefix}{k}.").items() if isinstance(v, dict) else [(f"{prefix}{k}", v)])}
 
-    for stage, same_but in (("sft", {"prompt.output_format"}),
+    assert resolve_config(rm, rm.arm("mrg_r1"), "sft", 0).model.train_format_tokens  # the tags' rows (issue 24)
+    for stage, same_but in (("sft", {"prompt.output_format", "model.train_format_tokens"}),
                             ("rl", {"prompt.output_format", "rl.reward"})):
         a, b = (flat(to_dict(resolve_config(rm, rm.arm(x), stage, 0))) for x in ("mrg_r1", "mccs"))
         assert {k for k in a if a[k] != b[k]} == same_but, stage  # same data, schedule, decoding otherwise
