@@ -77,7 +77,7 @@ def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: 
         for p in parents:
             node = node[p]
         node[last] = None
-    for dotted in (*_NOT_KEYED, *(k for k, v in _KEYED_WHEN_SET.items() if _get(d, k) == v)):
+    for dotted in (*_NOT_KEYED, *(k for k, v in _KEYED_WHEN_SET.items() if _get(d, k, v) == v)):
         *parents, last = dotted.split(".")
         node = d
         for p in parents:
@@ -87,7 +87,9 @@ def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: 
     return hashlib.sha256(payload.encode()).hexdigest()[:10]
 
 
-def _get(d: dict, dotted: str) -> Any:
+def _get(d: dict, dotted: str, missing: Any) -> Any:
     for part in dotted.split("."):
+        if part not in d:
+            return missing
         d = d[part]
     return d

@@ -36,6 +36,7 @@ def test_defaults_yaml_and_overrides(tmp_path):
         ("rl.aggregation=dr_grpo", "'rl.advantage_scale' = 'std' must be none with rl.aggregation=dr_grpo"),
         ("rl.advantage_scale=max", "'rl.advantage_scale' = 'max'"),
         ("rl.kl_target=0", "'rl.kl_target' = 0.0 must be > 0"),
+        ("model.train_format_tokens=true", "'model.train_format_tokens' = True needs prompt.output_format"),
     ],
 )
 def test_bad_values_name_the_key(override, message):

@@ -729,3 +729,24 @@ def test_in_process_runs_use_the_worker_thread_count(tmp_path, calls):
     assert run_experiment(study, tmp_path / "out", workers=1, functions=fns, log=lambda s: None).ok
     assert [r["threads"] for r in calls() if r["stage"] == "warmup"] == [1]
     assert torch.get_num_threads() == 2  # restored
+
+
+def test_train_format_tokens_is_keyed_only_when_set(monkeypatch):
+    """model.train_format_tokens (issue 24) at its default leaves a stage run's key what it was before the field
+    existed (earlier studies' stage runs are reused); set, it is part of the key."""
+    from harness.config import load_config, to_dict
+    from harness.experiments import resolve
+
+    cfg = load_config(None, ["prompt.output_format=think_report"])
+    key = resolve.config_key("sft", cfg, {"warmup": "abc"})
+
+    def without_field(c):
+        d = to_dict(c)
+        d["model"].pop("train_format_tokens")
+        return d
+
+    monkeypatch.setattr(resolve, "to_dict", without_field)
+    assert resolve.config_key("sft", cfg, {"warmup": "abc"}) == key  # as a config without the field
+    monkeypatch.undo()
+    cfg.model.train_format_tokens = True
+    assert resolve.config_key("sft", cfg, {"warmup": "abc"}) != key

@@ -118,3 +118,18 @@ def test_output_format_is_validated():
 
     with pytest.raises(ConfigError, match="prompt.output_format.*plain or think_report"):
         load_config(None, ["prompt.output_format=xml"])
+
+
+def test_format_token_ids_are_the_tags_pieces_and_nothing_else(tiny_tokenizer):
+    """The rows model.train_format_tokens trains (issue 24): every token of the four tags as a target writes them,
+    no token of the reasoning or the report around them."""
+    from harness.output_format import format_token_ids
+    from rewards.format import TAGS
+
+    ids = format_token_ids(tiny_tokenizer)
+    tag_pieces = {p for tag in TAGS for p in tiny_tokenizer.convert_ids_to_tokens(
+        tiny_tokenizer(tag, add_special_tokens=False)["input_ids"])}
+    assert set(tiny_tokenizer.convert_ids_to_tokens(ids)) == tag_pieces and ids == sorted(ids)
+    assert {"<", ">", "/"} <= tag_pieces
+    # The space before a tag and the words beside it are not the tag's.
+    assert not {"Ġ", "Ġthe", "Ġ."} & set(tiny_tokenizer.convert_ids_to_tokens(ids))

@@ -74,3 +74,27 @@ def test_merged_weights_equal_peft_merge(tiny_tokenizer):
         a = base(input_ids=ids).logits
         b = model.eval()(input_ids=ids).logits
     assert torch.allclose(a, b, atol=1e-5) and not torch.allclose(a, before, atol=1e-3)
+
+
+def test_merged_weights_carry_trained_token_rows(tiny_tokenizer):
+    """With the tags' token rows trained (model.train_format_tokens, issue 24) the engine gets the embedding with
+    those rows replaced under its plain name (the tied lm_head follows it), never peft's delta parameter."""
+    from harness.output_format import format_token_ids
+
+    base = build_tiny_model(tiny_tokenizer, seed=0, text_hidden=32, text_layers=1, vision_hidden=16,
+                            vision_depth=1, image_size=56)
+    ids = format_token_ids(tiny_tokenizer)
+    model = add_lora(copy.deepcopy(base), r=4, alpha=8, dropout=0.0, token_indices=ids)
+    set_trainable(model, "rl")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    sent = dict(merged_weights(model))
+    assert set(sent) <= set(base.state_dict()) and "model.language_model.embed_tokens.weight" in sent
+    ids_in = torch.tensor([ids + [5, 6, 7]])
+    with torch.no_grad():
+        base.load_state_dict({**base.state_dict(), **sent})
+        torch.testing.assert_close(base(input_ids=ids_in).logits, model.eval()(input_ids=ids_in).logits,
+                                   rtol=0, atol=1e-5)

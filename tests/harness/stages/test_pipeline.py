@@ -95,16 +95,22 @@ def test_full_tiny_pipeline(workdir, capsys):
 
 def test_think_report_model_through_sft_rl_and_eval(workdir, capsys):
     """MRG-R1's layout (prompt.output_format=think_report, issue 24): the SFT stage records the format, RL and
-    eval follow it (and refuse a config that says otherwise), and they log the well-formatted share."""
+    eval follow it (and refuse a config that says otherwise), and they log the well-formatted share. With
+    model.train_format_tokens the SFT adapter holds the tags' token rows and RL trains them too."""
     warm, clf = workdir / "warmup" / "model", workdir / "classifier" / "classifier"
     if not (warm / "spec.json").is_file():
         pytest.skip("needs test_full_tiny_pipeline's warm-up and classifier")
     fmt = ["prompt.output_format=think_report"]
     sft = TINY + _common(workdir, "sft_tagged") + fmt + [
         "train.max_steps=2", "train.batch_size=4", "model.lora_r=4", "model.lora_alpha=8", f"init_from={warm}",
-        f"classifier.dir={clf}"]
+        f"classifier.dir={clf}", "model.train_format_tokens=true"]
     assert main(["train", "sft", *sft, "--no-progress"]) == 0
-    assert read_json(workdir / "sft_tagged" / "model" / "spec.json")["output_format"] == "think_report"
+    spec = read_json(workdir / "sft_tagged" / "model" / "spec.json")
+    assert spec["output_format"] == "think_report"
+    rows = spec["lora"]["token_indices"]
+    assert rows and read_json(workdir / "sft_tagged" / "model" / "adapter_config.json")[
+        "trainable_token_indices"] == rows
+    sft_params = read_json(workdir / "sft_tagged" / "metrics.json")["trainable_params"]
     rl_args = ["train.max_steps=1", f"init_from={workdir / 'sft_tagged' / 'model'}", "rl.prompts_per_step=2",
                "rl.group_size=2", "rl.max_new_tokens=8", "rl.min_new_tokens=2", "rl.reward=mrg_r1",
                "train.lr=1e-4", "train.scheduler=constant"]
@@ -113,6 +119,9 @@ def test_think_report_model_through_sft_rl_and_eval(workdir, capsys):
     assert main(["train", "rl", *TINY, *_common(workdir, "rl_tagged"), *fmt, *rl_args, "--no-progress"]) == 0
     steps = read_jsonl(workdir / "rl_tagged" / "steps.jsonl")
     assert 0 <= steps[0]["well_formatted"] <= 1
+    # RL trained what the SFT adapter holds, token rows included, and wrote the same layout.
+    assert read_json(workdir / "rl_tagged" / "metrics.json")["trainable_params"] == sft_params
+    assert read_json(workdir / "rl_tagged" / "model" / "spec.json")["lora"]["token_indices"] == rows
     assert all("well_formatted" in e for e in read_jsonl(workdir / "rl_tagged" / "evals.jsonl"))
     capsys.readouterr()
     ev = TINY + _common(workdir, "eval_tagged") + fmt
