@@ -6,7 +6,8 @@ Names are always those of the unwrapped Hugging Face module, with or without LoR
 
 Optionally (`token_indices`, `model.train_format_tokens`: MRG-R1's <think>/<report> tags on the tiny preset,
 issue 24), stages 2-3 also train some rows of the input embedding (and so of the tied lm_head, or of an untied
-one too) through peft's own `trainable_token_indices`: a delta over those rows, saved in the peft adapter.
+one too) through peft's own `trainable_token_indices`: a copy of those rows that replaces them in every forward,
+saved in the peft adapter (so an AdamW weight decay pulls the rows toward 0, not toward the base's values).
 """
 
 from __future__ import annotations

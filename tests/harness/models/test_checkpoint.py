@@ -136,6 +136,11 @@ def test_tag_token_rows_are_saved_in_the_peft_adapter(tiny_model, tiny_processor
     apply_tensors(without_rows, {k: v for k, v in trainable_state(model).items() if "trainable_tokens" not in k},
                   source="test")
     assert not torch.allclose(_logits(without_rows, tiny_processor, xray_images), expected, atol=1e-4)
+    # `regbench export` merges the rows into the plain embedding (tied lm_head included).
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    exported = Qwen2_5_VLForConditionalGeneration.from_pretrained(export_merged(out, tmp_path / "export"))
+    torch.testing.assert_close(_logits(exported, tiny_processor, xray_images), expected, rtol=0, atol=1e-4)
 
 
 def test_adapter_saved_by_a_stage_loads_with_peft_and_gives_equal_logits(sft_model, tiny_processor, xray_images,
