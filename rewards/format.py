@@ -1,6 +1,7 @@
 """Format reward (MRG-R1, paper 002): the output must be `<think>...</think>` followed by `<report>...</report>`.
 
-`format` gives 1.0 to a text that is, exactly,
+MRG-R1 states "a format-only reward that enforces a <think> -> <report> structure"; the exact layout accepted
+here is this project's choice. `format` gives 1.0 to a text that is, exactly,
 
     optional whitespace, "<think>", THINK, "</think>", optional whitespace, "<report>", REPORT, "</report>",
     optional whitespace

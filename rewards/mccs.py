@@ -15,9 +15,10 @@ It is the per-sample (example-based) F1 of `harness.evaluation.ce_scores`: the b
 `ce_scores(...)["ce_example_f1"]`. It differs from `rewards.chexpert_f1` (REVA-PO's CheXpert F1) only where
 neither text has a positive label: there `chexpert_f1` gives 1.0 and `ce_f1` gives 0.0.
 
-`mccs` (Margin CheXbert Cosine Similarity). As MRG-R1 describes it: labels become signed vectors over the
-13 observations without No Finding (positive 1, uncertain 1, negative -1, blank 0); `s` = cosine similarity
-of the candidate's and the reference's vectors; reward = `max((s - m) / (1 - m), 0)`, so similarities at or
+`mccs` (Margin CheXbert Cosine Similarity). What MRG-R1's text states: labels become signed vectors over the
+13 observations without No Finding (positive 1, uncertain 1, negative -1, blank 0), compared by the cosine
+similarity `s` of the candidate's and the reference's vectors, with a margin that "suppresses weak matches".
+This project's choice (the text gives no formula): reward = `max((s - m) / (1 - m), 0)`, so similarities at or
 below the margin m give 0 and a perfect match gives 1.
 
 Cases MRG-R1 leaves open, defined here:
@@ -31,10 +32,10 @@ Cases MRG-R1 leaves open, defined here:
 - the margin must satisfy -1 <= m < 1 (m = 1 divides by zero); m = -1 gives (s + 1) / 2.
 
 Margin default: the MRG-R1 text available to this project (paper 002, its equations stripped) says only that
-a margin "suppresses weak matches", and the published descriptions of the reward give the shaping above but
-not the value of m. `DEFAULT_MARGIN = 0.5` is therefore this project's choice, to be replaced by MRG-R1's
-value once confirmed; `make_mccs(margin)` builds the reward for any other value (and registers it under a
-name, if asked).
+a margin "suppresses weak matches": neither the value of m nor how it enters the reward. `DEFAULT_MARGIN = 0.5`
+and the shaping above are therefore this project's choices, to be replaced by MRG-R1's once confirmed;
+`make_mccs(margin)` builds the reward for any other value (and registers it under a name, if asked).
+docs/paper_vs_code.md ("MRG-R1") lists what the `mrg_r1` arm takes from the paper and what is this project's.
 """
 
 from __future__ import annotations
@@ -135,5 +136,6 @@ def make_mccs(margin: float, register_as: str | None = None) -> Callable[..., np
 
 @register_reward("mccs")
 def mccs_reward(candidates: list[str], references: list[str], **context) -> np.ndarray:
-    """MRG-R1's Margin CheXbert Cosine Similarity reward (paper 002) on rule labels, margin DEFAULT_MARGIN."""
+    """MRG-R1's Margin CheXbert Cosine Similarity reward (paper 002) on rule labels; margin DEFAULT_MARGIN and
+    the shaping are this project's (module docstring)."""
     return mccs(candidates, references, context.get("ref_labels"), margin=DEFAULT_MARGIN)
