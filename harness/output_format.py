@@ -25,7 +25,7 @@ at test time. This project's choices, each named here:
   rows and test scores log it for every arm (`well_formatted`), so a plain arm shows 0.
 - `format_token_ids(tokenizer)`: the tokens the four tags are written with in a target, whose embedding and
   output rows `model.train_format_tokens` trains (the tiny tokenizer, trained on report text, writes each tag
-  as 4-6 pieces, among them `<`, `/` and `>`, which stage 0 never saw as input).
+  as 5-6 pieces, among them `<`, `/` and `>`, which no stage-0 target contains).
 """
 
 from __future__ import annotations

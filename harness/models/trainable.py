@@ -19,7 +19,7 @@ from harness.models.precision import upcast
 from harness.models.unwrap import unwrap
 
 MERGER = "model.visual.merger."
-# The parameter peft's `trainable_token_indices` adds (a [k, H] delta over k embedding rows), per adapter.
+# The parameter peft's `trainable_token_indices` adds: the [k, H] values of k embedding rows (peft's name).
 TOKEN_DELTA = "trainable_tokens_delta"
 # Linear layers of Qwen2.5-VL's vision blocks and LLM decoder layers (module names as in transformers 4.57).
 LORA_TARGETS = (
