@@ -88,10 +88,10 @@ class ModelConfig:
                                             "tokens MRG-R1's four tags are written with, through peft's "
                                             "trainable_token_indices, saved in the adapter; later stages keep "
                                             "training what the adapter holds. This project's choice (issue 24): "
-                                            "no stage-0 target of the tiny model contains those tokens, so their "
-                                            "rows are only trained to be unlikely and LoRA alone does not learn the "
-                                            "tags; MRG-R1's 7B base knows them and its LoRA covers attention and "
-                                            "MLP only. Off: the plain LoRA adapter.")
+                                            "no stage-0 target of the tiny model contains those tokens, so stage 0 "
+                                            "pushed their rows, with the other never-seen tokens', into one cluster "
+                                            "that LoRA alone cannot separate; MRG-R1's 7B base knows the tags and "
+                                            "its LoRA covers attention and MLP only. Off: the plain LoRA adapter.")
     tiny_text_hidden: int = knob(64, "Tiny preset: text hidden size (this project; docs/DESIGN.md 'The tiny testbed').")
     tiny_text_layers: int = knob(2, "Tiny preset: text layers (this project; docs/DESIGN.md 'The tiny testbed').")
     tiny_vision_hidden: int = knob(64, "Tiny preset: vision hidden size (this project; docs/DESIGN.md "
