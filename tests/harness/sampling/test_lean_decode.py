@@ -114,6 +114,27 @@ def test_lean_without_dropping_rows_equals_generate(lora_model, batch, tiny_toke
     assert torch.equal(lean, ref)
 
 
+def test_lean_equals_generate_with_trained_tag_token_rows(batch, tiny_tokenizer):
+    """think_report runs with model.train_format_tokens (issue 24): peft wraps the embedding and the tied lm_head;
+    the lean loop goes through the wrappers as generate does."""
+    from harness.output_format import format_token_ids
+
+    model = build_tiny_model(tiny_tokenizer, seed=0, text_hidden=32, text_layers=2, vision_hidden=16,
+                             vision_depth=1, image_size=56)
+    model = add_lora(model, r=4, alpha=8, dropout=0.1, token_indices=format_token_ids(tiny_tokenizer))
+    set_trainable(model, "rl")
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # the rows (and LoRA B) moved, as after SFT: the tags' tokens become likely
+        for name, p in model.named_parameters():
+            if "lora_B" in name or "trainable_tokens" in name:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    model.eval()
+    eos = tiny_tokenizer.convert_tokens_to_ids(END)
+    for seed, setting in ((0, SETTINGS[0]), (2, SETTINGS[2])):
+        ref, lean, after_hf, after_lean = _both(model, batch, tiny_tokenizer, setting, seed, eos)
+        assert torch.equal(lean, ref) and torch.equal(after_lean, after_hf)
+
+
 def test_all_rows_ending_stops_the_loop_like_generate(lora_model, batch, tiny_tokenizer):
     """When every row has ended, both stop: the output is shorter than max_new_tokens."""
     setting = SETTINGS[3]
