@@ -152,6 +152,10 @@ def test_table4_and_reward_arms_set_what_they_say():
                 (flat(v, f"{prefix}{k}.").items() if isinstance(v, dict) else [(f"{prefix}{k}", v)])}
 
     assert resolve_config(rm, rm.arm("mrg_r1"), "sft", 0).model.train_format_tokens  # the tags' rows (issue 24)
+    # On a real preset the arm is MRG-R1's LoRA only: Qwen2.5's base knows the tags' tokens.
+    real = load_study(EXPERIMENTS / "reward_matrix.yaml", preset=EXPERIMENTS / "presets" / "mimic-qwen2.5vl-7b.yaml")
+    sft = resolve_config(real, real.arm("mrg_r1"), "sft", 0)
+    assert sft.prompt.output_format == "think_report" and not sft.model.train_format_tokens
     for stage, same_but in (("sft", {"prompt.output_format", "model.train_format_tokens"}),
                             ("rl", {"prompt.output_format", "rl.reward"})):
         a, b = (flat(to_dict(resolve_config(rm, rm.arm(x), stage, 0))) for x in ("mrg_r1", "mccs"))
