@@ -61,9 +61,11 @@ def error_line(e: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.allocator import keep_freed_memory
     from harness.experiments import die_with_parent_if_launched
 
     die_with_parent_if_launched()  # a rank of a launched stage: die with the launcher (harness/experiments/workers.py)
+    keep_freed_memory()  # fewer page faults in every step (harness/allocator.py)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line

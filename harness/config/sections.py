@@ -75,6 +75,11 @@ class ModelConfig:
     device: str = knob("auto", 'Where the VLM runs: "auto" = the local GPU (cuda:$LOCAL_RANK under a distributed '
                                'launch) when CUDA is available, else the CPU; or "cpu", "cuda", "cuda:N". Not part '
                                "of any run's key: the same run on another device is the same experiment.")
+    attn_implementation: str | None = knob(None, "Attention kernels of the VLM, transformers' attn_implementation "
+                                                 '("eager", "sdpa", "flash_attention_2"): null = the preset\'s '
+                                                 "(harness/config/presets.py: tiny eager, 3B/7B sdpa). The tiny "
+                                                 "preset files set sdpa (issue 27: the same function to float "
+                                                 "rounding, fewer ops).")
     image_size: int | None = knob(None, "Square image side in pixels fed to the VLM, a multiple of 28: null = the "
                                         "preset's (official code: pad to square, resize to 336 for the 3B/7B "
                                         "presets; tiny: 112).")
@@ -108,7 +113,7 @@ class ModelConfig:
 
         preset = PRESETS.get(self.preset)
         owned = set()
-        for key in ("image_size", "dtype"):
+        for key in ("image_size", "dtype", "attn_implementation"):
             if preset is not None and getattr(self, key) is None:
                 setattr(self, key, getattr(preset, key))
                 owned.add(key)

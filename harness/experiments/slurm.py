@@ -151,9 +151,12 @@ def run_job(kind: str, function: str, config: dict, model_dir: str | None, launc
     import submitit
     import torch
 
+    from harness.allocator import keep_freed_memory
+
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):  # submitit's own requeue handlers: not ours
         signal.signal(sig, signal.SIG_DFL)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    keep_freed_memory()  # harness/allocator.py
     torch.set_num_threads(WORKER_THREADS)
     try:
         torch.set_num_interop_threads(1)

@@ -103,9 +103,11 @@ _IN_WORKER = [False]  # set in a worker process of the pool (its stop flag is it
 
 
 def _init_worker(slots=None) -> None:
+    from harness.allocator import keep_freed_memory
     from harness.runs import preemption
 
     die_with_parent()
+    keep_freed_memory()  # a spawned worker starts with glibc's defaults (harness/allocator.py)
     _IN_WORKER[0] = True
     preemption.install()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -159,11 +159,11 @@ def model_settings(cfg) -> dict:
     path = cfg.model.path
     base_id = path if path and not Path(path).exists() and _is_hub_id(path) else preset.default_path
     return {"preset": preset.name, "base_id": base_id, "image_size": cfg.model.image_size,
-            "dtype": cfg.model.dtype, "attn_implementation": preset.attn_implementation}
+            "dtype": cfg.model.dtype, "attn_implementation": cfg.model.attn_implementation}
 
 
 def adopt_checkpoint_settings(cfg, model_dir: str | Path) -> None:
-    """Use the image size and dtype a stage checkpoint records where the config took the preset's defaults
+    """Use the image size, dtype and attention a stage checkpoint records where the config took the preset's defaults
     (values set in the config or on the command line are kept), in place. No-op for a plain model folder."""
     if not (Path(model_dir) / SPEC).is_file():
         return
@@ -326,12 +326,9 @@ def export_merged(model_dir: str | Path, out_dir: str | Path, base_path: str | P
 
 def load_any_model(model_dir: str | Path, cfg):
     """A stage checkpoint (spec.json) or a plain base-model folder, with a RunConfig's model settings."""
-    from harness.config.presets import get_preset
-
-    preset = get_preset(cfg.model.preset)
     p = Path(model_dir)
     if (p / "spec.json").is_file():
-        attn = read_spec(p).get("attn_implementation") or preset.attn_implementation
+        attn = read_spec(p).get("attn_implementation") or cfg.model.attn_implementation
         return load_stage_model(p, cfg.model.dtype, cfg.model.image_size, attn, base_path=cfg.model.path)
-    model, processor = load_base(p, cfg.model.dtype, cfg.model.image_size, preset.attn_implementation)
+    model, processor = load_base(p, cfg.model.dtype, cfg.model.image_size, cfg.model.attn_implementation)
     return model, processor, {"base": str(p), "stage": "base"}

@@ -148,13 +148,14 @@ def tiny_model_config(tokenizer, text_hidden: int = 64, text_layers: int = 2, vi
     )
 
 
-def build_tiny_model(tokenizer, seed: int = 0, **sizes):
-    """A randomly initialised tiny Qwen2.5-VL (deterministic for `seed`)."""
+def build_tiny_model(tokenizer, seed: int = 0, attn_implementation: str = "eager", **sizes):
+    """A randomly initialised tiny Qwen2.5-VL (deterministic for `seed`), with transformers' attention kernels
+    `attn_implementation` (model.attn_implementation)."""
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     config = tiny_model_config(tokenizer, **sizes)
-    config._attn_implementation = "eager"
+    config._attn_implementation = attn_implementation
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config)
     model.generation_config.pad_token_id = config.pad_token_id

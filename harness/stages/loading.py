@@ -38,8 +38,7 @@ def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
 
 def load_for_stage(cfg: RunConfig, progress: bool = True):
     """(model, processor, base_path): from `init_from` if set, else the preset's base model; on `model.device`."""
-    preset = get_preset(cfg.model.preset)
-    attn = preset.attn_implementation
+    attn = cfg.model.attn_implementation
     device = model_device(cfg)
     if cfg.init_from:
         model, processor, spec = load_stage_model(cfg.init_from, cfg.model.dtype, cfg.model.image_size, attn,

@@ -75,6 +75,8 @@ def pretrain_key(cfg: RunConfig) -> str:
         # STAGE0_SEED sits where the run seed was before, so seed-0 bases keep their key (and cache).
         "seed": STAGE0_SEED,
     }
+    if m.attn_implementation != "eager":  # eager bases (built before the knob existed) keep their key
+        payload["attn"] = m.attn_implementation
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 

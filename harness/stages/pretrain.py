@@ -27,10 +27,13 @@ from harness.stages.lm_train import LMData, train_lm
 from harness.stages.paths import base_dir, pretrain_key  # noqa: F401 - re-exported: this stage's key and folder
 
 FINDINGS_INSTRUCTION = "List the findings."
-# DataLoader worker processes that decode and encode stage 0's next batch while this process trains (issue 27:
-# decoding and the processor are ~10-15% of a step on one core; in the demo the other core is idle for most of
-# stage 0). The batches do not depend on it (harness/stages/lm_batches.py), so neither do the weights or the key.
-LOADER_WORKERS = 1
+# DataLoader worker processes that encode stage 0's next batch while this process trains. None: in the demo and
+# the studies the classifier trains on the other core while stage 0 runs, and a loader process beside both
+# oversubscribed the two cores (quiet demo, issue 27: stage 0 448 s with one worker vs 282 s without, the
+# classifier 243 s vs 181 s beside it). The images are decoded once into the pixel cache, so what a worker
+# would take off this process is the processor alone. The batches do not depend on it
+# (harness/stages/lm_batches.py), so neither do the weights or the key.
+LOADER_WORKERS = 0
 
 
 def findings_answer(labels) -> str:
@@ -133,7 +136,8 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     corpus = [s.report for s in train] + [cfg.prompt.instruction] + [o.lower() for o in OBSERVATIONS]
     tokenizer = train_tokenizer(corpus, cfg.model.tiny_vocab_size)
     processor = build_processor(tokenizer, cfg.model.image_size)
-    model = build_tiny_model(tokenizer, seed=stage_paths.STAGE0_SEED, text_hidden=cfg.model.tiny_text_hidden,
+    model = build_tiny_model(tokenizer, seed=stage_paths.STAGE0_SEED,
+                             attn_implementation=cfg.model.attn_implementation, text_hidden=cfg.model.tiny_text_hidden,
                              text_layers=cfg.model.tiny_text_layers, vision_hidden=cfg.model.tiny_vision_hidden,
                              vision_depth=cfg.model.tiny_vision_depth, image_size=cfg.model.image_size)
     set_trainable(model, "pretrain")

@@ -37,6 +37,7 @@ def test_defaults_yaml_and_overrides(tmp_path):
         ("rl.advantage_scale=max", "'rl.advantage_scale' = 'max'"),
         ("rl.kl_target=0", "'rl.kl_target' = 0.0 must be > 0"),
         ("model.train_format_tokens=true", "'model.train_format_tokens' = True needs prompt.output_format"),
+        ("model.attn_implementation=flash", "'model.attn_implementation' = 'flash' must be \"eager\", \"sdpa\""),
     ],
 )
 def test_bad_values_name_the_key(override, message):
@@ -93,6 +94,17 @@ def test_preset_owns_image_size_and_dtype(preset, size, dtype):
     cfg = load_config(None, ["model.image_size=224", "model.dtype=float16", f"model.preset={preset}"])
     assert (cfg.model.image_size, cfg.model.dtype) == (224, "float16")
     assert RunConfig().model.image_size == 112 and RunConfig().model.dtype == "float32"
+
+
+@pytest.mark.parametrize("preset, attn", [("tiny", "eager"), ("qwen2.5-vl-7b", "sdpa")])
+def test_preset_owns_the_attention_kernels_and_the_tiny_preset_files_pick_sdpa(preset, attn):
+    assert load_config(None, [f"model.preset={preset}"]).model.attn_implementation == attn
+    assert load_config(None, ["model.attn_implementation=sdpa", f"model.preset={preset}"]).model.attn_implementation \
+        == "sdpa"
+    # The studies and the demo read the tiny preset file, which sets sdpa for every stage (issue 27).
+    presets = Path(__file__).resolve().parents[2] / "experiments" / "presets"
+    for stage in ("warmup", "sft", "rl", "eval"):
+        assert load_config(presets / "tiny-bench.yaml", stage=stage).model.attn_implementation == "sdpa"
 
 
 def test_preset_values_survive_a_round_trip(tmp_path):

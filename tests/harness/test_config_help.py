@@ -61,9 +61,10 @@ def test_pretrain_shares_step_fields_and_keeps_its_serialized_form():
                                          "findings_task_fraction": 1.0, "hint_task_fraction": 1.0}
     # Stage 0's cache key: the config split (main at 9946e26) kept it ("1170436f98e8"); RECIPE_VERSION 2 (the LM
     # loss of issue 14) and phantom generator 2 (issue 12) changed it on purpose. (config_hash / config_key change
-    # with every new config field, so they are not pinned here.)
+    # with every new config field, so they are not pinned here.) An eager base keeps its key; the tiny preset files
+    # build theirs with sdpa kernels (issue 27), a different base in its last bits, so a key of its own.
     assert pretrain_key(RunConfig()) == "bfd14309fc33"
-    assert pretrain_key(load_config(EXPERIMENTS / "presets" / "tiny-bench.yaml", stage="rl")) == "bfd14309fc33"
+    assert pretrain_key(load_config(EXPERIMENTS / "presets" / "tiny-bench.yaml", stage="rl")) == "aa8e59ec41fd"
 
 @settings(max_examples=30, deadline=None)
 @given(epochs=st.floats(0.01, 50, allow_nan=False), batch=st.integers(1, 512), lr=st.floats(1e-7, 1.0),

@@ -240,13 +240,13 @@ def test_export_writes_a_merged_transformers_folder_that_generates_the_same_text
 
 def test_checkpoint_settings_replace_only_the_preset_defaults(tmp_path):
     (tmp_path / "spec.json").write_text(json.dumps({"base": "x", "stage": "sft", "image_size": 336,
-                                                    "dtype": "bfloat16"}))
+                                                    "dtype": "bfloat16", "attn_implementation": "sdpa"}))
     cfg = load_config(None, [])
     adopt_checkpoint_settings(cfg, tmp_path)
-    assert (cfg.model.image_size, cfg.model.dtype) == (336, "bfloat16")
-    cfg = load_config(None, ["model.image_size=84"])
+    assert (cfg.model.image_size, cfg.model.dtype, cfg.model.attn_implementation) == (336, "bfloat16", "sdpa")
+    cfg = load_config(None, ["model.image_size=84", "model.attn_implementation=eager"])
     adopt_checkpoint_settings(cfg, tmp_path)
-    assert (cfg.model.image_size, cfg.model.dtype) == (84, "bfloat16")
+    assert (cfg.model.image_size, cfg.model.dtype, cfg.model.attn_implementation) == (84, "bfloat16", "eager")
     cfg = load_config(None, [])
     adopt_checkpoint_settings(cfg, tmp_path / "not_a_checkpoint")
     assert cfg.model.image_size == 112

@@ -1,0 +1,55 @@
+"""harness/allocator.py: glibc keeps freed memory, so a step's buffers stop costing page faults; no number changes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness import allocator
+
+# Allocates and frees two large buffers 50 times and prints the page faults of those loops.
+LOOP = textwrap.dedent("""
+    import os, resource, sys
+    import torch
+    from harness.allocator import keep_freed_memory
+    print(keep_freed_memory(), file=sys.stderr)
+    def work():
+        a = torch.ones(3_000_000); b = torch.ones(5_000_000); c = float(a.sum() + b.sum()); del a, b
+        return c
+    work()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    total = sum(work() for _ in range(50))
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, total)
+""")
+
+
+def _faults(env_value: str, tmp_path) -> tuple[int, float, str]:
+    import os
+
+    env = {**os.environ, "REGBENCH_MALLOC": env_value}
+    out = subprocess.run([sys.executable, "-c", LOOP], capture_output=True, text=True, env=env, check=True,
+                         cwd=tmp_path)
+    faults, total = out.stdout.split()
+    return int(faults), float(total), out.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_kept_memory_cuts_the_page_faults_of_a_repeated_step_and_changes_no_value(tmp_path):
+    tuned_faults, tuned_total, tuned_on = _faults("", tmp_path)
+    plain_faults, plain_total, plain_on = _faults("default", tmp_path)
+    assert (tuned_on, plain_on) == ("True", "False")
+    assert tuned_total == plain_total == 50 * 8_000_000
+    # Measured 14.6k against 47-52k on the 2-core CI machine: at least halved, whatever the load.
+    assert tuned_faults * 2 < plain_faults
+
+
+def test_applied_once_and_reported(monkeypatch):
+    monkeypatch.setattr(allocator, "_done", [])
+    first = allocator.keep_freed_memory()
+    assert allocator.keep_freed_memory() is first and allocator._done == [first]
+    monkeypatch.setattr(allocator, "_done", [])
+    monkeypatch.setenv("REGBENCH_MALLOC", "default")
+    assert allocator.keep_freed_memory() is False
