@@ -6,7 +6,9 @@ largest blocks with fresh mmaps, so every step touches new pages again: the demo
 spent 11% of its CPU time in the kernel (60 million minor page faults). Keeping freed memory in the process instead
 (`mallopt`: blocks below 32 MiB from the heap, no trimming below 1 GiB free) removed 90-97% of the page faults of a
 stage-0 training step and about a fifth of its CPU time (benchmarks/RESULTS.md). Only where memory comes from
-changes: no number does. Set REGBENCH_MALLOC=default to keep glibc's own settings.
+changes: no number does. Set REGBENCH_MALLOC=default to keep glibc's own settings; glibc's own MALLOC_MMAP_THRESHOLD_ /
+MALLOC_TRIM_THRESHOLD_ in the environment (e.g. benchmarks/bench_memory_3b.py's way of making RSS follow the live
+tensors) are left in charge too.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def keep_freed_memory() -> bool:
     if _done:
         return _done[0]
     ok = False
-    if os.environ.get("REGBENCH_MALLOC", "") != "default":
+    users = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    if os.environ.get("REGBENCH_MALLOC", "") != "default" and not any(k in os.environ for k in users):
         name = ctypes.util.find_library("c")
         try:
             libc = ctypes.CDLL(name) if name else None
