@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.cli.args import add_config_args, stage_config
 from harness.config import ConfigError
+from harness.runs import preemption
 
 
 def cmd_data_synth(ns) -> int:
@@ -22,7 +23,8 @@ def cmd_data_synth(ns) -> int:
         if value < low:
             raise ConfigError(f"{option} = {value} must be >= {low}")
     check_out_dir(Path(ns.out), "--out")
-    path = synthesize(Path(ns.out), PhantomConfig(n=ns.n, seed=ns.seed, image_size=ns.image_size))
+    with preemption.handling():  # a stop signal: the images so far are kept, the rerun draws the rest (exit 75)
+        path = synthesize(Path(ns.out), PhantomConfig(n=ns.n, seed=ns.seed, image_size=ns.image_size))
     print(f"wrote {path}")
     return 0
 

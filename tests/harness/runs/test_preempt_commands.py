@@ -1,0 +1,95 @@
+"""Stop signals to the commands that are not training loops (issue 26): `data synth`, `eval`, `search run`, and
+to the commands and runners that chain several runs (`train X` after its stage 0, the experiment runner).
+
+Each is signalled in-process (SIGTERM to this process at a chosen point): it stops at a safe point with exit
+status 75 and its out folder resumable or untouched, and the rerun ends as an uninterrupted run does. A signal
+that comes during the last step of a run lets that run complete (it is recorded as complete, nothing is lost),
+and the command or runner starts nothing after it: exit 75 while work is left, 0 when none is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.runs import preemption
+
+
+@pytest.fixture(autouse=True)
+def _no_stop_left():
+    preemption.clear()
+    yield
+    preemption.clear()
+
+
+@contextlib.contextmanager
+def signals_caught():
+    """Code that installs no handler of its own (as before this change) would let the test's SIGTERM end pytest:
+    this records the signal instead, so that such code fails the test's assertions rather than the session."""
+    caught: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, _frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def signal_self() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# data synth
+
+
+def test_data_synth_stopped_by_a_signal_keeps_its_images_and_the_rerun_equals_an_uninterrupted_one(
+        tmp_path, monkeypatch, capsys):
+    from harness.data.phantom import writer
+
+    argv = ["data", "synth", "--n", "12", "--seed", "3", "--image-size", "32", "--out"]
+    assert main([*argv, str(tmp_path / "ref")]) == 0
+    drawn = {"n": 0}
+    real_draw = writer.draw_image
+
+    def draw_then_signal(*args, **kwargs):  # SIGTERM while the 5th image is drawn
+        drawn["n"] += 1
+        if drawn["n"] == 5:
+            signal_self()
+        return real_draw(*args, **kwargs)
+
+    monkeypatch.setattr(writer, "draw_image", draw_then_signal)
+    out = tmp_path / "out"
+    capsys.readouterr()
+    with signals_caught():
+        assert main([*argv, str(out)]) == preemption.REQUEUE_EXIT_CODE
+    assert "preempted by SIGTERM, 5 of 12 images kept for the rerun" in capsys.readouterr().err
+    assert not (out / "annotation.json").exists() and len(list(out.glob("images/*.png"))) == 5
+    # The rerun (a new process in real use) keeps the 5 whole images (it draws the other 7) and ends with the
+    # uninterrupted set, byte for byte.
+    preemption.clear()
+    assert main([*argv, str(out)]) == 0
+    assert drawn["n"] == 12
+    assert _files(out) == _files(tmp_path / "ref")
+
+
+def test_a_partial_synthesis_with_another_config_is_drawn_again(tmp_path):
+    from harness.data.phantom import PhantomConfig, synthesize
+    from harness.data.phantom.writer import PARTIAL
+
+    out, ref = tmp_path / "out", tmp_path / "ref"
+    synthesize(ref, PhantomConfig(n=6, seed=1, image_size=32))
+    synthesize(out, PhantomConfig(n=6, seed=2, image_size=32))  # another seed's images under the same names ...
+    (out / "annotation.json").unlink()
+    (out / PARTIAL).write_text(json.dumps({"seed": 2}))        # ... left by an interrupted try of another config
+    synthesize(out, PhantomConfig(n=6, seed=1, image_size=32))
+    assert _files(out) == _files(ref)
