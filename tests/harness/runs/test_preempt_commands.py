@@ -19,6 +19,8 @@ import pytest
 
 from harness.cli import main
 from harness.runs import preemption
+from harness.runs.records import read_jsonl
+from tests.tiny_sizes import TINY
 
 
 @pytest.fixture(autouse=True)
@@ -93,3 +95,51 @@ def test_a_partial_synthesis_with_another_config_is_drawn_again(tmp_path):
     (out / PARTIAL).write_text(json.dumps({"seed": 2}))        # ... left by an interrupted try of another config
     synthesize(out, PhantomConfig(n=6, seed=1, image_size=32))
     assert _files(out) == _files(ref)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# eval
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A stage-0 tiny base (a model `eval --model` takes) and the arguments that go with it."""
+    work = tmp_path_factory.mktemp("eval_preempt")
+    common = [*TINY, f"data.synth_dir={work / 'data'}", f"cache_dir={work / 'cache'}", "generation.batch_size=2"]
+    assert main(["train", "pretrain", *common, f"out_dir={work / 'pretrain'}", "--no-progress"]) == 0
+    (base,) = (work / "cache" / "tiny-base").iterdir()
+    return base, common
+
+
+def test_eval_stopped_between_decode_batches_writes_nothing_and_the_rerun_equals_an_uninterrupted_one(
+        tiny_base, tmp_path, monkeypatch, capsys):
+    from harness.sampling import decoding
+
+    base, common = tiny_base
+    argv = ["eval", *common, "--model", str(base), "--split", "test", "--no-progress", "--out"]
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "ref")]) == 0
+    want = json.loads(capsys.readouterr().out)
+    batches = {"n": 0}
+    real_decode = decoding.decode_tokens
+
+    def decode_then_signal(*args, **kwargs):  # SIGTERM during the first of 3 decode batches
+        batches["n"] += 1
+        if batches["n"] == 1:
+            signal_self()
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(decoding, "decode_tokens", decode_then_signal)
+    out = tmp_path / "out"
+    with signals_caught():
+        assert main([*argv, str(out)]) == preemption.REQUEUE_EXIT_CODE
+    err = capsys.readouterr().err
+    assert "preempted by SIGTERM, 2 of 6 reports decoded, nothing written" in err, err
+    assert batches["n"] == 1 and not out.exists()  # the --out folder is left as it was (absent)
+    preemption.clear()  # (a new process in real use)
+    assert main([*argv, str(out)]) == 0
+    assert json.loads(capsys.readouterr().out) == want
+    (pred,) = out.glob("predictions_*_test.jsonl")
+    assert pred.read_bytes() == (tmp_path / "ref" / pred.name).read_bytes()
+    strip = lambda rows: [{k: v for k, v in r.items() if "time" not in k} for r in rows]  # noqa: E731
+    assert strip(read_jsonl(out / "evals.jsonl")) == strip(read_jsonl(tmp_path / "ref" / "evals.jsonl"))
