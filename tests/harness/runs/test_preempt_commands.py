@@ -19,7 +19,7 @@ import pytest
 
 from harness.cli import main
 from harness.runs import preemption
-from harness.runs.records import read_jsonl
+from harness.runs.records import read_json, read_jsonl
 from tests.tiny_sizes import TINY
 
 
@@ -143,3 +143,60 @@ def test_eval_stopped_between_decode_batches_writes_nothing_and_the_rerun_equals
     assert pred.read_bytes() == (tmp_path / "ref" / pred.name).read_bytes()
     strip = lambda rows: [{k: v for k, v in r.items() if "time" not in k} for r in rows]  # noqa: E731
     assert strip(read_jsonl(out / "evals.jsonl")) == strip(read_jsonl(tmp_path / "ref" / "evals.jsonl"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# search run
+
+
+def rl_signalled_in_the_second_trial(cfg, progress=False, on_validation=()):
+    """The search tests' fake RL stage; the second trial's RL run gets SIGTERM on its first try and stops with a
+    checkpoint (a marker), as a real stage does; its rerun then completes as the fake does."""
+    from tests.harness.search.test_run import fake_rl
+    from tests.harness.test_experiments import _record
+
+    calls = Path(os.environ["REGBENCH_TEST_CALLS"])
+    earlier = [json.loads(x) for x in calls.read_text().splitlines()] if calls.is_file() else []
+    out = Path(cfg.out_dir)
+    if sum(r["stage"] == "rl" for r in earlier) == 1 and not (out / "checkpoint").exists():
+        _record("rl", cfg)
+        signal_self()
+        with preemption.handling(cfg.train.preempt_signals):
+            if preemption.stop_agreed():
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "checkpoint").write_text("5")
+                raise preemption.stop(out, "rl", 5)
+    return fake_rl(cfg, progress, on_validation)
+
+
+def _kept_trials(summary: dict) -> list[tuple[dict, float | None, str]]:
+    return [(t["values"], t["objective"], t["state"]) for t in summary["trials"] if not t["requeued"]]
+
+
+def test_search_stopped_by_a_signal_requeues_its_trial_and_the_rerun_equals_an_uninterrupted_one(tmp_path, calls):
+    from harness.search.run import run_search
+    from tests.harness.search.test_run import SEARCH_FAKES, write_search
+
+    path = write_search(tmp_path, n_trials=3)
+    ref = run_search(path, tmp_path / "ref", functions=SEARCH_FAKES, log=lambda s: None)
+    calls()
+    fns = {**SEARCH_FAKES, "rl": "tests.harness.runs.test_preempt_commands:rl_signalled_in_the_second_trial"}
+    out = tmp_path / "out"
+    (out.parent / "calls.jsonl").unlink(missing_ok=True)
+    logs: list[str] = []
+    with signals_caught(), pytest.raises(preemption.Preempted, match=r"search toy .*preempted by SIGTERM, 1 of 3"):
+        run_search(path, out, functions=fns, log=logs.append)
+    assert any("trial 1 preempted: enqueued again with the same values" in line for line in logs), logs
+    trials = read_json(out / "search.json")["trials"]
+    assert [(t["number"], t["state"], t["requeued"]) for t in trials] == [(0, "complete", False), (1, "fail", True)]
+    assert trials[1]["error"] == "preempted by SIGTERM: enqueued again"
+    assert preemption.count(next(p.parent for p in out.glob("stages/*/checkpoint"))) == 1
+    preemption.clear()  # (a new process in real use)
+
+    res = run_search(path, out, functions=fns, log=lambda s: None)
+    summary = read_json(out / "search.json")
+    assert _kept_trials(summary) == _kept_trials(ref.summary)
+    assert {k: res.best[k] for k in ("values", "objective")} == {k: ref.best[k] for k in ("values", "objective")}
+    assert summary["trials"][2]["retry_of"] == 1  # the interrupted trial, run again first with its values
+    rl_runs = [r for r in calls() if r["stage"] == "rl"]
+    assert len(rl_runs) == 4 and rl_runs[1]["out_dir"] == rl_runs[2]["out_dir"]  # resumed in its own folder
