@@ -137,14 +137,16 @@ class LocalExperimentRun:
                   and (r[RunKey.ARM], r[RunKey.SEED]) in selected]
         ran = [k for k in selected if k in self.run_info]
         n_ok = sum(1 for k in selected if run_status(plan, plan.runs[k])[0] == "complete")
-        if self.stopping:
+        # A stop signal that came during the last stage run's last step left nothing to resume: not preempted.
+        preempted = self.stopping and bool(self.pending_runs)
+        if preempted:
             self.say(f"stopped by {preemption.requested()} after {time.time() - self.t0:.0f}s: {n_ok} complete, "
                      f"{len(failed)} failed, the running stages checkpointed; rerun the same command to resume "
                      f"(exit status {preemption.REQUEUE_EXIT_CODE}); index {self.index_path}")
         else:
             self.say(f"done in {time.time() - self.t0:.0f}s: {n_ok} complete, {len(failed)} failed; "
                      f"index {self.index_path}")
-        return ExperimentResult(self.index_path, index, failed, ran, preempted=self.stopping)
+        return ExperimentResult(self.index_path, index, failed, ran, preempted=preempted)
 
     def _check_stop(self) -> None:
         """A stop signal to the runner: pass it on to the workers once, start nothing new."""
@@ -257,6 +259,8 @@ class LocalExperimentRun:
 
     def _start(self, nid: str, node: Node) -> bool:
         """Start one ready node, unless another runner holds its stage run; whether anything changed."""
+        if preemption.requested():  # a stop signal since the loop last looked (e.g. in an in-process stage)
+            return False
         claimed = self._claim(nid, node)
         if claimed is not True:
             return claimed is None

@@ -200,3 +200,85 @@ def test_search_stopped_by_a_signal_requeues_its_trial_and_the_rerun_equals_an_u
     assert summary["trials"][2]["retry_of"] == 1  # the interrupted trial, run again first with its values
     rl_runs = [r for r in calls() if r["stage"] == "rl"]
     assert len(rl_runs) == 4 and rl_runs[1]["out_dir"] == rl_runs[2]["out_dir"]  # resumed in its own folder
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A signal during the last step of a run: the run completes, nothing after it starts
+
+
+def test_train_after_stage_0_does_not_start_the_stage_when_stage_0_was_signalled(tmp_path, monkeypatch, capsys):
+    from harness.stages import warmup
+
+    started = []
+
+    def stage_0_signalled_in_its_last_step(cfg, stage, progress):
+        signal_self()  # stage 0 then completes (its base is cached)
+
+    monkeypatch.setattr("harness.cli.stage_commands.prepare_base", stage_0_signalled_in_its_last_step)
+    monkeypatch.setattr(warmup, "run_warmup", lambda cfg, progress=True: started.append(cfg.out_dir))
+    with signals_caught():
+        rc = main(["train", "warmup", f"out_dir={tmp_path / 'w'}", "--no-progress"])
+    assert rc == preemption.REQUEUE_EXIT_CODE and started == []
+    assert "stage 0 is complete and cached; rerun the same command to resume" in capsys.readouterr().err
+
+
+def _study(tmp_path: Path) -> Path:
+    from tests.harness.test_experiments import write_study
+
+    return write_study(tmp_path, "  - name: a\n    pipeline: [warmup, rl]\n", seeds="[0]")
+
+
+@pytest.mark.parametrize("last_node", [False, True], ids=["then-more-nodes", "the-last-node"])
+def test_a_signal_in_a_stages_last_step_completes_it_and_the_runner_starts_nothing_after(
+        tmp_path, calls, monkeypatch, last_node):
+    """The runner (in-process stages, --workers 1): warm-up (or RL, the last stage run before the fake test
+    evaluation, which it then does not start) is signalled during its last step."""
+    from harness.experiments import load_study, run_experiment
+    from tests.harness.runs.test_faults import _functions
+
+    study = _study(tmp_path)
+    ref = tmp_path / "ref"
+    assert run_experiment(load_study(study), ref, workers=1, functions=_functions(), log=lambda s: None).ok
+    stage = "rl" if last_node else "warmup"
+    monkeypatch.setenv("FAKE_SIGNAL_AT", f"{stage}:8")  # step 8 of 8 (tests/harness/runs/test_faults.py)
+    out = tmp_path / "out"
+    before = len(calls())
+    with signals_caught():
+        res = run_experiment(load_study(study), out, workers=1, functions=_functions(), log=lambda s: None)
+    stages = {s: r for s, r in res.index["runs"][0]["stages"].items()}
+    assert stages[stage]["status"] == "complete"  # recorded, with its metrics: nothing of it is redone
+    assert preemption.count(out / stages[stage]["dir"]) == 0
+    runs = lambda: [r["stage"] for r in calls()[before:] if r["stage"] != "support"]  # noqa: E731
+    assert runs() == (["warmup", "rl"] if last_node else ["warmup"])  # nothing started after the signal
+    before = len(calls())
+    assert res.preempted  # the evaluation (and RL) are left: exit status 75, the rerun resumes
+    preemption.clear()
+    monkeypatch.delenv("FAKE_SIGNAL_AT")
+    res = run_experiment(load_study(study), out, workers=1, functions=_functions(), log=lambda s: None)
+    assert res.ok and not res.preempted
+    assert runs() == ([] if last_node else ["rl"]) + ["eval"]
+    from tests.harness.runs.test_faults import _records
+
+    assert _records(out) == _records(ref)
+
+
+def test_a_signal_in_the_last_step_of_the_last_run_leaves_nothing_to_resume(tmp_path, calls, monkeypatch):
+    """With nothing left to run, the runner ends as done (exit 0), not as preempted."""
+    from harness.experiments import load_study, run_experiment
+    from tests.harness.runs.test_faults import _functions
+
+    study = _study(tmp_path)
+    out = tmp_path / "out"
+    fns = {**_functions(), "eval": "tests.harness.runs.test_preempt_commands:eval_signalled"}
+    with signals_caught():
+        res = run_experiment(load_study(study), out, workers=1, functions=fns, log=lambda s: None)
+    assert res.ok and not res.preempted
+    assert read_json(out / "index.json")["summary"]["complete"] == 1
+
+
+def eval_signalled(cfg, model_dir, progress=False):
+    """The fake test evaluation, signalled before it returns (its scores are complete)."""
+    from tests.harness.test_experiments import fake_eval
+
+    signal_self()
+    return fake_eval(cfg, model_dir, progress)
