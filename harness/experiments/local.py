@@ -51,6 +51,13 @@ class ExperimentResult:
     def ok(self) -> bool:
         return not self.failed
 
+    def stop_if_preempted(self, what: str) -> None:
+        """For a caller that goes on after the experiment (a look of --until-decided, the demo's table): a stop
+        signal left runs unfinished, so stop here too (Preempted: exit 75; the rerun resumes them)."""
+        if self.preempted:
+            raise preemption.Preempted(what, signal_name=preemption.requested(),
+                                       kept=f"its running stage runs checkpointed (index {self.index_path})")
+
 
 def created_at(index_path: Path) -> str:
     """When the experiment's index was first written (kept across reruns), else now."""

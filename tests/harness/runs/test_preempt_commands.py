@@ -282,3 +282,55 @@ def eval_signalled(cfg, model_dir, progress=False):
 
     signal_self()
     return fake_eval(cfg, model_dir, progress)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Callers that go on after an experiment: --until-decided's looks, the demo's table
+
+
+def sft_preempted_once(cfg, progress=False):
+    """The fake SFT stage; the first SFT run of the test gets SIGTERM and stops (nothing to checkpoint)."""
+    from tests.harness.test_experiments import fake_sft
+
+    out = Path(cfg.out_dir)
+    once = Path(os.environ["REGBENCH_TEST_CALLS"]).with_name("sft_signalled")
+    if not once.exists():
+        once.write_text(str(out))
+        signal_self()
+        with preemption.handling(cfg.train.preempt_signals):
+            if preemption.stop_agreed():
+                raise preemption.stop(out, "sft", 0)
+    return fake_sft(cfg, progress)
+
+
+def test_until_decided_stops_at_a_preempted_look_and_the_rerun_decides_as_an_uninterrupted_one(
+        tmp_path, monkeypatch):
+    from harness.experiments.sequential import SEQUENTIAL_FILE, run_until_decided
+    from tests.harness.test_sequential import SEQ_FAKES, _study
+
+    monkeypatch.setenv("REGBENCH_TEST_EFFECT", "0.05")
+    monkeypatch.setenv("REGBENCH_TEST_CALLS", str(tmp_path / "calls.jsonl"))
+    _, want = run_until_decided(_study(tmp_path), tmp_path / "ref", workers=1, functions=SEQ_FAKES,
+                                log=lambda s: None)
+    fns = {**SEQ_FAKES, "sft": "tests.harness.runs.test_preempt_commands:sft_preempted_once"}
+    out = tmp_path / "out"
+    with signals_caught(), pytest.raises(preemption.Preempted, match="--until-decided look 1 of toy: preempted"):
+        run_until_decided(_study(tmp_path), out, workers=1, functions=fns, log=lambda s: None)
+    assert not (out / SEQUENTIAL_FILE).exists()  # no look was decided on runs that did not finish
+    preemption.clear()  # (a new process in real use)
+    result, got = run_until_decided(_study(tmp_path), out, workers=1, functions=fns, log=lambda s: None)
+    assert result.ok and [(d.outcome, d.n, d.diff) for d in got] == [(d.outcome, d.n, d.diff) for d in want]
+    assert read_json(out / SEQUENTIAL_FILE) == read_json(tmp_path / "ref" / SEQUENTIAL_FILE)
+
+
+def test_the_demo_stops_when_its_experiment_was_preempted(tmp_path, monkeypatch):
+    import harness.experiments
+    from harness.demo import run_demo
+    from harness.experiments.local import ExperimentResult
+
+    def preempted_experiment(study, out, **kwargs):
+        return ExperimentResult(Path(out) / "index.json", {"runs": []}, [], [], preempted=True)
+
+    monkeypatch.setattr(harness.experiments, "run_experiment", preempted_experiment)
+    with pytest.raises(preemption.Preempted, match="demo .*: preempted, its running stage runs checkpointed"):
+        run_demo(tmp_path / "demo", progress=False, workers=1)
