@@ -19,7 +19,9 @@ of an ordinary experiment (harness/experiments/) in the search's output folder:
   drivers (processes, on one or several machines) may work on one storage at once: each stamps and heartbeats
   its trials, and a trial whose driver is gone (same host: its process is; elsewhere: no heartbeat for the
   grace period) is failed and enqueued again with the same values; since its stage runs have the same keys they
-  resume from their checkpoints. A stage run another driver is executing is waited for, then reused;
+  resume from their checkpoints. A stage run another driver is executing is waited for, then reused. A stop
+  signal (SIGTERM / SIGUSR1) to a driver does the same to its own unfinished trials once their stage runs have
+  checkpointed, asks for no new trial and ends with `Preempted` (exit 75);
 - a proposed point whose configs do not validate (the space allowed it, the config checks do not) is recorded as
   a failed trial with the reason (user attribute `error`, `invalid`) and the search goes on; at load time every
   edge of the space (each bound, with the other parameters at their middle, and every corner where there are at
