@@ -98,6 +98,7 @@ def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
           + (f", {' and '.join(many)} on seeds {study.seeds} (one shared SFT model)" if many else "")
           + f" -> {out}", flush=True)
     result = run_experiment(study, out, workers=workers, runs=selected)
+    result.stop_if_preempted(f"demo {out}")  # the table needs every run
     if not result.ok:
         raise RuntimeError(f"demo: arms failed: {result.failed}; see {result.index_path}")
     index = result.index

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.cli.args import add_config_args, stage_config
 from harness.config import ConfigError
+from harness.runs import preemption
 
 
 def cmd_data_synth(ns) -> int:
@@ -22,7 +23,8 @@ def cmd_data_synth(ns) -> int:
         if value < low:
             raise ConfigError(f"{option} = {value} must be >= {low}")
     check_out_dir(Path(ns.out), "--out")
-    path = synthesize(Path(ns.out), PhantomConfig(n=ns.n, seed=ns.seed, image_size=ns.image_size))
+    with preemption.handling():  # a stop signal: the images so far are kept, the rerun draws the rest (exit 75)
+        path = synthesize(Path(ns.out), PhantomConfig(n=ns.n, seed=ns.seed, image_size=ns.image_size))
     print(f"wrote {path}")
     return 0
 
@@ -59,28 +61,35 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
 def cmd_train(ns) -> int:
     cfg = stage_config(ns, "warmup" if ns.stage == "pretrain" else ns.stage)
     progress = not ns.no_progress
-    if ns.stage != "pretrain":
-        prepare_base(cfg, ns.stage, progress)
-    if ns.stage == "pretrain":
-        from harness.stages.pretrain import build_base
-
-        out = build_base(cfg, progress=progress)
-    elif ns.stage == "warmup":
-        from harness.stages.warmup import run_warmup
-
-        out = run_warmup(cfg, progress=progress)
-    elif ns.stage == "sft":
-        from harness.stages.sft import run_sft
-
-        out = run_sft(cfg, progress=progress)
-    elif ns.stage == "rl":
-        from harness.stages.rl import run_rl
-
-        out = run_rl(cfg, progress=progress)
-    else:  # pragma: no cover - argparse restricts choices
-        raise ConfigError(f"unknown stage {ns.stage}")
+    # The handlers span stage 0 and the stage, so a signal between the two is honoured too.
+    with preemption.handling(cfg.train.preempt_signals):
+        if ns.stage != "pretrain":
+            prepare_base(cfg, ns.stage, progress)
+            # A signal in stage 0's last step let stage 0 complete (cached); the stage itself is not started.
+            preemption.check(f"train {ns.stage} {cfg.out_dir}", "stage 0 is complete and cached")
+        out = _run_stage(cfg, ns.stage, progress)
     print(f"{ns.stage}: {out}")
     return 0
+
+
+def _run_stage(cfg, stage: str, progress: bool):
+    if stage == "pretrain":
+        from harness.stages.pretrain import build_base
+
+        return build_base(cfg, progress=progress)
+    if stage == "warmup":
+        from harness.stages.warmup import run_warmup
+
+        return run_warmup(cfg, progress=progress)
+    if stage == "sft":
+        from harness.stages.sft import run_sft
+
+        return run_sft(cfg, progress=progress)
+    if stage == "rl":
+        from harness.stages.rl import run_rl
+
+        return run_rl(cfg, progress=progress)
+    raise ConfigError(f"unknown stage {stage}")  # pragma: no cover - argparse restricts choices
 
 
 def cmd_eval(ns) -> int:

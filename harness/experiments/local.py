@@ -51,6 +51,13 @@ class ExperimentResult:
     def ok(self) -> bool:
         return not self.failed
 
+    def stop_if_preempted(self, what: str) -> None:
+        """For a caller that goes on after the experiment (a look of --until-decided, the demo's table): a stop
+        signal left runs unfinished, so stop here too (Preempted: exit 75; the rerun resumes them)."""
+        if self.preempted:
+            raise preemption.Preempted(what, signal_name=preemption.requested(),
+                                       kept=f"its running stage runs checkpointed (index {self.index_path})")
+
 
 def created_at(index_path: Path) -> str:
     """When the experiment's index was first written (kept across reruns), else now."""
@@ -137,14 +144,16 @@ class LocalExperimentRun:
                   and (r[RunKey.ARM], r[RunKey.SEED]) in selected]
         ran = [k for k in selected if k in self.run_info]
         n_ok = sum(1 for k in selected if run_status(plan, plan.runs[k])[0] == "complete")
-        if self.stopping:
+        # A stop signal that came during the last stage run's last step left nothing to resume: not preempted.
+        preempted = self.stopping and bool(self.pending_runs)
+        if preempted:
             self.say(f"stopped by {preemption.requested()} after {time.time() - self.t0:.0f}s: {n_ok} complete, "
                      f"{len(failed)} failed, the running stages checkpointed; rerun the same command to resume "
                      f"(exit status {preemption.REQUEUE_EXIT_CODE}); index {self.index_path}")
         else:
             self.say(f"done in {time.time() - self.t0:.0f}s: {n_ok} complete, {len(failed)} failed; "
                      f"index {self.index_path}")
-        return ExperimentResult(self.index_path, index, failed, ran, preempted=self.stopping)
+        return ExperimentResult(self.index_path, index, failed, ran, preempted=preempted)
 
     def _check_stop(self) -> None:
         """A stop signal to the runner: pass it on to the workers once, start nothing new."""
@@ -257,6 +266,8 @@ class LocalExperimentRun:
 
     def _start(self, nid: str, node: Node) -> bool:
         """Start one ready node, unless another runner holds its stage run; whether anything changed."""
+        if preemption.requested():  # a stop signal since the loop last looked (e.g. in an in-process stage)
+            return False
         claimed = self._claim(nid, node)
         if claimed is not True:
             return claimed is None

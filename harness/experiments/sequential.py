@@ -103,6 +103,7 @@ def run_until_decided(study: Study | str | Path, out: str | Path | None = None, 
         study.seeds = seeds
         log(f"[until-decided] look {look}/{len(plan_looks)}: {n} seeds ({', '.join(map(str, seeds))})")
         result = run_experiment(study, out, seeds=seeds, log=log, **run_kwargs)
+        result.stop_if_preempted(f"--until-decided look {look} of {study.name}")  # no decision on missing runs
         if not result.ok:
             log(f"[until-decided] look {look}: {len(result.failed)} run(s) failed; stopping undecided")
             break

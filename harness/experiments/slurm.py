@@ -33,6 +33,7 @@ from harness.experiments.plan import Node, node_label
 from harness.experiments.resources import Resources
 from harness.experiments.study import STAGES
 from harness.experiments.workers import LAUNCHED_STAGES, WORKER_THREADS, execute_node, release_lock
+from harness.runs import preemption
 from harness.runs.preemption import REQUEUE_EXIT_CODE
 from harness.runs.records import atomic_write_json, read_json
 from harness.runs.schema import INDEX_FILE, IndexKey
@@ -153,8 +154,10 @@ def run_job(kind: str, function: str, config: dict, model_dir: str | None, launc
 
     from harness.allocator import keep_freed_memory
 
-    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):  # submitit's own requeue handlers: not ours
-        signal.signal(sig, signal.SIG_DFL)
+    # submitit's handlers (SIGTERM ignored, SIGUSR2 requeues by itself) are replaced by ours from the job's start:
+    # a stop signal during the imports and loading before the stage's loop is not lost, the stage honours it.
+    signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    preemption.install()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     keep_freed_memory()  # harness/allocator.py
     torch.set_num_threads(WORKER_THREADS)
@@ -246,6 +249,8 @@ class SlurmExperimentRun(LocalExperimentRun):
 
     def _loop(self) -> None:
         while self.remaining or self.running:
+            if self._stop_requested():
+                break
             changed = self._submit_ready()
             changed = self._poll() or changed
             if changed:
@@ -255,6 +260,15 @@ class SlurmExperimentRun(LocalExperimentRun):
                 raise RuntimeError(f"experiment graph is stuck at {self.remaining[:3]}")  # pragma: no cover
             else:
                 time.sleep(self.options.poll_s)
+
+    def _stop_requested(self) -> bool:
+        """A stop signal to the runner: it submits nothing more and stops watching; the queued jobs are the
+        cluster's and go on (each stage job handles its own signals), and the rerun takes them over."""
+        if not preemption.requested():
+            return False
+        self.stopping = True
+        self.say(f"{preemption.requested()} received: no new job is submitted; the queued ones go on")
+        return True
 
     # -- submitting
 

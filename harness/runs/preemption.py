@@ -36,11 +36,12 @@ _received: list[str] = []  # the names of the signals received since the last cl
 class Preempted(Exception):  # noqa: N818 - it is a request, not an error
     """A stage stopped on request after a step, with its checkpoint written: run it again to resume."""
 
-    def __init__(self, what: str, step: int | None = None, signal_name: str | None = None):
+    def __init__(self, what: str, step: int | None = None, signal_name: str | None = None,
+                 kept: str = "checkpoint written"):
         self.step, self.signal_name = step, signal_name
         at = f" after step {step}" if step is not None else ""
         by = f" by {signal_name}" if signal_name else ""
-        super().__init__(f"{what}: preempted{by}{at}, checkpoint written; rerun the same command to resume "
+        super().__init__(f"{what}: preempted{by}{at}, {kept}; rerun the same command to resume "
                          f"(exit status {REQUEUE_EXIT_CODE} asks the scheduler to requeue)")
 
 
@@ -108,6 +109,13 @@ def clear() -> None:
     _received.clear()
 
 
+def check(what: str, kept: str = "nothing more to write", step: int | None = None) -> None:
+    """A safe point between two units of work (images, decode batches, trials, stages): raise Preempted when a
+    stop signal has come, so the caller starts nothing new. `kept` says what the rerun resumes from."""
+    if requested() is not None:
+        raise Preempted(what, step, requested(), kept)
+
+
 def stop_agreed(dist=None) -> bool:
     """Whether to stop now: on one process, whether a stop signal came; under a launch, whether one came to any
     process (a sum over processes, called by all of them at the same point of the loop, so every rank stops after
@@ -155,5 +163,17 @@ def preemptible(fn: Callable) -> Callable:
     def wrapper(cfg, *args, **kwargs):
         with handling(cfg.train.preempt_signals):
             return fn(cfg, *args, **kwargs)
+
+    return wrapper
+
+
+def handled(fn: Callable) -> Callable:
+    """`fn` run with the handlers of the default stop signals installed (a driver of many runs, such as a search:
+    it has no config of its own to name them)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with handling():
+            return fn(*args, **kwargs)
 
     return wrapper

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -69,8 +69,10 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
                      max_new_tokens: int = 100, min_new_tokens: int = 0, repetition_penalty: float = 1.0,
                      batch_size: int = 32, do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0,
                      top_k: int = 0, num_return_sequences: int = 1, progress: bool = True,
-                     desc: str = "decode", backend: str = "hf") -> list[str]:
-    """Reports for each prompt (num_return_sequences per prompt, grouped), special tokens stripped."""
+                     desc: str = "decode", backend: str = "hf",
+                     before_batch: Callable[[int], None] | None = None) -> list[str]:
+    """Reports for each prompt (num_return_sequences per prompt, grouped), special tokens stripped.
+    `before_batch(n_done)` is called before each batch (a test evaluation's preemption check; it may raise)."""
     tok = processor.tokenizer
     was_training = model.training
     model.eval()
@@ -79,6 +81,8 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
     repeat = num_return_sequences if backend in ("lean", "vllm") else 1
     idx = range(0, len(images), batch_size)
     for start in tqdm(idx, desc=desc, disable=not progress, leave=False):
+        if before_batch is not None:
+            before_batch(start)
         batch = encode_repeated(processor, images[start:start + batch_size], instructions[start:start + batch_size],
                                 repeat)
         device = next(model.parameters()).device

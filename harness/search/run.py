@@ -19,7 +19,9 @@ of an ordinary experiment (harness/experiments/) in the search's output folder:
   drivers (processes, on one or several machines) may work on one storage at once: each stamps and heartbeats
   its trials, and a trial whose driver is gone (same host: its process is; elsewhere: no heartbeat for the
   grace period) is failed and enqueued again with the same values; since its stage runs have the same keys they
-  resume from their checkpoints. A stage run another driver is executing is waited for, then reused;
+  resume from their checkpoints. A stage run another driver is executing is waited for, then reused. A stop
+  signal (SIGTERM / SIGUSR1) to a driver does the same to its own unfinished trials once their stage runs have
+  checkpointed, asks for no new trial and ends with `Preempted` (exit 75);
 - a proposed point whose configs do not validate (the space allowed it, the config checks do not) is recorded as
   a failed trial with the reason (user attribute `error`, `invalid`) and the search goes on; at load time every
   edge of the space (each bound, with the other parameters at their middle, and every corner where there are at
@@ -57,6 +59,7 @@ from harness.experiments import DEFAULT_FUNCTIONS, Arm, Study, run_experiment
 from harness.experiments.run import rebuild_index
 from harness.experiments.workers import resolve_function
 from harness.grpo.validation import ValidationCallback, ValidationEvent
+from harness.runs import preemption
 from harness.runs.records import atomic_write_json, read_json
 from harness.runs.schema import PRUNED
 from harness.search.file import experiment_study, load_search, trial_arm
@@ -71,7 +74,16 @@ from harness.search.optuna_study import (
     trial_sampler,
 )
 from harness.search.space import Search, suggest
-from harness.search.storage import HEARTBEAT, Heartbeat, fail_stale, heartbeats, retried_numbers, stamp, storage_url
+from harness.search.storage import (
+    HEARTBEAT,
+    Heartbeat,
+    fail_stale,
+    heartbeats,
+    requeue,
+    retried_numbers,
+    stamp,
+    storage_url,
+)
 from harness.search.summary import SearchResult, search_summary
 
 # A search stops after this many failed trials in a row: that is a broken setup, not a bad region of the space.
@@ -100,6 +112,7 @@ def _with_validation_callback(functions: dict | None, hook: ValidationCallback) 
     rl = resolve_function({**DEFAULT_FUNCTIONS, **(functions or {})}["rl"])
     return {**(functions or {}), "rl": functools.partial(rl, on_validation=[hook])}
 
+@preemption.handled  # a stop signal: the running trials checkpoint and are enqueued again; exit 75
 def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_trials: int | None = None,
                workers: int = 1, parallel_trials: int = 1, functions: dict[str, str] | None = None,
                log: Callable[[str], None] | None = None, argv: list[str] | None = None,
@@ -163,6 +176,9 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
         finished = len(counted_trials(study))
         if finished >= target:
             break
+        if preemption.requested():  # a stop signal: no new trial (the finished ones are in the storage)
+            write_summary()
+            preemption.check(f"search {search.name} ({out})", f"{finished} of {target} trials finished")
         running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
         slots = min(parallel_trials, target - finished - running)
         if slots <= 0:  # the last trials run in other drivers: wait (a dead one's come back through fail_stale)
@@ -204,8 +220,13 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
                                     arms=[arm.name for _, arm, _ in batch], functions=fns, log=log,
                                     argv=argv, launcher=launcher, stages_dir=stages_dir, wait_for_locks=True,
                                     executor=executor, slurm=slurm)
-        for trial, arm, _ in batch:
-            outcome = _tell(search, study, trial, [r for r in result.index["runs"] if r["arm"] == arm.name], out)
+        for trial, arm, tid in batch:
+            runs = [r for r in result.index["runs"] if r["arm"] == arm.name]
+            if result.preempted and not all(r["status"] in TRIAL_ENDS for r in runs):
+                _requeue_preempted(study, store, tid)  # its stage runs checkpointed: the rerun resumes them
+                log(f"{name} trial {trial.number} preempted: enqueued again with the same values")
+                continue
+            outcome = _tell(search, study, trial, runs, out)
             if outcome.startswith("failed"):
                 failures_in_a_row += 1
             else:
@@ -229,6 +250,21 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
         b = summary["best"]
         log(f"{name} best: trial {b['number']} ({search.objective.metric} = {b['objective']:.4f}) {b['values']}")
     return SearchResult(out, summary)
+
+# The statuses of a trial's runs that end it (anything else, after a stop signal, is a run left to resume).
+TRIAL_ENDS = ("complete", "failed", PRUNED)
+
+
+def _requeue_preempted(study, store, tid: int) -> None:
+    """A trial whose runs a stop signal interrupted: failed and enqueued again with the same values (as a gone
+    driver's, harness/search/storage.py), so the rerun asks for it first and its stage runs resume from their
+    checkpoints; it does not count towards n_trials, nor as a failure."""
+    from optuna.trial import TrialState
+
+    store.set_trial_user_attr(tid, "error", f"preempted by {preemption.requested()}: enqueued again")
+    store.set_trial_state_values(tid, TrialState.FAIL)
+    requeue(study, store.get_trial(tid))
+
 
 def trial_outcomes(search: Search, study) -> dict[str, tuple[str, str]]:
     """{arm: ("failed" or "pruned", why)} of the study's failed and pruned trials, as the storage records them."""

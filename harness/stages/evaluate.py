@@ -19,6 +19,7 @@ from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.output_format import report_part, well_formatted_fraction
 from harness.preflight import model_device
 from harness.prompts import instructions_for, load_images, reference_labels
+from harness.runs import preemption
 from harness.runs.records import RunDir, atomic_write_text, dumps
 from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.stages.common import load_splits, seed_everything
@@ -82,6 +83,15 @@ def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_label
     return rows
 
 
+def _stop_between_batches(model_dir: str | Path, split: str, n: int) -> Callable[[int], None]:
+    """The decode loop's safe point: on a stop signal the evaluation ends before it writes anything (its scores
+    need every report), so the rerun decodes the split again, to the same greedy reports."""
+    def check(done: int) -> None:
+        preemption.check(f"eval of {model_dir} on {split}", f"{done} of {n} reports decoded, nothing written")
+    return check
+
+
+@preemption.preemptible
 def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
                    run: RunDir | Callable[[], RunDir] | None = None,
                    label: str | None = None, progress: bool = True) -> dict:
@@ -96,7 +106,8 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     samples = splits[split]
     instructions = instructions_for(cfg, samples, spec)
     outputs = generate_reports(model, processor, load_images(samples, cfg.model.image_size), instructions,
-                               **greedy_settings(cfg.generation), progress=progress, desc=f"decode {split}")
+                               **greedy_settings(cfg.generation), progress=progress, desc=f"decode {split}",
+                               before_batch=_stop_between_batches(model_dir, split, len(samples)))
     # think_report models are scored on their <report> part (harness/output_format.py); plain: unchanged.
     hyps = [report_part(text, cfg.prompt.output_format) for text in outputs]
     refs = {s.id: s.report for s in samples}

@@ -2,8 +2,9 @@
 
 The first tests need no cluster. The last one runs a real tiny study on the Slurm cluster that .ci/slurm/start.sh
 starts on the CI machine (it skips, saying why, where `sinfo` does not answer): every node a job, inputs as afterok
-dependencies, one RL job killed after its first checkpoint and submitted again, and the study's table identical to
-the same study run by the local executor.
+dependencies, one RL job killed after its first checkpoint (SIGKILL) and another sent SIGTERM by Slurm (as before a
+preemption: it checkpoints and exits 75), both submitted again, and the study's table identical to the same study
+run by the local executor.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from harness.experiments import load_study, run_experiment
 from harness.experiments.resources import Resources, check_resources
 from harness.experiments.slurm import JobState, SlurmOptions, outcome
 from harness.runs.preemption import REQUEUE_EXIT_CODE
-from harness.runs.records import read_json
+from harness.runs.records import read_json, read_jsonl
 from tests.harness.test_experiments import TINY_PRESET, write_study
 from tests.tiny_sizes import TINY
 
@@ -144,6 +145,102 @@ def test_status_of_a_local_experiment_lists_its_stage_runs(tmp_path, capsys):
     assert "a seed 0" in text and "warmup" in text and "rl" in text
 
 
+def signalled_before_its_stage(cfg, progress=False):
+    """A node whose job gets SIGTERM before its stage installs its own handlers (while it imports and loads)."""
+    from tests.harness.runs.test_faults import p_warmup
+
+    os.kill(os.getpid(), signal.SIGTERM)
+    return p_warmup(cfg, progress)
+
+
+_JOB = """
+import json, sys
+from harness.experiments.slurm import run_job
+run_job("warmup", "tests.harness.test_slurm:signalled_before_its_stage", json.loads(sys.argv[1]), None, None)
+"""
+
+
+def test_a_job_signalled_before_its_stage_starts_checkpoints_and_exits_75(tmp_path):
+    """What a job runs (run_job) handles the stop signals from its start: a SIGTERM during the imports, before the
+    stage's own handlers, is honoured by the stage at its first step (before: the job died of it)."""
+    import sys
+
+    from harness.config import RunConfig, to_dict
+    from harness.runs import preemption
+
+    cfg = RunConfig()
+    cfg.out_dir = str(tmp_path / "warmup")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "REGBENCH_TEST_CALLS": str(tmp_path / "calls.jsonl")}
+    p = subprocess.run([sys.executable, "-c", _JOB, json.dumps(to_dict(cfg))], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == REQUEUE_EXIT_CODE, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = read_jsonl(tmp_path / "warmup" / preemption.PREEMPTIONS_FILE)
+    assert [(r["stage"], r["step"], r["signal"]) for r in rows] == [("warmup", 0, "SIGTERM")]
+
+
+class _FakeSubmitit:
+    """submitit.SlurmExecutor without a cluster: job ids 1, 2, ..."""
+
+    submitted: list[str] = []
+
+    def __init__(self, folder, python):
+        pass
+
+    def update_parameters(self, **kwargs):
+        pass
+
+    def submit(self, fn, kind, *args):
+        from types import SimpleNamespace
+
+        self.submitted.append(kind)
+        return SimpleNamespace(job_id=str(len(self.submitted)))
+
+
+def test_the_slurm_runner_stops_watching_on_a_stop_signal_and_leaves_its_jobs_queued(tmp_path, monkeypatch):
+    """SIGTERM to the runner while its jobs run: it submits nothing more, stops watching, keeps the jobs queued
+    (a rerun takes them over) and ends preempted (exit 75); before, it watched on."""
+    import submitit
+
+    from harness.experiments import slurm
+    from harness.runs import preemption
+    from tests.harness.test_experiments import FAKES
+
+    looks, cancelled = {"n": 0}, []
+
+    def states(self, job_ids):
+        if not job_ids:
+            return {}
+        looks["n"] += 1
+        if looks["n"] == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the scheduler stops the runner's own job
+        assert looks["n"] < 5, "the runner kept watching the queue after its stop signal"
+        return {j: JobState("RUNNING") for j in job_ids}
+
+    monkeypatch.setattr(slurm, "slurm_available", lambda: None)
+    monkeypatch.setattr(submitit, "SlurmExecutor", _FakeSubmitit)
+    monkeypatch.setattr(_FakeSubmitit, "submitted", [])
+    monkeypatch.setattr(slurm.SlurmQueue, "states", states)
+    monkeypatch.setattr(slurm.SlurmQueue, "cancel", lambda self, ids: cancelled.extend(ids))
+    study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]", extra="pipeline: [rl]\n"))
+    lines: list[str] = []
+    caught: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, _frame: caught.append(signum))  # (if not handled)
+    try:
+        res = run_experiment(study, tmp_path / "out", functions=FAKES, log=lines.append, executor="slurm",
+                             slurm=SlurmOptions(poll_s=0.01))
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        preemption.clear()
+    assert res.preempted
+    assert _FakeSubmitit.submitted == ["data", "pretrain", "rl", "eval"] and cancelled == []
+    text = "\n".join(lines)
+    assert "SIGTERM received: no new job is submitted; the queued ones go on" in text, text
+    assert "4 job(s) left in the queue" in text
+    jobs = read_json(tmp_path / "out" / "index.json")["slurm_jobs"]  # kept: the rerun adopts them
+    assert sorted(j for v in jobs.values() for j in v) == ["1", "2", "3", "4"]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # On a real cluster
 
@@ -177,7 +274,33 @@ def rl_killed_after_its_first_checkpoint(cfg, progress=False):
             os.kill(os.getpid(), signal.SIGKILL)
 
         threading.Thread(target=kill_at_checkpoint, daemon=True).start()
+    elif cfg.rl.regularizer == "constant":
+        marker.write_text(f"{os.environ.get('SLURM_JOB_ID')}\n")
+        _term_by_slurm_after_the_first_checkpoint()
     return run_rl(cfg, progress=progress)
+
+
+def _term_by_slurm_after_the_first_checkpoint() -> None:
+    """Once the first RL checkpoint is committed, ask Slurm to send SIGTERM to this job's steps (`scancel
+    --signal=TERM`, what a preemption sends first) and wait until it has reached this process's handler: the stage
+    then stops at its next step boundary, i.e. after step 1 of 3 (a signal in the last step would let it finish)."""
+    from harness.grpo import checkpointing
+    from harness.runs import preemption
+
+    commit = checkpointing.commit
+
+    def commit_then_signal(*args, **kwargs):
+        out = commit(*args, **kwargs)
+        if preemption.requested() is None:
+            subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], check=True)
+            deadline = time.monotonic() + 120
+            while preemption.requested() is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("SIGTERM from scancel did not reach the stage within 120 s")
+                time.sleep(0.05)
+        return out
+
+    checkpointing.commit = commit_then_signal
 
 
 def _table(out: Path) -> str:
@@ -204,7 +327,8 @@ def _weights(run: Path) -> dict[str, list]:
 
 
 @pytest.mark.slurm
-def test_a_tiny_study_on_slurm_equals_the_local_run_with_a_killed_job_resubmitted(tmp_path, monkeypatch):
+def test_a_tiny_study_on_slurm_equals_the_local_run_with_a_killed_and_a_preempted_job_resubmitted(tmp_path,
+                                                                                                 monkeypatch):
     why = _cluster_answers()
     if why:
         pytest.skip(why)
@@ -238,19 +362,29 @@ def test_a_tiny_study_on_slurm_equals_the_local_run_with_a_killed_job_resubmitte
     text = "\n".join(lines)
     # Every node a job, submitted at once with its inputs as afterok dependencies (stage 0 is the local run's,
     # in the shared cache: complete, so no job).
-    assert text.count("submitted ") == 5 + 1, text  # data, 2 x RL, 2 x eval, and the killed RL again
+    # data, 2 x RL, 2 x eval, and both RL jobs again
+    assert text.count("submitted ") == 5 + 2, text
     assert "submitted rl (a seed 0) as job" in text and ", afterok " in text
-    # The killed job: seen ended by a signal, submitted again, and its evaluation pointed at the new job.
-    assert len(list(kill_dir.glob("*.killed"))) == 1
-    assert "interrupted, submitting it again (1/2); it resumes from its last checkpoint" in text
-    assert "now waits on" in text
+    # Both interrupted jobs: seen ended (killed by a signal; exit 75 after the SIGTERM), submitted again, and their
+    # evaluations pointed at the new jobs.
+    assert len(list(kill_dir.glob("*.killed"))) == 2
+    assert text.count("interrupted, submitting it again (1/2); it resumes from its last checkpoint") == 2, text
+    assert f"(exit {REQUEUE_EXIT_CODE}:0): interrupted" in text, text
+    assert text.count("now waits on") >= 2
     runs = {r["arm"]: r for r in res.index["runs"]}
-    first, second = runs["a"]["stages"]["rl"]["slurm_jobs"]
-    assert first != second and len(runs["b"]["stages"]["rl"]["slurm_jobs"]) == 1
+    for arm in ("a", "b"):
+        first, second = runs[arm]["stages"]["rl"]["slurm_jobs"]
+        assert first != second
     assert res.index["executor"] == "slurm" and len(res.index["slurm_jobs"]) == 5
-    # The resubmitted job found the killed one's checkpoint (step 1 or later) and resumed from it ...
-    resumed = next(kill_dir.glob("*.resumed")).read_text().strip()
-    assert resumed.isdigit() and 1 <= int(resumed) < 3, resumed
+    # The resubmitted jobs found the interrupted ones' checkpoints and resumed from them: the killed one from step
+    # 1 or later, the preempted one from the step it stopped after (1), which its preemptions.jsonl records.
+    resumed = {p.stem: p.read_text().strip() for p in kill_dir.glob("*.resumed")}
+    rl_a, rl_b = (Path(runs[arm]["stages"]["rl"]["dir"]).name for arm in ("a", "b"))
+    assert resumed[rl_a].isdigit() and 1 <= int(resumed[rl_a]) < 3, resumed
+    assert resumed[rl_b] == "1", resumed
+    stops = read_jsonl(tmp_path / "slurm" / runs["b"]["stages"]["rl"]["dir"] / "preemptions.jsonl")
+    assert [(r["stage"], r["step"], r["signal"]) for r in stops] == [("rl", 1, "SIGTERM")]
+    assert not (tmp_path / "slurm" / runs["a"]["stages"]["rl"]["dir"] / "preemptions.jsonl").exists()
     # ... and ended where the uninterrupted local run did: the same table, steps, weights and test reports.
     assert _table(tmp_path / "slurm") == _table(tmp_path / "local")
     for arm in ("a", "b"):
@@ -352,9 +486,10 @@ def test_a_killed_runner_leaves_its_jobs_queued_and_the_next_one_takes_them_over
                          slurm=SlurmOptions(poll_s=1.0))
     assert res.ok, res.index["runs"]
     text = "\n".join(lines)
-    # The RL and eval jobs still queued are taken over, not submitted twice; the data set's job is submitted again
-    # and the two jobs that waited on the cancelled one wait on the new one.
-    assert text.count("took over job ") == 2 and text.count("submitted ") == 1, text
+    # The RL and eval jobs still queued (and stage 0's, where the tiny base is not cached yet) are taken over, not
+    # submitted twice; the data set's job is submitted again and the two jobs that waited on the cancelled one wait
+    # on the new one.
+    assert text.count("took over job ") == len(jobs) - 1 and text.count("submitted ") == 1, text
     assert "submitted data (a seed 0)" in text and text.count("now waits on") == 2
     after = read_json(out / "index.json")["slurm_jobs"]
     assert len(after[data_node]) == 2 and {k: v for k, v in after.items() if k != data_node} == \

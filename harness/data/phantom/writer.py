@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -17,6 +18,7 @@ from harness.data.phantom.case import Case, sample_case
 from harness.data.phantom.config import PhantomConfig
 from harness.data.phantom.render import draw_image
 from harness.data.phantom.report import Report, compose_report
+from harness.runs import preemption
 from harness.runs.records import atomic_write_bytes
 
 
@@ -47,13 +49,10 @@ def case_and_report(cfg: PhantomConfig, index: int) -> tuple[Case, Report]:
     return case, compose_report(case, report_rng, cfg)
 
 
-def generate_item(cfg: PhantomConfig, index: int) -> tuple[dict, np.ndarray]:
-    """Annotation item and image for sample ``index`` (independent of ``cfg.n``)."""
-    case, report = case_and_report(cfg, index)
-    image_rng = _sample_generators(cfg.seed, index)[2]
-    present = case.present
+def _annotation_item(cfg: PhantomConfig, index: int, case: Case, report: Report) -> dict:
     item_id = f"{cfg.id_prefix}_{index:05d}"
-    item = {
+    present = case.present
+    return {
         "id": item_id,
         "report": report.text,
         "image_path": [f"images/{item_id}.png"],
@@ -62,7 +61,13 @@ def generate_item(cfg: PhantomConfig, index: int) -> tuple[dict, np.ndarray]:
         "present": [int(v) for v in present],
         "attributes": case.attributes(),
     }
-    return item, draw_image(case, image_rng, cfg.image_size)
+
+
+def generate_item(cfg: PhantomConfig, index: int) -> tuple[dict, np.ndarray]:
+    """Annotation item and image for sample ``index`` (independent of ``cfg.n``)."""
+    case, report = case_and_report(cfg, index)
+    image_rng = _sample_generators(cfg.seed, index)[2]
+    return _annotation_item(cfg, index, case, report), draw_image(case, image_rng, cfg.image_size)
 
 
 def _png_bytes(image: np.ndarray) -> bytes:
@@ -87,14 +92,42 @@ def synthesize(out_dir: str | os.PathLike, cfg: PhantomConfig | None = None,
         raise ValueError(f"synthesize: splits must be a non-empty subset of {SPLITS}, got {splits!r}")
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
+    keep = _start_partial(out, cfg)
     ranges = split_ranges(cfg.n, cfg.split_fractions)
     drawn: dict[str, list[dict]] = {name: [] for name in SPLITS}
     indices = [(name, index) for name in SPLITS if name in splits for index in ranges[name]]
     bar = tqdm(indices, desc="phantom", unit="img", disable=not sys.stderr.isatty())
-    for name, index in bar:
-        item, image = generate_item(cfg, index)
-        atomic_write_bytes(out / item["image_path"][0], _png_bytes(image))
-        drawn[name].append(item)
+    for n_done, (name, index) in enumerate(bar):
+        # A safe point: every image so far is whole on disk, and the partial marker lets a rerun keep them.
+        preemption.check(f"data synth {out}", f"{n_done} of {len(indices)} images kept for the rerun")
+        drawn[name].append(_draw_one(out, cfg, index, keep))
     path = out / "annotation.json"
     atomic_write_bytes(path, (json.dumps(drawn, sort_keys=True, indent=2) + "\n").encode("utf-8"))
+    (out / PARTIAL).unlink(missing_ok=True)
     return path
+
+
+# Beside the images of a synthesis that has not written its annotation yet: its config. A rerun with the same
+# config keeps those images (each was written whole, with a rename) instead of drawing them again.
+PARTIAL = "synth.partial.json"
+
+
+def _start_partial(out: Path, cfg: PhantomConfig) -> bool:
+    """Mark `out` as being synthesized with `cfg`; whether its images are an earlier try's with the same cfg."""
+    want = json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+    marker = out / PARTIAL
+    same = marker.is_file() and marker.read_text(encoding="utf-8") == want
+    if not same:
+        atomic_write_bytes(marker, want.encode("utf-8"))
+    return same
+
+
+def _draw_one(out: Path, cfg: PhantomConfig, index: int, keep: bool) -> dict:
+    """Sample `index`'s annotation item, its image written unless an interrupted try with this cfg wrote it."""
+    case, report = case_and_report(cfg, index)
+    item = _annotation_item(cfg, index, case, report)
+    image_path = out / item["image_path"][0]
+    if not (keep and image_path.is_file()):
+        image = draw_image(case, _sample_generators(cfg.seed, index)[2], cfg.image_size)
+        atomic_write_bytes(image_path, _png_bytes(image))
+    return item

@@ -479,6 +479,8 @@ def resumable_stage(stage: str):
             for step in range(start + 1, STEPS + 1):
                 if preemption.stop_agreed():
                     raise preemption.stop(out, stage, step - 1)
+                if os.environ.get("FAKE_SIGNAL_AT") == f"{stage}:{step}":  # a stop signal during this step
+                    _signal_self()
                 time.sleep(float(os.environ.get("FAKE_STEP_S", "0.05")))
                 with open(log, "a") as f:
                     f.write(json.dumps({"step": step, "loss": value / step}) + "\n")
