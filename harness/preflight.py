@@ -24,7 +24,7 @@ def check_split(split: str, key: str = "split") -> None:
 def check_names(cfg: RunConfig, stage: str | None) -> None:
     """Registered names the config refers to (only the stages that use them)."""
     if stage == "rl":
-        from rewards.registry import check_reward
+        from rewards.spec import check_reward
 
         try:
             check_reward(cfg.rl.reward)

@@ -37,7 +37,7 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
     from harness.aggregation import available_aggregations
     from harness.token_weighting.registry import available_token_weightings
     from regularizers.registry import available_references, available_regularizers
-    from rewards.registry import check_reward
+    from rewards.spec import check_reward
 
     for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
                               ("rl.reference", rl.reference, available_references()),

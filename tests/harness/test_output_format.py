@@ -17,8 +17,8 @@ from harness.output_format import (
     training_target,
     well_formatted_fraction,
 )
-from rewards.format import format_ok
-from rewards.registry import compute_reward
+from rewards.report_part import format_ok
+from rewards.spec import compute_reward
 
 NAN = float("nan")
 
