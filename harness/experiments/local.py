@@ -88,6 +88,7 @@ class LocalExperimentRun:
                  log: Callable[[str], None], argv: list[str] | None, launcher: str | None, workers: int,
                  wait_for_locks: bool, max_requeues: int = 3):
         self.plan, self.study, self.selected, self.fns = plan, plan.study, selected, fns
+        self.selected_set = set(selected)
         self.log, self.argv, self.launcher, self.workers = log, argv, launcher, workers
         self.wait_for_locks = wait_for_locks
         self.index_path = plan.out / INDEX_FILE
@@ -112,6 +113,10 @@ class LocalExperimentRun:
 
     def say(self, text: str) -> None:
         self.log(f"[experiment {self.study.name}] {text}")
+
+    def label(self, node: Node) -> str:
+        """The selected runs that need `node`, for progress lines (not the plan's other runs that share it)."""
+        return node_label(node, self.selected_set)
 
     def write_index(self) -> dict:
         index = build_index(self.plan, self.run_info, self.created, self.argv, self.executor_name)
@@ -240,18 +245,18 @@ class LocalExperimentRun:
         if held and self.wait_for_locks:
             if nid not in self.waiting:
                 self.waiting.add(nid)
-                self.say(f"waiting for {node.kind} ({node_label(node)}): {held}")
+                self.say(f"waiting for {node.kind} ({self.label(node)}): {held}")
             return False
         self.waiting.discard(nid)
         self.remaining.remove(nid)
         if held:
             node.status, node.error = "failed", held
-            self.say(f"FAILED {node.kind} ({node_label(node)}): {held}")
+            self.say(f"FAILED {node.kind} ({self.label(node)}): {held}")
             return None
         if node_done(node):  # another runner finished it while this one planned or waited
             release_lock(node.run_dir)
             node.status = "complete"
-            self.say(f"{node.kind} ({node_label(node)}) was finished by another runner: reused")
+            self.say(f"{node.kind} ({self.label(node)}) was finished by another runner: reused")
             return None
         return True
 
@@ -264,7 +269,7 @@ class LocalExperimentRun:
         fut = self.executor.submit(execute_node, node.kind, self.fns[node.kind], node.config, node.model_dir,
                                    self.launcher)
         self.running[fut] = nid
-        self.say(f"started {node.kind} ({node_label(node)})")
+        self.say(f"started {node.kind} ({self.label(node)})")
         return True
 
     def _collect(self, fut: Future) -> bool:
@@ -296,7 +301,7 @@ class LocalExperimentRun:
         if node.kind in STAGES:
             release_lock(node.run_dir)
         if not res.get("preempted"):
-            self.say(f"{'finished' if res['ok'] else 'FAILED'} {node.kind} ({node_label(node)}) in "
+            self.say(f"{'finished' if res['ok'] else 'FAILED'} {node.kind} ({self.label(node)}) in "
                      f"{res.get('elapsed_s') or 0:.0f}s")
         if res.get("preempted"):
             self._preempted(nid, node, res["preempted"])
@@ -312,7 +317,7 @@ class LocalExperimentRun:
         self._check_stop()
         if self.stopping:
             node.status = "pending"
-            self.say(f"preempted {node.kind} ({node_label(node)}): checkpoint written; it resumes when the "
+            self.say(f"preempted {node.kind} ({self.label(node)}): checkpoint written; it resumes when the "
                      "experiment is run again")
             return
         n = self.requeues.get(nid, 0) + 1
@@ -321,11 +326,11 @@ class LocalExperimentRun:
             node.status = "failed"
             node.error = (f"preempted {n} times (more than --max-requeues {self.max_requeues}); its checkpoint is "
                           f"kept: rerun the experiment to resume it ({message})")
-            self.say(f"FAILED {node.kind} ({node_label(node)}): {node.error}")
+            self.say(f"FAILED {node.kind} ({self.label(node)}): {node.error}")
             return
         node.status = "pending"
         self.remaining.insert(0, nid)
-        self.say(f"preempted {node.kind} ({node_label(node)}): resubmitted ({n} of at most {self.max_requeues}); "
+        self.say(f"preempted {node.kind} ({self.label(node)}): resubmitted ({n} of at most {self.max_requeues}); "
                  "it resumes from its checkpoint")
 
     def _replace_broken_pool(self) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from harness.config import ConfigError
 from harness.experiments.local import LocalExperimentRun
-from harness.experiments.plan import Node, node_label
+from harness.experiments.plan import Node
 from harness.experiments.resources import Resources
 from harness.experiments.study import STAGES
 from harness.experiments.workers import LAUNCHED_STAGES, WORKER_THREADS, execute_node, release_lock
@@ -239,7 +239,7 @@ class SlurmExperimentRun(LocalExperimentRun):
                 self.remaining.remove(nid)
                 node.status = "running"
                 self.running[nid] = jid
-                self.say(f"took over job {jid} of {node.kind} ({node_label(node)}) from an earlier runner")
+                self.say(f"took over job {jid} of {node.kind} ({self.label(node)}) from an earlier runner")
 
     def _loop(self) -> None:
         while self.remaining or self.running:
@@ -318,7 +318,7 @@ class SlurmExperimentRun(LocalExperimentRun):
         node.jobs.append(str(job.job_id))
         node.status = "running"
         self.running[nid] = str(job.job_id)
-        self.say(f"submitted {node.kind} ({node_label(node)}) as job {job.job_id}: {res.describe()}"
+        self.say(f"submitted {node.kind} ({self.label(node)}) as job {job.job_id}: {res.describe()}"
                  + (f", afterok {', '.join(after)}" if after else ""))
         # Jobs already queued that wait on this node (on a job of its that ended interrupted, or one an earlier
         # runner submitted) wait on the new job instead.
@@ -331,7 +331,7 @@ class SlurmExperimentRun(LocalExperimentRun):
         node, job_id = self.plan.nodes[nid], self.running[nid]
         waits = [self.running[d] for d in node.deps if d in self.running]
         self.queue.set_dependency(job_id, waits)
-        self.say(f"job {job_id} of {node.kind} ({node_label(node)}) now waits on {', '.join(waits) or 'nothing'}")
+        self.say(f"job {job_id} of {node.kind} ({self.label(node)}) now waits on {', '.join(waits) or 'nothing'}")
 
     # -- watching
 
@@ -395,7 +395,7 @@ class SlurmExperimentRun(LocalExperimentRun):
     def _resubmit(self, nid: str, job_id: str, job: JobState) -> None:
         node = self.plan.nodes[nid]
         self.resubmits[nid] = self.resubmits.get(nid, 0) + 1
-        self.say(f"job {job_id} of {node.kind} ({node_label(node)}) ended {job.describe()}: interrupted, "
+        self.say(f"job {job_id} of {node.kind} ({self.label(node)}) ended {job.describe()}: interrupted, "
                  f"submitting it again ({self.resubmits[nid]}/{self.options.max_resubmits}); it resumes from its "
                  "last checkpoint")
         if node.kind in STAGES:
@@ -413,7 +413,7 @@ class SlurmExperimentRun(LocalExperimentRun):
                 del self.running[dep_id]
                 dep_node.status = "skipped"
                 dep_node.error = f"needs {bad.kind} run {bad.key}, which did not finish"
-                self.say(f"cancelled job {dep_job} of {dep_node.kind} ({node_label(dep_node)}): {dep_node.error}")
+                self.say(f"cancelled job {dep_job} of {dep_node.kind} ({self.label(dep_node)}): {dep_node.error}")
                 self._cancel_dependents(dep_id)
 
 
