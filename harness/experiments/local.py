@@ -1,6 +1,7 @@
 """The local executor: an experiment's plan run on this machine's worker processes (run_experiment in
 harness/experiments/run.py builds the plan and hands it here; the Slurm executor, harness/experiments/slurm.py,
-subclasses LocalExperimentRun and overrides the executor's steps: open, loop, close)."""
+subclasses LocalExperimentRun and overrides the executor's steps: open, loop, close, and when a node is ready and
+how it runs)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def needed_order(plan: Plan, selected: list[tuple[str, int]]) -> list[str]:
 
 class LocalExperimentRun:
     """One call of run_experiment: the graph's state while it runs, on local workers (SlurmExperimentRun, in
-    harness/experiments/slurm.py, overrides the executor's steps: open, loop, close)."""
+    harness/experiments/slurm.py, overrides the executor's steps: open, loop, close, _ready, _run_node)."""
 
     executor_name = "local"
 
@@ -209,18 +210,19 @@ class LocalExperimentRun:
             self.write_index()
 
     def _start_ready(self) -> bool:
-        """Skip the nodes whose inputs failed, start those whose inputs are complete; whether anything changed."""
+        """Skip the nodes whose inputs failed, start those that are ready (`_ready`); whether anything changed."""
         progressed = False
         for nid in list(self.remaining):
             node = self.plan.nodes[nid]
             if self._skip_if_inputs_failed(nid, node):
                 progressed = True
-                continue
-            dep_status = [self.plan.nodes[d].status for d in node.deps]
-            if all(s == "complete" for s in dep_status) and len(self.running) < self.limit:
-                if self._start(nid, node):
-                    progressed = True
+            elif self._ready(node) and self._start(nid, node):
+                progressed = True
         return progressed
+
+    def _ready(self, node: Node) -> bool:
+        """Whether a node may start now: its inputs are complete and a worker is free."""
+        return all(self.plan.nodes[d].status == "complete" for d in node.deps) and len(self.running) < self.limit
 
     def _skip_if_inputs_failed(self, nid: str, node: Node) -> bool:
         """Mark a waiting node skipped when one of its inputs failed, was skipped or pruned; whether it was."""
@@ -265,12 +267,16 @@ class LocalExperimentRun:
         claimed = self._claim(nid, node)
         if claimed is not True:
             return claimed is None
+        self._run_node(nid, node)
+        return True
+
+    def _run_node(self, nid: str, node: Node) -> None:
+        """Hand a claimed node to a worker."""
         node.status = "running"
         fut = self.executor.submit(execute_node, node.kind, self.fns[node.kind], node.config, node.model_dir,
                                    self.launcher)
         self.running[fut] = nid
         self.say(f"started {node.kind} ({self.label(node)})")
-        return True
 
     def _collect(self, fut: Future) -> bool:
         """Record one finished node (the eval's metrics.json, times, status); whether the worker pool broke."""

@@ -243,7 +243,7 @@ class SlurmExperimentRun(LocalExperimentRun):
 
     def _loop(self) -> None:
         while self.remaining or self.running:
-            changed = self._submit_ready()
+            changed = self._start_ready()
             changed = self._poll() or changed
             if changed:
                 self._settle_runs()
@@ -255,28 +255,21 @@ class SlurmExperimentRun(LocalExperimentRun):
 
     # -- submitting
 
-    def _submit_ready(self) -> bool:
-        """Submit every node whose inputs are complete or queued (as afterok dependencies); skip those whose
-        inputs failed. Whether anything changed."""
-        changed = False
-        for nid in list(self.remaining):
-            node = self.plan.nodes[nid]
-            if self._skip_if_inputs_failed(nid, node):
-                changed = True
-                continue
-            if not all(self.plan.nodes[d].status == "complete" or d in self.running for d in node.deps):
-                continue
-            claimed = self._claim(nid, node)
-            if claimed is None:
-                changed = True
-                if node.status != "complete":
-                    self._cancel_dependents(nid)
-            elif claimed:
-                if node.kind in STAGES:
-                    release_lock(node.run_dir)  # the stage in the job locks its folder itself
-                self._submit(nid, node)
-                changed = True
-        return changed
+    def _ready(self, node: Node) -> bool:
+        """Submitted as soon as its inputs are complete or queued (they become afterok dependencies)."""
+        return all(self.plan.nodes[d].status == "complete" or d in self.running for d in node.deps)
+
+    def _claim(self, nid: str, node: Node) -> bool | None:
+        claimed = super()._claim(nid, node)
+        if claimed is None and node.status != "complete":  # failed: jobs an earlier runner queued leave the queue
+            self._cancel_dependents(nid)
+        return claimed
+
+    def _run_node(self, nid: str, node: Node) -> None:
+        """Submit a claimed node's job."""
+        if node.kind in STAGES:
+            release_lock(node.run_dir)  # the stage in the job locks its folder itself
+        self._submit(nid, node)
 
     def _skip_if_inputs_failed(self, nid: str, node: Node) -> bool:
         skipped = super()._skip_if_inputs_failed(nid, node)
