@@ -203,6 +203,7 @@ def _weights(run: Path) -> dict[str, list]:
     return {k: v.tolist() for k, v in load_file(run / "model" / "adapter_model.safetensors").items()}
 
 
+@pytest.mark.slow  # 180 s on 2 loaded cores (2026-12-02): make test-slow
 @pytest.mark.slurm
 def test_a_tiny_study_on_slurm_equals_the_local_run_with_a_killed_job_resubmitted(tmp_path, monkeypatch):
     why = _cluster_answers()
@@ -316,6 +317,7 @@ run_experiment(load_study(sys.argv[1]), sys.argv[2], functions=FAKES, executor="
 """
 
 
+@pytest.mark.slow  # 52 s on 2 loaded cores (2026-12-02): make test-slow
 @pytest.mark.slurm
 def test_a_killed_runner_leaves_its_jobs_queued_and_the_next_one_takes_them_over(tmp_path, monkeypatch):
     why = _cluster_answers()

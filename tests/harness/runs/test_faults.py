@@ -582,6 +582,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # 44 s on 2 loaded cores (2026-12-02): make test-slow
 def test_a_stop_signal_to_the_runner_ends_it_with_75_and_the_rerun_completes(tmp_path, calls):
     """SIGTERM to `regbench experiment run` itself (a scheduler stopping the job): it passes the signal to its
     workers, they checkpoint, it exits 75; the same command then finishes with the uninterrupted records."""
