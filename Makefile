@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test test-slow lint install clean
 
 # DeepSpeed (a dependency) is built without compiled ops (DS_BUILD_OPS=0) and against the installed torch
 # (--no-build-isolation), so torch and the build backend go in first.
@@ -26,8 +26,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/regbench demo
 
+# `make test` leaves out the tests marked slow (pyproject.toml, [tool.pytest.ini_options] markers); `make test-slow`
+# runs only those. CI (.ci/run) runs both, so every test runs there.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -102,7 +102,7 @@ def trl_trainer(model_dir: Path, processor, prompts, args, out_dir: Path, callba
     from trl import GRPOConfig, GRPOTrainer
 
     from harness.batching import suppressed_token_ids
-    from rewards.registry import compute_reward
+    from rewards.spec import compute_reward
 
     tok = processor.tokenizer
 

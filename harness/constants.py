@@ -31,3 +31,7 @@ BLEU_COUNT_KEYS: tuple[str, ...] = (*(f"correct_{n}" for n in range(1, 5)), *(f"
 
 # The model stages of REVA-PO's pipeline, in order (a study's `pipeline:` lists some of them).
 PIPELINE_STAGES: tuple[str, ...] = ("warmup", "classifier", "sft", "rl")
+
+# The smallest image side the phantom generator draws for (harness/data/phantom/config.py); `data.synth_image_size`
+# and `data synth --image-size` are checked against this same bound.
+MIN_IMAGE_SIZE = 32

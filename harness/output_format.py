@@ -15,13 +15,13 @@ at test time. This project's choices, each named here:
   (the "observations considered" of the case). Labels are the data set's (the phantom's stored ones;
   `harness.prompts.reference_labels` otherwise).
 - Scoring (validation, test, and every reward except the format reward itself): `report_part(text, fmt)`. For
-  `think_report` that is `rewards.format.extract_report`: the `<report>` part of a well-formed output; for a badly
+  `think_report` that is `rewards.report_part.extract_report`: the `<report>` part of a well-formed output; for a badly
   formatted one the whole text with the four tags replaced by spaces (MRG-R1 says nothing on this; the text is
   scored as it stands, so a broken layout is penalised by the format reward, and by the metrics only as far as
   its words are wrong). For `plain` the text is scored unchanged.
 - RL rewards (`reward_inputs`): a reward that judges the raw output (`scores_raw_text`: the format reward, the
   composites, which extract the report part themselves) gets the output; any other gets `report_part`.
-- `well_formatted_fraction(texts)`: the share of texts with the layout (rewards.format.format_ok); validation
+- `well_formatted_fraction(texts)`: the share of texts with the layout (rewards.report_part.format_ok); validation
   rows and test scores log it for every arm (`well_formatted`), so a plain arm shows 0.
 - `format_token_ids(tokenizer)`: the tokens the four tags are written with in a target, whose embedding and
   output rows `model.train_format_tokens` trains (the tiny tokenizer, trained on report text, writes each tag
@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from harness.constants import OBSERVATIONS
-from rewards.format import TAGS, extract_report, format_ok
+from rewards.report_part import TAGS, extract_report, format_ok
 
 __all__ = [
     "FORMAT_HINT",
@@ -99,11 +99,12 @@ def well_formatted_fraction(texts: Sequence[str]) -> float:
 
 
 def reward_inputs(reward: str, texts: Sequence[str], fmt: str) -> list[str]:
-    """The texts the registered reward `reward` scores: raw outputs for a reward with `scores_raw_text` (or a plain
-    model), else their report parts."""
-    from rewards.registry import get_reward
+    """The texts the reward `reward` (a registered name, `module:function` or a weighted mix) scores: raw outputs
+    for a reward with `scores_raw_text` (a mix extracts the parts itself) or a plain model, else their report
+    parts."""
+    from rewards.spec import resolve_reward
 
-    if _check(fmt) == "plain" or getattr(get_reward(reward), "scores_raw_text", False):
+    if _check(fmt) == "plain" or getattr(resolve_reward(reward), "scores_raw_text", False):
         return list(texts)
     return [report_part(t, fmt) for t in texts]
 

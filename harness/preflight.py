@@ -24,7 +24,7 @@ def check_split(split: str, key: str = "split") -> None:
 def check_names(cfg: RunConfig, stage: str | None) -> None:
     """Registered names the config refers to (only the stages that use them)."""
     if stage == "rl":
-        from rewards.registry import check_reward
+        from rewards.spec import check_reward
 
         try:
             check_reward(cfg.rl.reward)
@@ -45,7 +45,10 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
             check_base_model(cfg.model.path, "model.path")
     else:
         check_base_model(cfg.model.path or _preset_path(cfg), "model.path")
-    if stage == "sft" and cfg.classifier.dir:
+    if stage == "sft":
+        if not cfg.classifier.dir:
+            raise ConfigError("stage 2 (sft) needs 'classifier.dir': the folder written by `regbench classifier "
+                              "train`")
         check_classifier_dir(cfg.classifier.dir, "classifier.dir")
     if stage == "classifier" and cfg.classifier.pretrained_path:
         from harness.models.classifier.model import read_state_dict

@@ -4,11 +4,11 @@
 that calls each component with the same references and context and sums the weighted scores. Weights are
 used as given (not renormalised); each must be finite and >= 0 and their sum > 0. Components with weight 0
 are not computed. A component is a registered name or ``package.module:function`` (rewards/registry.py:
-resolve_reward); components are resolved when the composite is called, so a composite can be built at import
+named_reward); components are resolved when the composite is called, so a composite can be built at import
 time; an unknown name fails then, with the registry's error. `rl.reward={bleu4: 0.5, chexpert_f1: 0.5}` builds one
-from the config (checked when the config loads: rewards/registry.py check_reward).
+from the config (rewards/spec.py: resolve_reward; checked when the config loads: check_reward).
 
-`score_report_part=True` (the default): components score `rewards.format.extract_report(candidate)`, the
+`score_report_part=True` (the default): components score `rewards.report_part.extract_report(candidate)`, the
 `<report>` part of a `<think>...</think><report>...</report>` output (or the tag-stripped text when the
 format is broken). Rewards that judge the raw output carry `scores_raw_text = True` (the format reward,
 composites) and always get the raw candidate. With `score_report_part=False` every component gets the raw
@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from rewards.registry import register_reward
+from rewards.registry import named_reward, register_reward
+from rewards.report_part import extract_report
 
 __all__ = ["MRG_R1_WEIGHTS", "check_weights", "make_composite"]
 
@@ -59,16 +60,13 @@ def make_composite(weights: Mapping[str, float], score_report_part: bool = True)
     active = [(name, w) for name, w in checked.items() if w > 0]
 
     def composite(candidates: list[str], references: list[str], **context) -> np.ndarray:
-        from rewards.format import extract_report
-        from rewards.registry import resolve_reward
-
         if len(candidates) != len(references):
             raise ValueError(f"composite reward: {len(candidates)} candidates but {len(references)} references")
         raw = list(candidates)
         reports = [extract_report(text) for text in raw] if score_report_part else raw
         total = np.zeros(len(raw), dtype=np.float64)
         for name, weight in active:
-            fn = resolve_reward(name)
+            fn = named_reward(name)
             texts = raw if getattr(fn, "scores_raw_text", False) else reports
             scores = np.asarray(fn(texts, references, **context), dtype=np.float64)
             if scores.shape != (len(raw),):

@@ -6,19 +6,17 @@ A reward maps candidate reports and their references to one float per candidate:
 what it needs by keyword and ignores the rest. Rewards must be finite: the loop rejects NaN or inf with an
 error naming the reward.
 
-What `rl.reward` may name (a *reward spec*, resolved by `resolve_reward`, checked by `check_reward`):
-- a registered name: ``bleu4``;
-- any importable callable with the signature above, outside this package: ``package.module:function`` (the
-  module on the Python path, as TRL takes any callable as a reward);
-- a weighted sum of either: ``{bleu4: 0.5, chexpert_f1: 0.5}`` (rewards/composite.py: weights finite, >= 0, summing
-  to > 0, used as given).
+A reward is named (`named_reward`) by its registered name, ``bleu4``, or, outside this package, by any importable
+callable with the signature above, ``package.module:function`` (the module on the Python path, as TRL takes any
+callable as a reward). What `rl.reward` may name, a weighted sum of named rewards included, is a *reward spec*:
+rewards/spec.py resolves and checks it; rewards/composite.py builds the weighted sums.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,13 +42,6 @@ def available_rewards() -> list[str]:
 def get_reward(name: str) -> RewardFn:
     """The reward registered as ``name``; an unknown name is a ValueError listing the registered ones."""
     return _REWARD_REGISTRY.lookup(name)
-
-
-def reward_label(spec: Any) -> str:
-    """A short text for a reward spec: its name, ``module:function``, or ``0.5*bleu4+0.5*chexpert_f1``."""
-    if isinstance(spec, Mapping):
-        return "+".join(f"{w:g}*{name}" if isinstance(w, int | float) else f"{w!r}*{name}" for name, w in spec.items())
-    return str(spec)
 
 
 def import_reward(path: str) -> RewardFn:
@@ -90,46 +81,9 @@ def check_signature(name: str, fn: Callable) -> None:
                          "**context (the per-sample extras some rewards use; a reward ignores what it does not need)")
 
 
-def resolve_reward(spec: Any) -> RewardFn:
-    """The reward function of a spec (module docstring): a registered name, ``package.module:function``, or a
-    weighted mapping of either (a composite, rewards/composite.py). Errors are ValueErrors naming the part."""
-    if isinstance(spec, Mapping):
-        from rewards.composite import make_composite
-
-        return make_composite(spec)
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"reward {spec!r} must be a name, package.module:function, or {{name: weight, ...}}")
-    if ":" in spec:
-        return import_reward(spec)
-    return get_reward(spec)
-
-
-def check_reward(spec: Any) -> None:
-    """Resolve every part of a spec now (names against the registry, modules imported, signatures and weights
-    checked), so that a typo fails when the config loads; raises ValueError naming the function or weight."""
-    if isinstance(spec, Mapping):
-        from rewards.composite import check_weights
-
-        for name in check_weights(spec):  # each weight finite, >= 0, their sum > 0 (the error names the weight)
-            try:
-                resolve_reward(name)
-            except ValueError as e:
-                raise ValueError(f"component '{name}' of the weighted reward: {e}") from e
-    else:
-        resolve_reward(spec)
-
-
-def compute_reward(name: Any, candidates: list[str], references: list[str], **context) -> np.ndarray:
-    """Call the reward of a spec (a registered name, ``module:function`` or a weighted mapping) and check its
-    output: shape [N], finite."""
-    label = reward_label(name)
-    if len(candidates) != len(references):
-        raise ValueError(f"reward '{label}': {len(candidates)} candidates but {len(references)} references")
-    out = np.asarray(resolve_reward(name)(candidates, references, **context), dtype=np.float64)
-    if out.shape != (len(candidates),):
-        raise ValueError(f"reward '{label}' returned shape {out.shape}, expected ({len(candidates)},)")
-    bad = ~np.isfinite(out)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"reward '{label}' gave {out[i]} for candidate {i}: {candidates[i][:80]!r}")
-    return out
+def named_reward(name: str) -> RewardFn:
+    """The reward a name gives: ``package.module:function`` (imported and checked, `import_reward`) or a registered
+    name (`get_reward`); a ValueError names what is wrong."""
+    if ":" in name:
+        return import_reward(name)
+    return get_reward(name)

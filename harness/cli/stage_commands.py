@@ -13,8 +13,8 @@ from harness.runs import preemption
 
 
 def cmd_data_synth(ns) -> int:
+    from harness.constants import MIN_IMAGE_SIZE
     from harness.data.phantom import PhantomConfig, synthesize
-    from harness.data.phantom.config import MIN_IMAGE_SIZE
     from harness.runs.state import check_out_dir
 
     # The options by their own names, then the folder: nothing is created before all of them pass.

@@ -90,7 +90,7 @@ class RLConfig:
     zero_std_groups: str = knob("keep", "Groups whose rewards are all equal: keep (their tokens still count in the "
                                         "denominators and the KL term, official code) or drop (removed from the "
                                         "loss).")
-    reward: str | dict[str, float] = knob("bleu4", "Reward (rewards/registry.py): a registered name (bleu4), any "
+    reward: str | dict[str, float] = knob("bleu4", "Reward (rewards/spec.py): a registered name (bleu4), any "
                                                    "importable function with the reward signature fn(candidates, "
                                                    "references, **context) as package.module:function, or a "
                                                    "weighted sum of either, {bleu4: 0.5, chexpert_f1: 0.5} "

@@ -190,7 +190,8 @@ class PromptConfig:
                               "With think_report, SFT targets carry that layout (the reasoning span: the observations "
                               "the reference states present or possible; project's choice, MRG-R1 gives no cold "
                               "start), the instruction asks for it (project's wording), and validation and test score "
-                              "the <report> part (rewards.format.extract_report). Set it for sft, rl and eval alike.")
+                              "the <report> part (rewards.report_part.extract_report). Set it for sft, rl and eval "
+                              "alike.")
 
 
 @dataclass

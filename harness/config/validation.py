@@ -8,10 +8,11 @@ import math
 import re
 from typing import Any
 
+from harness.config.names import signal_numbers, tracker_names
 from harness.config.presets import PRESETS
 from harness.config.rl import RLConfig
 from harness.config.run import RunConfig
-from harness.data.phantom.config import MIN_IMAGE_SIZE
+from harness.constants import MIN_IMAGE_SIZE
 from harness.errors import ConfigError
 
 
@@ -37,7 +38,7 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
     from harness.aggregation import available_aggregations
     from harness.token_weighting.registry import available_token_weightings
     from regularizers.registry import available_references, available_regularizers
-    from rewards.registry import check_reward
+    from rewards.spec import check_reward
 
     for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
                               ("rl.reference", rl.reference, available_references()),
@@ -123,8 +124,6 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(isinstance(signals, list | tuple), "train.preempt_signals", signals,
              "must be a list of signal names, e.g. [SIGTERM, SIGUSR1] ([] = none)")
         try:
-            from harness.runs.preemption import signal_numbers
-
             signal_numbers(signals)
         except ValueError as e:
             need(False, "train.preempt_signals", signals, f"is refused: {e}")
@@ -187,8 +186,6 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
 def _check_trackers(cfg: RunConfig, need) -> None:
     """train.report_to: known tracker names ("none" alone), and W&B installed when it is asked for."""
     import importlib.util
-
-    from harness.runs.trackers import tracker_names
 
     try:
         names, problem = tracker_names(cfg.train.report_to), None

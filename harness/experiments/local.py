@@ -1,6 +1,7 @@
 """The local executor: an experiment's plan run on this machine's worker processes (run_experiment in
 harness/experiments/run.py builds the plan and hands it here; the Slurm executor, harness/experiments/slurm.py,
-subclasses LocalExperimentRun and overrides the executor's steps: open, loop, close)."""
+subclasses LocalExperimentRun and overrides the executor's steps: open, loop, close, and when a node is ready and
+how it runs)."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def needed_order(plan: Plan, selected: list[tuple[str, int]]) -> list[str]:
 
 class LocalExperimentRun:
     """One call of run_experiment: the graph's state while it runs, on local workers (SlurmExperimentRun, in
-    harness/experiments/slurm.py, overrides the executor's steps: open, loop, close)."""
+    harness/experiments/slurm.py, overrides the executor's steps: open, loop, close, _ready, _run_node)."""
 
     executor_name = "local"
 
@@ -95,6 +96,7 @@ class LocalExperimentRun:
                  log: Callable[[str], None], argv: list[str] | None, launcher: str | None, workers: int,
                  wait_for_locks: bool, max_requeues: int = 3):
         self.plan, self.study, self.selected, self.fns = plan, plan.study, selected, fns
+        self.selected_set = set(selected)
         self.log, self.argv, self.launcher, self.workers = log, argv, launcher, workers
         self.wait_for_locks = wait_for_locks
         self.index_path = plan.out / INDEX_FILE
@@ -119,6 +121,10 @@ class LocalExperimentRun:
 
     def say(self, text: str) -> None:
         self.log(f"[experiment {self.study.name}] {text}")
+
+    def label(self, node: Node) -> str:
+        """The selected runs that need `node`, for progress lines (not the plan's other runs that share it)."""
+        return node_label(node, self.selected_set)
 
     def write_index(self) -> dict:
         index = build_index(self.plan, self.run_info, self.created, self.argv, self.executor_name)
@@ -213,18 +219,19 @@ class LocalExperimentRun:
             self.write_index()
 
     def _start_ready(self) -> bool:
-        """Skip the nodes whose inputs failed, start those whose inputs are complete; whether anything changed."""
+        """Skip the nodes whose inputs failed, start those that are ready (`_ready`); whether anything changed."""
         progressed = False
         for nid in list(self.remaining):
             node = self.plan.nodes[nid]
             if self._skip_if_inputs_failed(nid, node):
                 progressed = True
-                continue
-            dep_status = [self.plan.nodes[d].status for d in node.deps]
-            if all(s == "complete" for s in dep_status) and len(self.running) < self.limit:
-                if self._start(nid, node):
-                    progressed = True
+            elif self._ready(node) and self._start(nid, node):
+                progressed = True
         return progressed
+
+    def _ready(self, node: Node) -> bool:
+        """Whether a node may start now: its inputs are complete and a worker is free."""
+        return all(self.plan.nodes[d].status == "complete" for d in node.deps) and len(self.running) < self.limit
 
     def _skip_if_inputs_failed(self, nid: str, node: Node) -> bool:
         """Mark a waiting node skipped when one of its inputs failed, was skipped or pruned; whether it was."""
@@ -249,18 +256,18 @@ class LocalExperimentRun:
         if held and self.wait_for_locks:
             if nid not in self.waiting:
                 self.waiting.add(nid)
-                self.say(f"waiting for {node.kind} ({node_label(node)}): {held}")
+                self.say(f"waiting for {node.kind} ({self.label(node)}): {held}")
             return False
         self.waiting.discard(nid)
         self.remaining.remove(nid)
         if held:
             node.status, node.error = "failed", held
-            self.say(f"FAILED {node.kind} ({node_label(node)}): {held}")
+            self.say(f"FAILED {node.kind} ({self.label(node)}): {held}")
             return None
         if node_done(node):  # another runner finished it while this one planned or waited
             release_lock(node.run_dir)
             node.status = "complete"
-            self.say(f"{node.kind} ({node_label(node)}) was finished by another runner: reused")
+            self.say(f"{node.kind} ({self.label(node)}) was finished by another runner: reused")
             return None
         return True
 
@@ -271,12 +278,16 @@ class LocalExperimentRun:
         claimed = self._claim(nid, node)
         if claimed is not True:
             return claimed is None
+        self._run_node(nid, node)
+        return True
+
+    def _run_node(self, nid: str, node: Node) -> None:
+        """Hand a claimed node to a worker."""
         node.status = "running"
         fut = self.executor.submit(execute_node, node.kind, self.fns[node.kind], node.config, node.model_dir,
                                    self.launcher)
         self.running[fut] = nid
-        self.say(f"started {node.kind} ({node_label(node)})")
-        return True
+        self.say(f"started {node.kind} ({self.label(node)})")
 
     def _collect(self, fut: Future) -> bool:
         """Record one finished node (the eval's metrics.json, times, status); whether the worker pool broke."""
@@ -307,7 +318,7 @@ class LocalExperimentRun:
         if node.kind in STAGES:
             release_lock(node.run_dir)
         if not res.get("preempted"):
-            self.say(f"{'finished' if res['ok'] else 'FAILED'} {node.kind} ({node_label(node)}) in "
+            self.say(f"{'finished' if res['ok'] else 'FAILED'} {node.kind} ({self.label(node)}) in "
                      f"{res.get('elapsed_s') or 0:.0f}s")
         if res.get("preempted"):
             self._preempted(nid, node, res["preempted"])
@@ -323,7 +334,7 @@ class LocalExperimentRun:
         self._check_stop()
         if self.stopping:
             node.status = "pending"
-            self.say(f"preempted {node.kind} ({node_label(node)}): checkpoint written; it resumes when the "
+            self.say(f"preempted {node.kind} ({self.label(node)}): checkpoint written; it resumes when the "
                      "experiment is run again")
             return
         n = self.requeues.get(nid, 0) + 1
@@ -332,11 +343,11 @@ class LocalExperimentRun:
             node.status = "failed"
             node.error = (f"preempted {n} times (more than --max-requeues {self.max_requeues}); its checkpoint is "
                           f"kept: rerun the experiment to resume it ({message})")
-            self.say(f"FAILED {node.kind} ({node_label(node)}): {node.error}")
+            self.say(f"FAILED {node.kind} ({self.label(node)}): {node.error}")
             return
         node.status = "pending"
         self.remaining.insert(0, nid)
-        self.say(f"preempted {node.kind} ({node_label(node)}): resubmitted ({n} of at most {self.max_requeues}); "
+        self.say(f"preempted {node.kind} ({self.label(node)}): resubmitted ({n} of at most {self.max_requeues}); "
                  "it resumes from its checkpoint")
 
     def _replace_broken_pool(self) -> None:

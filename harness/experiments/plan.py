@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,9 +288,11 @@ def link_stages(plan: Plan) -> None:
                 (rp.dir / f"{stage}.path").write_text(target + "\n")
 
 
-def node_label(node: Node) -> str:
-    """Which arms and seeds a graph node serves, for progress lines."""
-    users = sorted({f"{arm} seed {seed}" for arm, seed in node.users})
+def node_label(node: Node, selected: Collection[tuple[str, int]] | None = None) -> str:
+    """Which arms and seeds a graph node serves, for progress lines: the `selected` runs (those this call runs)
+    that use it, or every run of the plan that does when `selected` is None (or when none of it does)."""
+    users = [u for u in node.users if selected is None or u in selected] or node.users
+    users = sorted({f"{arm} seed {seed}" for arm, seed in users})
     return ", ".join(users[:3]) + (f", +{len(users) - 3} more" if len(users) > 3 else "")
 
 

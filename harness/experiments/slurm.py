@@ -29,7 +29,7 @@ from pathlib import Path
 
 from harness.config import ConfigError
 from harness.experiments.local import LocalExperimentRun
-from harness.experiments.plan import Node, node_label
+from harness.experiments.plan import Node
 from harness.experiments.resources import Resources
 from harness.experiments.study import STAGES
 from harness.experiments.workers import LAUNCHED_STAGES, WORKER_THREADS, execute_node, release_lock
@@ -245,13 +245,13 @@ class SlurmExperimentRun(LocalExperimentRun):
                 self.remaining.remove(nid)
                 node.status = "running"
                 self.running[nid] = jid
-                self.say(f"took over job {jid} of {node.kind} ({node_label(node)}) from an earlier runner")
+                self.say(f"took over job {jid} of {node.kind} ({self.label(node)}) from an earlier runner")
 
     def _loop(self) -> None:
         while self.remaining or self.running:
             if self._stop_requested():
                 break
-            changed = self._submit_ready()
+            changed = self._start_ready()
             changed = self._poll() or changed
             if changed:
                 self._settle_runs()
@@ -272,28 +272,21 @@ class SlurmExperimentRun(LocalExperimentRun):
 
     # -- submitting
 
-    def _submit_ready(self) -> bool:
-        """Submit every node whose inputs are complete or queued (as afterok dependencies); skip those whose
-        inputs failed. Whether anything changed."""
-        changed = False
-        for nid in list(self.remaining):
-            node = self.plan.nodes[nid]
-            if self._skip_if_inputs_failed(nid, node):
-                changed = True
-                continue
-            if not all(self.plan.nodes[d].status == "complete" or d in self.running for d in node.deps):
-                continue
-            claimed = self._claim(nid, node)
-            if claimed is None:
-                changed = True
-                if node.status != "complete":
-                    self._cancel_dependents(nid)
-            elif claimed:
-                if node.kind in STAGES:
-                    release_lock(node.run_dir)  # the stage in the job locks its folder itself
-                self._submit(nid, node)
-                changed = True
-        return changed
+    def _ready(self, node: Node) -> bool:
+        """Submitted as soon as its inputs are complete or queued (they become afterok dependencies)."""
+        return all(self.plan.nodes[d].status == "complete" or d in self.running for d in node.deps)
+
+    def _claim(self, nid: str, node: Node) -> bool | None:
+        claimed = super()._claim(nid, node)
+        if claimed is None and node.status != "complete":  # failed: jobs an earlier runner queued leave the queue
+            self._cancel_dependents(nid)
+        return claimed
+
+    def _run_node(self, nid: str, node: Node) -> None:
+        """Submit a claimed node's job."""
+        if node.kind in STAGES:
+            release_lock(node.run_dir)  # the stage in the job locks its folder itself
+        self._submit(nid, node)
 
     def _skip_if_inputs_failed(self, nid: str, node: Node) -> bool:
         skipped = super()._skip_if_inputs_failed(nid, node)
@@ -335,7 +328,7 @@ class SlurmExperimentRun(LocalExperimentRun):
         node.jobs.append(str(job.job_id))
         node.status = "running"
         self.running[nid] = str(job.job_id)
-        self.say(f"submitted {node.kind} ({node_label(node)}) as job {job.job_id}: {res.describe()}"
+        self.say(f"submitted {node.kind} ({self.label(node)}) as job {job.job_id}: {res.describe()}"
                  + (f", afterok {', '.join(after)}" if after else ""))
         # Jobs already queued that wait on this node (on a job of its that ended interrupted, or one an earlier
         # runner submitted) wait on the new job instead.
@@ -348,7 +341,7 @@ class SlurmExperimentRun(LocalExperimentRun):
         node, job_id = self.plan.nodes[nid], self.running[nid]
         waits = [self.running[d] for d in node.deps if d in self.running]
         self.queue.set_dependency(job_id, waits)
-        self.say(f"job {job_id} of {node.kind} ({node_label(node)}) now waits on {', '.join(waits) or 'nothing'}")
+        self.say(f"job {job_id} of {node.kind} ({self.label(node)}) now waits on {', '.join(waits) or 'nothing'}")
 
     # -- watching
 
@@ -412,7 +405,7 @@ class SlurmExperimentRun(LocalExperimentRun):
     def _resubmit(self, nid: str, job_id: str, job: JobState) -> None:
         node = self.plan.nodes[nid]
         self.resubmits[nid] = self.resubmits.get(nid, 0) + 1
-        self.say(f"job {job_id} of {node.kind} ({node_label(node)}) ended {job.describe()}: interrupted, "
+        self.say(f"job {job_id} of {node.kind} ({self.label(node)}) ended {job.describe()}: interrupted, "
                  f"submitting it again ({self.resubmits[nid]}/{self.options.max_resubmits}); it resumes from its "
                  "last checkpoint")
         if node.kind in STAGES:
@@ -430,7 +423,7 @@ class SlurmExperimentRun(LocalExperimentRun):
                 del self.running[dep_id]
                 dep_node.status = "skipped"
                 dep_node.error = f"needs {bad.kind} run {bad.key}, which did not finish"
-                self.say(f"cancelled job {dep_job} of {dep_node.kind} ({node_label(dep_node)}): {dep_node.error}")
+                self.say(f"cancelled job {dep_job} of {dep_node.kind} ({self.label(dep_node)}): {dep_node.error}")
                 self._cancel_dependents(dep_id)
 
 

@@ -79,8 +79,8 @@ from harness.schedule import epoch_order, make_scheduler
 from harness.snapshots import SnapshotStore
 from harness.token_weighting.registry import build_token_weighting
 from regularizers.registry import reference_from_config, regularizer_from_config
-from rewards.format import format_ok
-from rewards.registry import compute_reward
+from rewards.report_part import format_ok
+from rewards.spec import compute_reward
 
 
 class StepLoss:

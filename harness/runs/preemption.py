@@ -23,12 +23,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from harness.config.names import signal_numbers
 from harness.runs.schema import PREEMPTIONS_FILE
 
 REQUEUE_EXIT_CODE = 75
 DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1")
-# Signals a process cannot handle, or that would make no sense as "please stop": refused by the config check.
-_REFUSED = ("SIGKILL", "SIGSTOP", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGCHLD")
 
 _received: list[str] = []  # the names of the signals received since the last clear(), in order
 
@@ -43,24 +42,6 @@ class Preempted(Exception):  # noqa: N818 - it is a request, not an error
         by = f" by {signal_name}" if signal_name else ""
         super().__init__(f"{what}: preempted{by}{at}, {kept}; rerun the same command to resume "
                          f"(exit status {REQUEUE_EXIT_CODE} asks the scheduler to requeue)")
-
-
-def signal_numbers(names: Iterable[str], key: str = "train.preempt_signals") -> list[signal.Signals]:
-    """The signals named (e.g. "SIGTERM", "USR1", "10"); a clear error naming `key` for a bad one."""
-    out = []
-    for name in names:
-        text = str(name).strip().upper()
-        try:
-            sig = signal.Signals(int(text)) if text.isdigit() else signal.Signals[
-                text if text.startswith("SIG") else f"SIG{text}"]
-        except (KeyError, ValueError):
-            raise ValueError(f"{key}: {name!r} is not a signal name (e.g. SIGTERM, SIGUSR1, SIGUSR2, SIGINT)") \
-                from None
-        if sig.name in _REFUSED:
-            raise ValueError(f"{key}: {sig.name} cannot ask a run to stop (it cannot be handled, or it reports a "
-                             f"crash); use SIGTERM, SIGUSR1, SIGUSR2 or SIGINT")
-        out.append(sig)
-    return out
 
 
 def _handler(signum, _frame) -> None:

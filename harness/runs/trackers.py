@@ -25,24 +25,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-TRACKERS = ("tensorboard", "wandb")
 TB_DIR = "tb"
 WANDB_DIR = "wandb"
-
-
-def tracker_names(report_to: str | Sequence[str] | None) -> list[str]:
-    """The trackers `train.report_to` names, in order, without repeats: "none" (or an empty list) is none, a
-    string is one, a list several. Unknown names are a ValueError naming them and the known ones."""
-    if report_to is None:
-        return []
-    items = [report_to] if isinstance(report_to, str) else list(report_to)
-    names = list(dict.fromkeys(str(x).strip().lower() for x in items))
-    unknown = [n for n in names if n not in (*TRACKERS, "none")]
-    if unknown:
-        raise ValueError(f"unknown tracker {unknown[0]!r}; known: {', '.join(TRACKERS)}, none")
-    if "none" in names and len(names) > 1:
-        raise ValueError(f"'none' cannot be combined with other trackers ({', '.join(names)})")
-    return [n for n in names if n != "none"]
 
 
 def scalars(row: dict) -> dict[str, float]:
@@ -135,6 +119,6 @@ _CLASSES = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker}
 
 def open_trackers(names: Sequence[str], run_dir: str | Path, stage: str = "", config: dict | None = None,
                   project: str = "regbench", purge_step: int | None = None) -> list[Tracker]:
-    """The trackers `names` (tracker_names) of a run directory."""
+    """The trackers `names` (harness/config/names.py: tracker_names) of a run directory."""
     return [_CLASSES[n](Path(run_dir), stage=stage, config=config, project=project, purge_step=purge_step)
             for n in names]

@@ -114,7 +114,7 @@ def _score(names: list[str], candidates: list[str], references: list[str], group
     """Each reward of `names` on the candidates; a think_report model's candidates are scored as the RL reward
     scores them (harness/output_format.py: reward_inputs, the <report> part for a clinical reward)."""
     from harness.output_format import reward_inputs
-    from rewards.registry import compute_reward
+    from rewards.spec import compute_reward
 
     refs = [r for r in references for _ in range(group_size)]
     return {n: compute_reward(n, reward_inputs(n, candidates, output_format), refs).reshape(len(references), group_size)

@@ -120,7 +120,7 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
         runstate.discard_run(path)
     else:
         runstate.check_reuse(path, cfg, stage)  # again, now that no one else writes it
-    from harness.runs.trackers import tracker_names
+    from harness.config.names import tracker_names
 
     run = RunDir(path, trackers=tracker_names(cfg.train.report_to),
                  tracker_info={"stage": stage, "config": to_dict(cfg), "project": cfg.train.wandb_project})

@@ -78,7 +78,7 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     `labeler_f1`, `labeler_exact` (what `gold_f1` / `gold_exact` were before issue 24). `completions`
     (harness/grpo/validation.py COMPLETIONS): each prompt's id, instruction, report, reward and reference report, for
     the trackers' table."""
-    from rewards.registry import compute_reward
+    from rewards.spec import compute_reward
 
     raw = hyps
     hyps = [report_part(h, cfg.prompt.output_format) for h in raw]  # the <report> part (think_report)

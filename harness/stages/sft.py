@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.config import ConfigError, RunConfig
+from harness.config import RunConfig
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.output_format import format_instruction, training_target
@@ -24,9 +24,7 @@ from harness.stages.loading import begin_stage
 
 @preemption.preemptible
 def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
-    if not cfg.classifier.dir:
-        raise ConfigError("stage 2 (sft) needs 'classifier.dir': the folder written by `regbench classifier train`")
-    start = begin_stage(cfg, "sft", progress)  # data-parallel under torchrun / accelerate launch
+    start = begin_stage(cfg, "sft", progress)  # checks classifier.dir first (preflight); data-parallel under torchrun
     if start.complete:
         return start.run.path / "model"
     dist, run, progress, splits = start.dist, start.run, start.progress, start.splits

@@ -328,3 +328,17 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
     assert "Traceback" in err and "'rl.top_k'" in err
     assert main(["train", "rl", "rl.top_k=-3", "--debug", f"out_dir={tmp_path}/o"]) == 2  # anywhere on the line
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_sft_without_a_classifier_is_refused_before_stage_0(tmp_path, capsys, monkeypatch):
+    # `train sft` builds the tiny base first (prepare_base); the missing classifier.dir is one of the cheap checks
+    # that come before it, not minutes of stage 0 later.
+    import harness.stages.pretrain
+
+    def no_stage0(cfg, progress=False):
+        raise AssertionError("stage 0 was built before the check")
+
+    monkeypatch.setattr(harness.stages.pretrain, "build_base", no_stage0)
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "sft", "--no-progress", f"data.synth_dir={tmp_path}/phantom"]) == 2
+    assert "needs 'classifier.dir'" in capsys.readouterr().err

@@ -549,6 +549,21 @@ def test_exact_runs_are_selected_in_one_pool(tmp_path, calls):
         run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None, runs=[("a", 5)])
 
 
+def test_progress_lines_name_only_the_selected_runs_that_need_a_node(tmp_path, calls):
+    """A node shared by runs that are not selected (the demo selects 10 of its 18) is labelled with the selected
+    ones: the data set serves all six runs of the study, the seed-0 warm-up serves a, b and c."""
+    study = load_study(write_study(tmp_path, ARMS, seeds="[0, 1]"))
+    lines: list[str] = []
+    res = run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lines.append,
+                         runs=[("a", 0), ("b", 0), ("a", 1)])
+    assert res.ok
+    started = [x.split("] ", 1)[1] for x in lines if "] started " in x]
+    assert "started data (a seed 0, a seed 1, b seed 0)" in started
+    assert "started warmup (a seed 0, b seed 0)" in started
+    assert "started rl (a seed 1)" in started
+    assert not [x for x in lines if "c seed" in x or " more)" in x]
+
+
 def test_experiment_list_cli(tmp_path, capsys):
     assert main(["experiment", "list", str(EXPERIMENTS / "table4_rl_ablation.yaml"), "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out

@@ -17,8 +17,8 @@ from harness.output_format import (
     training_target,
     well_formatted_fraction,
 )
-from rewards.format import format_ok
-from rewards.registry import compute_reward
+from rewards.report_part import format_ok
+from rewards.spec import compute_reward
 
 NAN = float("nan")
 
@@ -71,6 +71,10 @@ def test_reward_inputs_give_raw_text_only_to_rewards_that_judge_it():
     assert reward_inputs("format", texts, "think_report") == texts
     assert reward_inputs("mccs", texts, "think_report") == ["no pneumothorax ."]
     assert reward_inputs("mccs", texts, "plain") == texts
+    # A weighted mix from the config (and a user's module:function) resolves as RL resolves it: the mix extracts
+    # the report part itself (get_reward of a mapping raised before).
+    assert reward_inputs({"mccs": 0.75, "format": 0.25}, texts, "think_report") == texts
+    assert reward_inputs("rewards.format:format_reward", texts, "think_report") == texts
 
 
 def test_format_reward_varies_on_a_controlled_batch_so_mrg_r1_and_mccs_advantages_differ():
@@ -124,7 +128,7 @@ def test_format_token_ids_are_the_tags_pieces_and_nothing_else(tiny_tokenizer):
     """The rows model.train_format_tokens trains (issue 24): every token of the four tags as a target writes them,
     no token of the reasoning or the report around them."""
     from harness.output_format import format_token_ids
-    from rewards.format import TAGS
+    from rewards.report_part import TAGS
 
     ids = format_token_ids(tiny_tokenizer)
     tag_pieces = {p for tag in TAGS for p in tiny_tokenizer.convert_ids_to_tokens(

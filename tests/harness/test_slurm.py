@@ -326,6 +326,7 @@ def _weights(run: Path) -> dict[str, list]:
     return {k: v.tolist() for k, v in load_file(run / "model" / "adapter_model.safetensors").items()}
 
 
+@pytest.mark.slow  # 180 s on 2 loaded cores (2026-12-02): make test-slow
 @pytest.mark.slurm
 def test_a_tiny_study_on_slurm_equals_the_local_run_with_a_killed_and_a_preempted_job_resubmitted(tmp_path,
                                                                                                  monkeypatch):
@@ -450,6 +451,7 @@ run_experiment(load_study(sys.argv[1]), sys.argv[2], functions=FAKES, executor="
 """
 
 
+@pytest.mark.slow  # 52 s on 2 loaded cores (2026-12-02): make test-slow
 @pytest.mark.slurm
 def test_a_killed_runner_leaves_its_jobs_queued_and_the_next_one_takes_them_over(tmp_path, monkeypatch):
     why = _cluster_answers()
@@ -464,7 +466,7 @@ def test_a_killed_runner_leaves_its_jobs_queued_and_the_next_one_takes_them_over
     runner = subprocess.Popen([sys.executable, "-c", _RUNNER, str(path), str(out)], env=env)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # until its jobs (data, RL, eval; one pass) are in the index
+        while time.monotonic() < deadline:  # until its jobs (data, stage 0, RL, eval; one pass) are in the index
             try:
                 if "eval:a:0" in read_json(out / "index.json").get("slurm_jobs", {}):
                     break
@@ -486,9 +488,9 @@ def test_a_killed_runner_leaves_its_jobs_queued_and_the_next_one_takes_them_over
                          slurm=SlurmOptions(poll_s=1.0))
     assert res.ok, res.index["runs"]
     text = "\n".join(lines)
-    # The RL and eval jobs still queued (and stage 0's, where the tiny base is not cached yet) are taken over, not
-    # submitted twice; the data set's job is submitted again and the two jobs that waited on the cancelled one wait
-    # on the new one.
+    # The jobs still queued (RL, eval, and stage 0's where no earlier test of the session cached a base) are taken
+    # over, not submitted twice; the data set's job is submitted again and the two jobs that waited on the
+    # cancelled one wait on the new one.
     assert text.count("took over job ") == len(jobs) - 1 and text.count("submitted ") == 1, text
     assert "submitted data (a seed 0)" in text and text.count("now waits on") == 2
     after = read_json(out / "index.json")["slurm_jobs"]

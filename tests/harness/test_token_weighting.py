@@ -17,7 +17,7 @@ from harness.token_weighting.registry import (
     register_token_weighting,
 )
 from harness.token_weighting.tfidf import TfidfWeighting
-from rewards.registry import compute_reward
+from rewards.spec import compute_reward
 
 
 def test_builtin_weighters_registered_and_built_from_the_rl_config():

@@ -256,7 +256,8 @@ def test_constructed_outputs_map_for_both_modes(tiny_chexbert, monkeypatch):
 
 
 def test_chexbert_f1_reward(tiny_chexbert, monkeypatch):
-    from rewards.registry import compute_reward, get_reward
+    from rewards.registry import get_reward
+    from rewards.spec import compute_reward
 
     assert get_reward("chexbert_f1") is chexbert.chexbert_f1
     labels = label_reports_chexbert(REPORTS)

@@ -10,7 +10,7 @@ import rewards.chexpert_f1 as cf1
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
 from harness.evaluation import ce_scores
 from rewards.chexpert_f1 import binary_f1, chexpert_f1
-from rewards.registry import compute_reward
+from rewards.spec import compute_reward
 
 CM, PE, PT = (OBSERVATIONS.index(n) for n in ("Cardiomegaly", "Pleural Effusion", "Pneumothorax"))
 REF = "mild cardiomegaly . small left pleural effusion ."  # positives: Cardiomegaly, Pleural Effusion

@@ -9,7 +9,8 @@ import pytest
 
 from rewards.composite import MRG_R1_WEIGHTS, make_composite
 from rewards.mccs import ce_f1, mccs
-from rewards.registry import compute_reward, get_reward
+from rewards.registry import get_reward
+from rewards.spec import compute_reward
 
 REF = "small left pleural effusion . no pneumothorax ."
 

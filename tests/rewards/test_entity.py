@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rewards.entity import entity_f1, extract_entities
-from rewards.registry import compute_reward
+from rewards.spec import compute_reward
 
 PE, PT, OP, NF = "Pleural Effusion", "Pneumothorax", "Lung Opacity", "No Finding"
 

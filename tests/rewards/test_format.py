@@ -1,12 +1,13 @@
-"""Tests of MRG-R1's format reward and report extraction (rewards/format.py)."""
+"""Tests of MRG-R1's format reward (rewards/format.py) and report extraction (rewards/report_part.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rewards.format import extract_report, format_ok, format_reward
-from rewards.registry import compute_reward
+from rewards.format import format_reward
+from rewards.report_part import extract_report, format_ok
+from rewards.spec import compute_reward
 
 GOOD = [
     "<think>look at the bases</think><report>small left effusion .</report>",

@@ -12,7 +12,8 @@ from harness.evaluation import ce_scores
 from rewards.chexpert import label_reports
 from rewards.chexpert_f1 import chexpert_f1
 from rewards.mccs import DEFAULT_MARGIN, ce_f1, make_mccs, margin_cosine, mccs, signed_vectors
-from rewards.registry import REWARDS, compute_reward
+from rewards.registry import REWARDS
+from rewards.spec import compute_reward
 
 IDX = {name: i for i, name in enumerate(OBSERVATIONS)}
 

@@ -249,7 +249,8 @@ def test_constructed_annotations_give_hand_computed_f1(tiny_radgraph_xl, monkeyp
 
 
 def test_reward_is_registered_with_the_paper_defaults(tiny_radgraph_xl):
-    from rewards.registry import compute_reward, get_reward
+    from rewards.registry import get_reward
+    from rewards.spec import compute_reward
 
     assert get_reward("radgraph_f1") is rg.radgraph_reward
     reward = compute_reward("radgraph_f1", HYPS, REFS, radgraph_device="cpu")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from harness.config import ConfigError, build_config, load_config
-from rewards.registry import check_reward, compute_reward, reward_label
+from rewards.spec import check_reward, compute_reward, reward_label
 
 USER = '''
 import numpy as np

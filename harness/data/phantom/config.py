@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.constants import MIN_IMAGE_SIZE  # the smallest image side the drawing is made for
 from harness.data.phantom.vocabulary import FINDINGS, default_rates
 
 # What the generator draws for a given config and seed. Bump it with any change to the cases, reports or images
@@ -12,10 +13,6 @@ from harness.data.phantom.vocabulary import FINDINGS, default_rates
 #    lines, mild effusion, mild pneumothorax; opacity brighter): at 128 px they were 1-3 px wide (issue 12,
 #    docs/calibration.md).
 GENERATOR_VERSION = 2
-
-# The smallest image side the drawing is made for (`data.synth_image_size` and `data synth --image-size` are
-# checked against this same bound).
-MIN_IMAGE_SIZE = 32
 
 
 @dataclass

@@ -29,7 +29,7 @@ def _huge_reward(candidates, references, **_):
 
 @register_reward("test_huge_on_second_call")
 def _huge_once(candidates, references, **_):
-    # (NaN or inf never get here: rewards/registry.py refuses them with an error naming the candidate.)
+    # (NaN or inf never get here: rewards/spec.py (compute_reward) refuses them with an error naming the candidate.)
     _CALLS["n"] += 1
     out = np.array([len(c.split()) / 10.0 + 0.01 * i for i, c in enumerate(candidates)])
     return out * 1e300 if _CALLS["n"] == 2 else out

@@ -67,7 +67,7 @@ def test_gold_metric_is_the_gold_readers_against_the_image_truth():
 def test_proxy_reward_is_the_mean_rl_reward_of_the_validation_reports():
     from harness.config import RunConfig
     from harness.stages.rl import score_validation
-    from rewards.registry import compute_reward
+    from rewards.spec import compute_reward
 
     refs = ["mild cardiomegaly . no effusion .", "small left pleural effusion .", "the lungs are clear .",
             "right pneumothorax .", "normal heart ."]

@@ -6,8 +6,8 @@ accelerator, gloo).
   step is a fresh Adam step from the snapshot, as in plain torch; without the master sync ZeRO's fp32 copy undoes
   the restore (the negative control that shows the hook matters).
 
-deepspeed is a dependency (`make install` builds it with DS_BUILD_OPS=0), so this runs in every `make test`; it
-skips only where an install lacks it.
+deepspeed is a dependency (`make install` builds it with DS_BUILD_OPS=0), so this runs in every CI run (its tests
+are marked slow: `make test-slow`, which .ci/run runs after `make test`); it skips only where an install lacks it.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@
   reset having restored the best snapshot into ZeRO's fp32 master and cleared the Adam moments. Inside the
   launch the reset is also checked directly: live weights = best snapshot, no optimizer state left.
 
-deepspeed is a dependency (`make install` builds it with DS_BUILD_OPS=0), so this runs in every `make test`; it
-skips only where an install lacks it.
+deepspeed is a dependency (`make install` builds it with DS_BUILD_OPS=0), so this runs in every CI run (its tests
+are marked slow: `make test-slow`, which .ci/run runs after `make test`); it skips only where an install lacks it.
 """
 
 from __future__ import annotations

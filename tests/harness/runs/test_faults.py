@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.config.names import signal_numbers
 from harness.runs import checkpoint_io, preemption
 from harness.runs.checkpoint_io import CheckpointError, resume_folder, save_state
 from harness.runs.durable import DiskFullError
@@ -66,12 +67,11 @@ def test_a_stop_signal_only_sets_the_flag_and_the_earlier_handler_comes_back():
 
 
 def test_signal_names_are_checked():
-    assert [s.name for s in preemption.signal_numbers(["TERM", "SIGUSR1", "12"])] == ["SIGTERM", "SIGUSR1",
-                                                                                       "SIGUSR2"]
+    assert [s.name for s in signal_numbers(["TERM", "SIGUSR1", "12"])] == ["SIGTERM", "SIGUSR1", "SIGUSR2"]
     with pytest.raises(ValueError, match=r"train.preempt_signals: 'SIGFOO' is not a signal name"):
-        preemption.signal_numbers(["SIGFOO"])
+        signal_numbers(["SIGFOO"])
     with pytest.raises(ValueError, match="SIGKILL cannot ask a run to stop"):
-        preemption.signal_numbers(["SIGKILL"])
+        signal_numbers(["SIGKILL"])
 
 
 def _agree_worker(rank: int, world: int, port: int, out: str) -> None:
@@ -584,6 +584,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # 44 s on 2 loaded cores (2026-12-02): make test-slow
 def test_a_stop_signal_to_the_runner_ends_it_with_75_and_the_rerun_completes(tmp_path, calls):
     """SIGTERM to `regbench experiment run` itself (a scheduler stopping the job): it passes the signal to its
     workers, they checkpoint, it exits 75; the same command then finishes with the uninterrupted records."""

@@ -146,6 +146,7 @@ def _index_records(out: Path) -> dict:
     return {k: index[k] for k in ("runs", "summary", "arms", "seeds", "stages_dir")}
 
 
+@pytest.mark.slow  # 48 s on 2 loaded cores (2026-12-02): make test-slow
 def test_kill9_of_a_two_worker_experiment_then_rerun_gives_the_uninterrupted_records(tmp_path, calls):
     path = write_study(tmp_path, ARMS, seeds="[0]")
     ref = tmp_path / "ref"
@@ -165,6 +166,7 @@ def test_kill9_of_a_two_worker_experiment_then_rerun_gives_the_uninterrupted_rec
     assert not list(out.rglob(".regbench.lock"))
 
 
+@pytest.mark.slow  # 75 s on 2 loaded cores (2026-12-02): make test-slow
 def test_kill9_of_a_two_parallel_trial_search_then_rerun_gives_the_uninterrupted_records(tmp_path, calls):
     path = write_search(tmp_path, n_trials=4)
     ref = tmp_path / "ref"

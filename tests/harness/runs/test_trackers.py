@@ -1,5 +1,5 @@
-"""harness/runs/trackers.py: train.report_to's names, TensorBoard events and a W&B offline run with the JSONL keys,
-and the validation completions as a table."""
+"""harness/runs/trackers.py: train.report_to's names (parsed by harness/config/names.py), TensorBoard events and a
+W&B offline run with the JSONL keys, and the validation completions as a table."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import re
 import pytest
 
 from harness.config import ConfigError, load_config
+from harness.config.names import tracker_names
 from harness.runs.records import RunDir, read_jsonl
-from harness.runs.trackers import markdown_table, scalars, tracker_names, wandb_run_id
+from harness.runs.trackers import markdown_table, scalars, wandb_run_id
 from tests.wandb_records import history, offline_runs
 
 COLUMNS = ("id", "prompt", "completion", "reward", "gold")

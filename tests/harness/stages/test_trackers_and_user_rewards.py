@@ -80,7 +80,7 @@ def test_rl_validation_completions_are_a_table(pipeline):
     assert [t["_step"] for t in tables] == [e["step"] for e in read_jsonl(run_dir / "evals.jsonl")]
     table = json.loads((folder / "files" / tables[-1]["val/completions/path"]).read_text())
     assert table["columns"] == ["id", "prompt", "completion", "reward", "gold"] and len(table["data"]) == 4
-    from rewards.registry import compute_reward
+    from rewards.spec import compute_reward
 
     ids, prompts, texts, rewards, gold = zip(*table["data"], strict=True)
     assert list(rewards) == pytest.approx(list(compute_reward("bleu4", list(texts), list(gold))))
@@ -126,7 +126,7 @@ def test_a_weighted_mix_of_a_users_reward_and_bleu4_from_yaml_drives_the_rl_stag
 
     from harness.config import load_config
     from harness.stages.common import load_splits
-    from rewards.registry import compute_reward
+    from rewards.spec import compute_reward
 
     config = tmp_path / "mix.yaml"
     config.write_text("rl:\n  reward:\n    my_rewards:brevity: 0.25\n    bleu4: 0.75\n")

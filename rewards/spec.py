@@ -1,0 +1,71 @@
+"""Reward specs: what `rl.reward` may name, resolved to one reward function and checked.
+
+A spec is
+- a registered name: ``bleu4``;
+- any importable callable with the reward signature, outside this package: ``package.module:function``
+  (rewards/registry.py: `named_reward`);
+- a weighted sum of either: ``{bleu4: 0.5, chexpert_f1: 0.5}`` (rewards/composite.py: weights finite, >= 0, summing
+  to > 0, used as given).
+
+`resolve_reward` gives the function, `check_reward` resolves every part now (so that a typo fails when the config
+loads), `compute_reward` calls the function and checks its output, `reward_label` is the short text of a spec.
+This module sits above the registry and the composites: both are resolved from here, and neither imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rewards.composite import check_weights, make_composite
+from rewards.registry import RewardFn, named_reward
+
+__all__ = ["check_reward", "compute_reward", "resolve_reward", "reward_label"]
+
+
+def reward_label(spec: Any) -> str:
+    """A short text for a reward spec: its name, ``module:function``, or ``0.5*bleu4+0.5*chexpert_f1``."""
+    if isinstance(spec, Mapping):
+        return "+".join(f"{w:g}*{name}" if isinstance(w, int | float) else f"{w!r}*{name}" for name, w in spec.items())
+    return str(spec)
+
+
+def resolve_reward(spec: Any) -> RewardFn:
+    """The reward function of a spec (module docstring): a registered name, ``package.module:function``, or a
+    weighted mapping of either (a composite, rewards/composite.py). Errors are ValueErrors naming the part."""
+    if isinstance(spec, Mapping):
+        return make_composite(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"reward {spec!r} must be a name, package.module:function, or {{name: weight, ...}}")
+    return named_reward(spec)
+
+
+def check_reward(spec: Any) -> None:
+    """Resolve every part of a spec now (names against the registry, modules imported, signatures and weights
+    checked), so that a typo fails when the config loads; raises ValueError naming the function or weight."""
+    if isinstance(spec, Mapping):
+        for name in check_weights(spec):  # each weight finite, >= 0, their sum > 0 (the error names the weight)
+            try:
+                resolve_reward(name)
+            except ValueError as e:
+                raise ValueError(f"component '{name}' of the weighted reward: {e}") from e
+    else:
+        resolve_reward(spec)
+
+
+def compute_reward(name: Any, candidates: list[str], references: list[str], **context) -> np.ndarray:
+    """Call the reward of a spec (a registered name, ``module:function`` or a weighted mapping) and check its
+    output: shape [N], finite."""
+    label = reward_label(name)
+    if len(candidates) != len(references):
+        raise ValueError(f"reward '{label}': {len(candidates)} candidates but {len(references)} references")
+    out = np.asarray(resolve_reward(name)(candidates, references, **context), dtype=np.float64)
+    if out.shape != (len(candidates),):
+        raise ValueError(f"reward '{label}' returned shape {out.shape}, expected ({len(candidates)},)")
+    bad = ~np.isfinite(out)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"reward '{label}' gave {out[i]} for candidate {i}: {candidates[i][:80]!r}")
+    return out
