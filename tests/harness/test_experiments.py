@@ -769,3 +769,25 @@ def test_train_format_tokens_is_keyed_only_when_set(monkeypatch):
     monkeypatch.undo()
     cfg.model.train_format_tokens = True
     assert resolve.config_key("sft", cfg, {"warmup": "abc"}) != key
+
+
+def test_eager_attention_is_keyed_only_when_another_kernel_is_set(monkeypatch):
+    """model.attn_implementation (issue 27): eager, what every tiny run computed before the field existed, leaves a
+    stage run's key as it was; sdpa (the tiny preset files) computes other last bits, so it is part of the key."""
+    from harness.config import load_config, to_dict
+    from harness.experiments import resolve
+
+    cfg = load_config(None, [])
+    assert cfg.model.attn_implementation == "eager"
+    key = resolve.config_key("rl", cfg, {"init": "abc"})
+
+    def without_field(c):
+        d = to_dict(c)
+        d["model"].pop("attn_implementation")
+        return d
+
+    monkeypatch.setattr(resolve, "to_dict", without_field)
+    assert resolve.config_key("rl", cfg, {"init": "abc"}) == key
+    monkeypatch.undo()
+    cfg.model.attn_implementation = "sdpa"
+    assert resolve.config_key("rl", cfg, {"init": "abc"}) != key
