@@ -28,7 +28,9 @@ policy chosen by rl.select (best_val or final), the same rule for every arm, is 
 Dropout: the rollouts and the old, reference and validation passes run in eval mode (dropout off: the same
 weights give the same numbers). The current policy's pass with grad runs in eval mode too by default, so the ratio
 is exactly 1 when current = old; with rl.policy_dropout (the official code, the paper presets) it runs in train
-mode, LoRA dropout active, and then no frozen pass borrows the current pass's values (`_frozen_passes`).
+mode, LoRA dropout active, and then no frozen pass borrows the current pass's values (`_frozen_passes`). With
+gradient checkpointing (model.gradient_checkpointing) the eval-mode pass runs in train mode with its dropout
+modules off, as transformers recomputes activations only in train mode (harness/models/pass_mode.py).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from harness.grpo.validation import (
     ValidationEvent,
     validation_score,
 )
+from harness.models.pass_mode import set_grad_pass_mode
 from harness.models.precision import base_dtype
 from harness.output_format import reward_inputs
 from harness.parallel.distributed import Dist, shard
@@ -298,7 +301,8 @@ class GRPOTrainer:
         loss = StepLoss(rl, self.regularizer, self.lp_temp, ro, chunks, frozen, adv, advantages, mask)
         lr = self.optimizer.param_groups[0]["lr"]
         try:
-            self.model.train(rl.policy_dropout)  # the current policy's pass with grad (rl.policy_dropout)
+            # the current policy's pass with grad (rl.policy_dropout; gradient checkpointing needs train mode)
+            set_grad_pass_mode(self.model, rl.policy_dropout)
             outcome = self.updater.update(loss, chunks, self.optimizer, grad_clip=self.tcfg.grad_clip,
                                           normalizer=loss.normalizer,
                                           rejected=reward_problem(rl.reward, raw, adv) or frozen_problem(frozen))
