@@ -750,44 +750,38 @@ def test_in_process_runs_use_the_worker_thread_count(tmp_path, calls):
     assert torch.get_num_threads() == 2  # restored
 
 
-def test_train_format_tokens_is_keyed_only_when_set(monkeypatch):
-    """model.train_format_tokens (issue 24) at its default leaves a stage run's key what it was before the field
-    existed (earlier studies' stage runs are reused); set, it is part of the key."""
-    from harness.config import load_config, to_dict
+def _key_without_field(monkeypatch, kind: str, cfg, inputs: dict, field: str) -> str:
+    """The stage key `cfg` would have had before the model section's `field` existed."""
+    from harness.config import to_dict
     from harness.experiments import resolve
-
-    cfg = load_config(None, ["prompt.output_format=think_report"])
-    key = resolve.config_key("sft", cfg, {"warmup": "abc"})
 
     def without_field(c):
         d = to_dict(c)
-        d["model"].pop("train_format_tokens")
+        d["model"].pop(field)
         return d
 
     monkeypatch.setattr(resolve, "to_dict", without_field)
-    assert resolve.config_key("sft", cfg, {"warmup": "abc"}) == key  # as a config without the field
+    key = resolve.config_key(kind, cfg, inputs)
     monkeypatch.undo()
-    cfg.model.train_format_tokens = True
-    assert resolve.config_key("sft", cfg, {"warmup": "abc"}) != key
+    return key
 
 
-def test_eager_attention_is_keyed_only_when_another_kernel_is_set(monkeypatch):
-    """model.attn_implementation (issue 27): eager, what every tiny run computed before the field existed, leaves a
-    stage run's key as it was; sdpa (the tiny preset files) computes other last bits, so it is part of the key."""
-    from harness.config import load_config, to_dict
+@pytest.mark.parametrize(("overrides", "kind", "inputs", "field", "keyed_value"), [
+    # model.train_format_tokens (issue 24) at its default
+    (["prompt.output_format=think_report"], "sft", {"warmup": "abc"}, "train_format_tokens", True),
+    # model.attn_implementation (issue 27): eager, what every tiny run computed before the field existed; sdpa (the
+    # tiny preset files) computes other last bits
+    ([], "rl", {"init": "abc"}, "attn_implementation", "sdpa"),
+])
+def test_later_model_fields_are_keyed_only_when_they_change_what_runs(monkeypatch, overrides, kind, inputs, field,
+                                                                      keyed_value):
+    """At the value that computes what runs computed before the field existed, a stage run keeps its key (earlier
+    studies' stage runs are reused); at another value the field is part of the key."""
+    from harness.config import load_config
     from harness.experiments import resolve
 
-    cfg = load_config(None, [])
-    assert cfg.model.attn_implementation == "eager"
-    key = resolve.config_key("rl", cfg, {"init": "abc"})
-
-    def without_field(c):
-        d = to_dict(c)
-        d["model"].pop("attn_implementation")
-        return d
-
-    monkeypatch.setattr(resolve, "to_dict", without_field)
-    assert resolve.config_key("rl", cfg, {"init": "abc"}) == key
-    monkeypatch.undo()
-    cfg.model.attn_implementation = "sdpa"
-    assert resolve.config_key("rl", cfg, {"init": "abc"}) != key
+    cfg = load_config(None, overrides)
+    key = resolve.config_key(kind, cfg, inputs)
+    assert _key_without_field(monkeypatch, kind, cfg, inputs, field) == key
+    setattr(cfg.model, field, keyed_value)
+    assert resolve.config_key(kind, cfg, inputs) != key

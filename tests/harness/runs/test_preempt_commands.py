@@ -46,6 +46,21 @@ def signal_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def signal_on_call(monkeypatch, module, name: str, nth: int) -> list[int]:
+    """SIGTERM to this process during the `nth` call of `module.name` (which then runs on as before); returns the
+    call counter ([calls so far])."""
+    real, calls = getattr(module, name), [0]
+
+    def then_signal(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == nth:
+            signal_self()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, then_signal)
+    return calls
+
+
 def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -60,16 +75,7 @@ def test_data_synth_stopped_by_a_signal_keeps_its_images_and_the_rerun_equals_an
 
     argv = ["data", "synth", "--n", "12", "--seed", "3", "--image-size", "32", "--out"]
     assert main([*argv, str(tmp_path / "ref")]) == 0
-    drawn = {"n": 0}
-    real_draw = writer.draw_image
-
-    def draw_then_signal(*args, **kwargs):  # SIGTERM while the 5th image is drawn
-        drawn["n"] += 1
-        if drawn["n"] == 5:
-            signal_self()
-        return real_draw(*args, **kwargs)
-
-    monkeypatch.setattr(writer, "draw_image", draw_then_signal)
+    drawn = signal_on_call(monkeypatch, writer, "draw_image", 5)  # SIGTERM while the 5th image is drawn
     out = tmp_path / "out"
     capsys.readouterr()
     with signals_caught():
@@ -80,7 +86,7 @@ def test_data_synth_stopped_by_a_signal_keeps_its_images_and_the_rerun_equals_an
     # uninterrupted set, byte for byte.
     preemption.clear()
     assert main([*argv, str(out)]) == 0
-    assert drawn["n"] == 12
+    assert drawn[0] == 12
     assert _files(out) == _files(tmp_path / "ref")
 
 
@@ -120,22 +126,13 @@ def test_eval_stopped_between_decode_batches_writes_nothing_and_the_rerun_equals
     capsys.readouterr()
     assert main([*argv, str(tmp_path / "ref")]) == 0
     want = json.loads(capsys.readouterr().out)
-    batches = {"n": 0}
-    real_decode = decoding.decode_tokens
-
-    def decode_then_signal(*args, **kwargs):  # SIGTERM during the first of 3 decode batches
-        batches["n"] += 1
-        if batches["n"] == 1:
-            signal_self()
-        return real_decode(*args, **kwargs)
-
-    monkeypatch.setattr(decoding, "decode_tokens", decode_then_signal)
+    batches = signal_on_call(monkeypatch, decoding, "decode_tokens", 1)  # SIGTERM during the first of 3 decode batches
     out = tmp_path / "out"
     with signals_caught():
         assert main([*argv, str(out)]) == preemption.REQUEUE_EXIT_CODE
     err = capsys.readouterr().err
     assert "preempted by SIGTERM, 2 of 6 reports decoded, nothing written" in err, err
-    assert batches["n"] == 1 and not out.exists()  # the --out folder is left as it was (absent)
+    assert batches[0] == 1 and not out.exists()  # the --out folder is left as it was (absent)
     preemption.clear()  # (a new process in real use)
     assert main([*argv, str(out)]) == 0
     assert json.loads(capsys.readouterr().out) == want
