@@ -2,6 +2,7 @@
 
     python benchmarks/bench_rollout.py                      # tiny preset, 4 prompts x G=4 = 16 rows x 48 tokens
     python benchmarks/bench_rollout.py --repeats 15 --threads 1 --max-new-tokens 48
+    python benchmarks/bench_rollout.py --count-ops               # torch ops per decoded token of the lean loop
 
 The model is the tiny preset (built like benchmarks/bench_rl_step.py: harness.models.tiny with
 harness.config.ModelConfig's sizes, LoRA r = 32 on every linear layer + the merger, set trainable for stage "rl"),
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (the goal is on one core)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--count-ops", action="store_true",
+                        help="instead of timing: torch ops per decoded token of the lean loop (torch.profiler)")
     args = parser.parse_args(argv)
 
     import torch
@@ -78,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                                  repetition_penalty=1.03, suppress_tokens=suppressed_token_ids(tok),
                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.convert_tokens_to_ids(END))
 
+    if args.count_ops:
+        return count_ops(decode, args)
     ref, lean = rollout("hf"), rollout("lean")
     if not torch.equal(ref.sequences, lean.sequences) or not torch.equal(decode("hf"), decode("lean")):
         print("lean and generate returned different tokens; not timing", file=sys.stderr)
@@ -99,6 +104,34 @@ def main(argv: list[str] | None = None) -> int:
         for b in BACKENDS:
             print(f"  {b:5s} median {med[b]:.4f} s   min {min(times[b]):.4f} s")
         print(f"  speed-up (median hf / median lean): {med['hf'] / med['lean']:.2f}x")
+    return 0
+
+
+def count_ops(decode, args) -> int:
+    """Ops per decoded token: the lean decoding call for max_new_tokens and for 1 new token (prefill + the first
+    token) under torch.profiler; the difference over max_new_tokens - 1. "top-level" counts the ops the loop calls
+    (an aten op inside another one, e.g. addmm inside linear, is not counted again); "all" counts every aten op."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def measure(tokens: int) -> tuple[int, int, float]:
+        args.max_new_tokens = tokens
+        decode("lean")  # warm
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            decode("lean")
+        aten = [e for e in prof.events() if e.name.startswith("aten::")]
+        top = [e for e in aten if not (e.cpu_parent and e.cpu_parent.name.startswith("aten::"))]
+        return len(top), len(aten), sum(e.self_cpu_time_total for e in aten) / 1e6
+
+    full_tokens = args.max_new_tokens
+    top_n, all_n, cpu_n = measure(full_tokens)
+    top_1, all_1, cpu_1 = measure(1)
+    steps = full_tokens - 1
+    rows = args.prompts * args.group_size
+    print(f"{rows} rows, lean loop, {full_tokens} vs 1 new tokens, {args.threads} thread(s)")
+    print(f"top-level ops per decoded token: {(top_n - top_1) / steps:.0f}; "
+          f"all aten ops: {(all_n - all_1) / steps:.0f}; "
+          f"aten self CPU per token {(cpu_n - cpu_1) / steps * 1e3:.2f} ms "
+          f"({(cpu_n - cpu_1) / max(top_n - top_1, 1) * 1e6:.1f} us per top-level op; profiler overhead included)")
     return 0
 
 
