@@ -25,6 +25,7 @@ Without WORLD_SIZE > 1 everything here is a no-op and the code runs as one proce
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -191,13 +192,19 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, load_timeout_s: float
 def finalize() -> None:
     """Leave the process group (at the end of a launched command). All ranks meet first: rank 0 hosts the rendezvous
     store, and a rank still tearing down its gloo threads after rank 0 exited can abort ("terminate called without
-    an active exception", seen once in a 2-process CPU test)."""
+    an active exception", seen in 2-process CPU tests).
+
+    Objects that hold the group (a DDP reducer and its pending work) are collected first and again after: one left
+    in a reference cycle keeps the gloo group alive past `destroy_process_group`, and its worker threads then release
+    tensors during interpreter shutdown, which aborts the process (the same message)."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         try:
             dist.barrier()
         except RuntimeError:  # a group a timed-out collective already broke: nothing left to wait for
             pass
         dist.destroy_process_group()
+        gc.collect()
 
 
 def shard(items: list, d: Dist) -> list:

@@ -112,6 +112,7 @@ def _gradient_worker(rank: int, world: int, port: int, out: str) -> None:
         updater.sync()
         results["empty_share"] = (policy.theta.grad.clone(), torch.tensor([1.5, -2.5]))
         torch.save(results, Path(out) / f"grads{rank}.pt")
+        del policy, updater  # the DDP wrappers (and their hold on the group) go before the group does
         from harness.parallel.distributed import finalize
 
         finalize()
@@ -185,6 +186,7 @@ def _official_worker(rank: int, world: int, port: int, out: str) -> None:
             updater.sync()
             results[n_groups] = (policy.theta.grad.clone(), expected, scale)
         torch.save(results, Path(out) / f"official{rank}.pt")
+        del policy, updater  # the DDP wrappers (and their hold on the group) go before the group does
         finalize()
     except BaseException:
         (Path(out) / f"error{rank}.txt").write_text(traceback.format_exc())
