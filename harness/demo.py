@@ -29,6 +29,10 @@ LEGEND = ("gold_f1 / gold_exact: the phantom's gold reader (no reward sees it) o
           "different findings")
 
 
+# The demo table's first rows: the study's `stage_evals` (harness/experiments/plan.py: add_stage_eval).
+STAGE_ROWS = {"base": "base (stage 0)", "warmup": "warm-up (stage 1)", "sft": "SFT (stage 2)"}
+
+
 def verdict_arms(study=None) -> tuple[str, str, str, str] | None:
     """The demo's verdict contrast (no KL against the study's baseline arm) as (arm, arm label, baseline,
     baseline label); None when the study has no no-KL arm besides its baseline."""
@@ -82,9 +86,7 @@ def reward_curve_summary(run: RunDir, window: int = 5) -> str:
 
 def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
     """Run the demo study and write its table; returns results.md (the caller builds the report)."""
-    from harness.experiments import load_study, resolve_config, run_experiment
-    from harness.stages.evaluate import evaluate_model
-    from harness.stages.loading import base_path
+    from harness.experiments import load_study, run_experiment
 
     if not DEMO_STUDY.is_file():
         raise FileNotFoundError(f"{DEMO_STUDY}: the demo study is missing (run the demo from a source checkout)")
@@ -103,18 +105,14 @@ def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
         raise RuntimeError(f"demo: arms failed: {result.failed}; see {result.index_path}")
     index = result.index
     runs = {r[RunKey.ARM]: r for r in index[IndexKey.RUNS] if r[RunKey.SEED] == seed}
-    first = runs[study.baseline]
-    eval_cfg = resolve_config(study, study.arm(study.baseline), "eval", seed,
-                              {"data.synth_dir": str(out / "data"), "out_dir": str(out / "eval_stages")})
-    eval_run = RunDir(out / "eval_stages")
-    stage_dirs = {s: out / first[RunKey.STAGES][s][StageKey.DIR] for s in ("warmup", "sft")}
-    rows = []
-    for name, model_dir in (("base (stage 0)", base_path(eval_cfg, progress)),
-                            ("warm-up (stage 1)", stage_dirs["warmup"] / "model"),
-                            ("SFT (stage 2)", stage_dirs["sft"] / "model")):
-        print(f"[demo] evaluating {name} on the test split", flush=True)
-        rows.append((name, evaluate_model(eval_cfg, model_dir, "test", run=eval_run, label=name.split()[0],
-                                          progress=progress)))
+    # The base, warm-up and SFT models were tested as nodes of the study (its `stage_evals`), while the workers
+    # would otherwise have waited for stage 0, the warm-up and the SFT model.
+    stage_evals = index.get(IndexKey.STAGE_EVALS) or {}
+    missing = [s for s in STAGE_ROWS if s not in stage_evals]
+    if missing:
+        raise RuntimeError(f"{DEMO_STUDY}: 'stage_evals' must list {', '.join(STAGE_ROWS)} (missing: "
+                           f"{', '.join(missing)})")
+    rows = [(name, read_json(out / stage_evals[s][RunKey.METRICS])) for s, name in STAGE_ROWS.items()]
     curves = []
     for arm in study.arms:
         r = runs[arm.name]

@@ -3,11 +3,11 @@
 
 Fig. 4 columns: one per pipeline stage that some arm of the study ends with (base model, warm-up, SFT, RL), the
 arm with the fullest pipeline for each (for RL: the RER + VAPR arm, else the baseline arm), plus the extra stage
-evaluations the demo writes (`<experiment>/eval_stages/predictions_<label>_test.jsonl`) for stages no arm ends
-with. Rows: `k` test reports that every column decoded (one seed: the smallest all columns share), chosen as
-those with a positive ground-truth finding on which the columns' findings disagree most. Findings are the
-eval stage's label vectors (`ref_labels`: the reference's, i.e. the synthetic ground truth on phantom data;
-`hyp_labels`: the generated report's), positive = 1; null = not mentioned.
+evaluations of the study's `stage_evals` (`<experiment>/eval_stages/<stage>/predictions_final_test.jsonl`) for
+stages no arm ends with. Rows: `k` test reports that every column decoded (one seed: the smallest all columns
+share), chosen as those with a positive ground-truth finding on which the columns' findings disagree most.
+Findings are the eval stage's label vectors (`ref_labels`: the reference's, i.e. the synthetic ground truth on
+phantom data; `hyp_labels`: the generated report's), positive = 1; null = not mentioned.
 
 Fig. S6: among the candidates of the analysis records (analysis_reward-variance.json, then
 analysis_sign-alignment.json), the group whose BLEU-4 and clinical-reward orders disagree most (Kendall's tau-b,
@@ -91,13 +91,22 @@ def stage_columns(exp: Experiment) -> list[Column]:
         if run is not None:
             label = f"{STAGE_NAMES[stage]}: {exp.arm(arm).label}"
             cols[stage] = Column(stage, label, {r["id"]: r for r in read_jsonl(run.predictions_path)}, seed)
-    for path in sorted((Path(exp.path) / "eval_stages").glob("predictions_*_test.jsonl")):
-        label = path.name.removeprefix("predictions_").removesuffix("_test.jsonl")
+    stage_dir = Path(exp.path) / "eval_stages"
+    for path, label in _stage_predictions(stage_dir):
         stage = EXTRA_STAGE.get(label.lower())
         if stage and stage not in cols:
-            cols[stage] = Column(stage, f"{STAGE_NAMES[stage]} ({path.parent.name}/{path.name})",
+            cols[stage] = Column(stage, f"{STAGE_NAMES[stage]} ({path.relative_to(stage_dir.parent)})",
                                  {r["id"]: r for r in read_jsonl(path)}, seed)
     return [cols[s] for s in STAGE_ORDER if s in cols]
+
+
+def _stage_predictions(stage_dir: Path) -> list[tuple[Path, str]]:
+    """(predictions file, label) of the stage evaluations: `<stage>/predictions_final_test.jsonl` (the study's
+    `stage_evals` nodes), or `predictions_<label>_test.jsonl` (demo folders written before them)."""
+    found = [(p, p.parent.name) for p in sorted(stage_dir.glob("*/predictions_final_test.jsonl"))]
+    found += [(p, p.name.removeprefix("predictions_").removesuffix("_test.jsonl"))
+              for p in sorted(stage_dir.glob("predictions_*_test.jsonl"))]
+    return found
 
 
 def _positives(labels) -> set[int]:

@@ -95,4 +95,15 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
         IndexKey.ARGV: list(argv if argv is not None else sys.argv), IndexKey.EXECUTOR: executor,
         **({IndexKey.SLURM_JOBS: {nid: list(n.jobs) for nid, n in plan.nodes.items() if n.jobs}}
            if executor == "slurm" else {}),
+        **({IndexKey.STAGE_EVALS: {stage: _stage_eval(plan, plan.nodes[nid])
+                                   for stage, nid in plan.stage_evals.items()}} if plan.stage_evals else {}),
     }
+
+
+def _stage_eval(plan: Plan, node) -> dict:
+    """index.json's record of one `stage_evals` node (StageKey names; `metrics` once it is complete)."""
+    done = node.status == "complete"
+    return {StageKey.KEY: node.key, StageKey.DIR: _rel(plan, node.run_dir), StageKey.STATUS: node.status,
+            StageKey.ELAPSED_S: node.elapsed_s,
+            RunKey.METRICS: _rel(plan, node.run_dir / METRICS_FILE) if done else None,
+            **({StageKey.ERROR: node.error} if node.error else {})}

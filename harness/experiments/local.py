@@ -76,6 +76,7 @@ def needed_order(plan: Plan, selected: list[tuple[str, int]]) -> list[str]:
     needed: set[str] = set()
     stack = [plan.runs[k].eval_node for k in selected if plan.nodes[plan.runs[k].eval_node].status != "complete"]
     stack += [plan.runs[k].analysis_node for k in selected if plan.runs[k].analysis_node]
+    stack += [nid for nid in plan.stage_evals.values() if plan.nodes[nid].users[0] in selected]
     while stack:
         nid = stack.pop()
         if nid in needed or plan.nodes[nid].status == "complete":

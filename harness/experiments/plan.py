@@ -60,6 +60,7 @@ class Plan:
     nodes: dict[str, Node]
     runs: dict[tuple[str, int], RunPlan]
     stages_root: Path | None = None
+    stage_evals: dict[str, str] = field(default_factory=dict)  # study `stage_evals`: stage -> its eval node id
 
     def stage_nodes(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind in STAGES]
@@ -222,8 +223,27 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                 akey = hashlib.sha256(json.dumps([rl.key, settings], sort_keys=True).encode()).hexdigest()[:10]
                 runs[user].analysis_node = add(Node(f"analysis:{rl.key}", "analysis", akey, {**settings, "key": akey},
                                                     [rl.id], run_dir=rl.run_dir, model_dir=str(rl.run_dir)), user).id
+    stage_evals = {stage: add_stage_eval(study, stage, out, nodes, runs, support_nodes) for stage in study.stage_evals}
     share_whole_sets(nodes)
-    return Plan(study, out, seeds, nodes, runs, stages_root)
+    return Plan(study, out, seeds, nodes, runs, stages_root, stage_evals)
+
+
+def add_stage_eval(study: Study, stage: str, out: Path, nodes: dict[str, Node], runs: dict, support_nodes) -> str:
+    """The node of one `stage_evals` entry: the test evaluation of the baseline arm's `stage` model on the study's
+    first seed ("base": the preset's base model), configured as that run's own test evaluation, into
+    `<out>/eval_stages/<stage>/`. Its only inputs are that model and the test data, so it runs as soon as they exist."""
+    arm, seed = study.arm(study.baseline), study.seeds[0]
+    user = (arm.name, seed)
+    base_paths = {} if "synth_dir" in (study.common.get("data") or {}) else {"data.synth_dir": str(out / "data")}
+    run_dir = out / "eval_stages" / stage
+    cfg = resolve_config(study, arm, "eval", seed, {**base_paths, "out_dir": str(run_dir)})
+    model = nodes[runs[user].stages[stage]] if stage != "base" else None
+    key = config_key("eval", cfg, {"model": model.id if model else f"base:{_base_key(cfg)}"})
+    deps = support_nodes(cfg, model is None, user, test_only=True) + ([model.id] if model else [])
+    nid = f"eval:stage:{stage}"
+    nodes[nid] = Node(nid, "eval", key, to_dict(cfg), deps, run_dir=run_dir,
+                      model_dir=str(model.run_dir / "model") if model else None, users=[user])
+    return nid
 
 
 def share_whole_sets(nodes: dict[str, Node]) -> None:

@@ -24,7 +24,7 @@ OVERRIDE_SCOPES = ("all", *STAGES, "eval")
 
 _STUDY_KEYS = {"study", "title", "description", "reproduces", "baseline", "seeds", "pipeline", "arms", "preset",
                "common", "stages", "analyses", "published_dataset", "stage_seeds", "contrasts", "decide",
-               "test_reports", "resources",
+               "test_reports", "resources", "stage_evals",
                "reference"}  # the deprecated name of `baseline` (load_study warns)
 _ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
@@ -84,6 +84,10 @@ class Study:
     # `resources:` (harness/experiments/resources.py) what each kind of stage run asks a Slurm cluster for; the
     # local executor ignores it. node kind -> Resources, every kind present.
     resources: dict = field(default_factory=dict)
+    # `stage_evals:` test evaluations of the models the arms start from, as nodes of the plan (so they run while
+    # the workers would otherwise wait, e.g. the base during the warm-up): "base" (the preset's base model), "warmup",
+    # "sft" (the baseline arm's stage runs on the study's first seed). Each lands in `<out>/eval_stages/<stage>/`.
+    stage_evals: list[str] = field(default_factory=list)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -216,7 +220,9 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
                  contrasts=check_contrasts(doc.get("contrasts"), str(path), names, baseline),
                  decide=check_decide(doc.get("decide"), str(path)),
                  test_reports=check_test_reports(doc.get("test_reports", "shared"), str(path)),
-                 resources=check_resources(doc.get("resources"), str(path)))
+                 resources=check_resources(doc.get("resources"), str(path)),
+                 stage_evals=check_stage_evals(doc.get("stage_evals"), str(path), next(a for a in arms
+                                                                                        if a.name == baseline)))
 
 
 def check_baseline(doc: dict, where: str, names: list[str]) -> str:
@@ -312,6 +318,23 @@ def check_decide(value: Any, where: str) -> dict:
 
 
 TEST_REPORTS = ("shared", "per_seed")
+
+
+STAGE_EVALS = ("base", "warmup", "sft")
+
+
+def check_stage_evals(value: Any, where: str, baseline: Arm) -> list[str]:
+    """`stage_evals:` a list of "base", "warmup", "sft"; a trained stage must be in the baseline arm's pipeline."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or any(v not in STAGE_EVALS for v in value) or len(set(value)) != len(value):
+        raise ConfigError(f"{where}: 'stage_evals' must list each of {', '.join(STAGE_EVALS)} at most once, "
+                          f"got {value!r}")
+    missing = [v for v in value if v != "base" and v not in baseline.pipeline]
+    if missing:
+        raise ConfigError(f"{where}: 'stage_evals' names '{missing[0]}', which the baseline arm "
+                          f"'{baseline.name}' does not train (pipeline: {', '.join(baseline.pipeline)})")
+    return sorted(value, key=STAGE_EVALS.index)
 
 
 def check_test_reports(value: Any, where: str) -> str:

@@ -41,6 +41,7 @@ class IndexKey:
     TEST_REPORTS = "test_reports"  # "shared" (one test split for every seed) or "per_seed" (a fresh draw per seed)
     EXECUTOR = "executor"      # where the stage runs ran last: "local" (worker processes) or "slurm" (jobs)
     SLURM_JOBS = "slurm_jobs"  # --executor slurm: node id -> its job ids (resubmissions after the first; last current)
+    STAGE_EVALS = "stage_evals"  # study `stage_evals`: stage -> {dir, status, elapsed_s, metrics} (StageKey names)
     LEGACY_BASELINE_ARM = "reference_arm"  # read only: indexes written before the baseline arm had its name
     LEGACY_REFERENCE = "reference"  # read only: the oldest indexes named the baseline arm so
 

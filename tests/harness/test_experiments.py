@@ -223,6 +223,29 @@ def test_demo_runs_its_study_on_the_tiny_preset():
                                                                                        "sign-alignment"}
 
 
+def fake_analysis(rl_dir, **settings):
+    return []
+
+
+def test_the_demo_table_reads_its_studys_stage_evaluations(tmp_path, calls, monkeypatch):
+    """`regbench demo`: the base, warm-up and SFT rows come from the study's `stage_evals` nodes (fake stages)."""
+    import harness.experiments
+    from harness.demo import STAGE_ROWS, run_demo
+
+    real = harness.experiments.run_experiment
+
+    def with_fakes(study, out, **kwargs):
+        return real(study, out, functions={**FAKES, "analysis": "tests.harness.test_experiments:fake_analysis"},
+                    **kwargs)
+
+    monkeypatch.setattr(harness.experiments, "run_experiment", with_fakes)
+    text = run_demo(tmp_path / "demo", progress=False, workers=1).read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| model")]
+    assert [r.split(" | ")[0][2:] for r in rows[:3]] == list(STAGE_ROWS.values())
+    assert all(r.split(" | ")[4] == "0.2500" for r in rows)  # BLEU_4 of every evaluation (fake_eval's)
+    assert len(rows) == 3 + 6 and _count(calls(), "eval") == 3 + 10  # 6 arms on seed 0, 2 arms on 2 more seeds
+
+
 def test_bad_study_files_fail_clearly(tmp_path):
     with pytest.raises(ConfigError, match="unknown key 'armz'"):
         load_study(write_study(tmp_path, ARMS, extra="armz: 1\n"))
@@ -487,6 +510,45 @@ def test_runs_once_then_skips_then_resumes(tmp_path, calls, monkeypatch):
     assert res.ran == [("c", 0)] and _stages(calls()) == ["eval"]
     index = read_json(out / "index.json")
     assert len(index["runs"]) == 6 and index["summary"] == {"complete": 4, "failed": 0, "pending": 2, "running": 0}
+
+
+def test_stage_evals_test_the_baseline_arms_stage_models_as_nodes(tmp_path, calls, monkeypatch):
+    """`stage_evals`: the base, warm-up and SFT models of the baseline arm's first seed are tested as nodes of the
+    plan (each needs only its model and the test data), recorded in index.json, skipped once complete and left out
+    when the baseline's first-seed run is not selected."""
+    from harness.experiments.local import needed_order
+
+    _patch_stage_modules(monkeypatch)
+    study = load_study(write_study(tmp_path, ARMS, extra="stage_evals: [sft, base, warmup]\n"))
+    assert study.stage_evals == ["base", "warmup", "sft"]
+    out = tmp_path / "out"
+    plan = build_plan(study, out)
+    runs = plan.runs[("a", 0)]
+    assert plan.stage_evals == {s: f"eval:stage:{s}" for s in ("base", "warmup", "sft")}
+    kinds = {s: sorted(plan.nodes[d].kind for d in plan.nodes[nid].deps) for s, nid in plan.stage_evals.items()}
+    assert kinds == {"base": ["data", "pretrain"], "warmup": ["data", "warmup"], "sft": ["data", "sft"]}
+    assert plan.nodes["eval:stage:sft"].model_dir == str(plan.nodes[runs.stages["sft"]].run_dir / "model")
+    assert plan.nodes["eval:stage:base"].model_dir is None
+    # Configured as the run's own test evaluation; only the model differs.
+    cfg = {k: v for k, v in plan.nodes["eval:stage:sft"].config.items() if k != "out_dir"}
+    assert cfg == {k: v for k, v in plan.nodes[runs.eval_node].config.items() if k != "out_dir"}
+    assert "eval:stage:base" not in needed_order(plan, [("b", 0), ("a", 1)])
+    assert set(plan.stage_evals.values()) <= set(needed_order(plan, [("a", 0)]))
+
+    res = run_experiment(study, out, workers=1)
+    assert res.ok and _count(calls(), "eval") == 6 + 3
+    index = read_json(out / "index.json")
+    for stage in ("base", "warmup", "sft"):
+        entry = index["stage_evals"][stage]
+        assert entry["status"] == "complete" and entry["dir"] == f"eval_stages/{stage}"
+        got = read_json(out / entry["metrics"])
+        assert got["BLEU_4"] == 0.25 and got["model"] == plan.nodes[f"eval:stage:{stage}"].model_dir
+    assert run_experiment(study, out, workers=1).ran == [] and calls() == []
+    with pytest.raises(ConfigError, match="'stage_evals' names 'warmup'.*baseline arm 'a'"):
+        load_study(write_study(tmp_path, ARMS.replace("  - name: b", "    pipeline: [rl]\n  - name: b"),
+                               extra="stage_evals: [warmup]\n"))
+    with pytest.raises(ConfigError, match="'stage_evals' must list each of base, warmup, sft"):
+        load_study(write_study(tmp_path, ARMS, extra="stage_evals: [rl]\n"))
 
 
 def test_a_failed_arm_is_recorded_and_the_others_finish(tmp_path, calls, monkeypatch, capsys):

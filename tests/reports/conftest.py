@@ -244,7 +244,7 @@ def _analysis_with_texts(run: Path, seed: int) -> None:
 def write_study_experiment(root: Path, study_file: Path, dataset: str = "phantom", stage_evals: bool = False) -> Path:
     """Records of a study file's arms x seeds as the runner writes them: RL runs for arms with an RL stage (with
     the analyses the study asks for), test evaluations with per-report texts for every arm, and (stage_evals)
-    the demo's base / warm-up / SFT evaluations in eval_stages/."""
+    the demo's base / warm-up / SFT evaluations in eval_stages/<stage>/."""
     from harness.experiments import load_study
 
     study = load_study(study_file)
@@ -278,9 +278,9 @@ def write_study_experiment(root: Path, study_file: Path, dataset: str = "phantom
                       "decoding": dict(DECODING)}
             (ev / "metrics.json").write_text(json.dumps(scores))
             runs.append(entry)
-    if stage_evals:
-        for label, q in (("base", 0.05), ("warm-up", 0.2), ("SFT", 0.4)):
-            _text_predictions(root / "eval_stages" / f"predictions_{label}_test.jsonl", label, study.seeds[0], q)
+    if stage_evals:  # the study's `stage_evals` nodes: eval_stages/<stage>/
+        for stage, q in (("base", 0.05), ("warmup", 0.2), ("sft", 0.4)):
+            _text_predictions(root / "eval_stages" / stage / "predictions_final_test.jsonl", stage, study.seeds[0], q)
     index = {"format": "regbench.experiment-index/1", "study": study.name, "title": study.title,
              "preset": study.preset, "reproduces": study.reproduces, "baseline_arm": study.baseline,
              "published_dataset": study.published_dataset, "seeds": study.seeds,

@@ -80,7 +80,7 @@ def test_fig4_columns_of_the_demo(demo_experiment_dir):
     cols = stage_columns(exp)
     assert [c.stage for c in cols] == ["base", "warmup", "sft", "rl"]
     assert cols[-1].label == "Stage 3 (RL): RER + VAPR (REVA-PO)"  # the full method among six RL arms
-    assert cols[0].label.startswith("Baseline (no fine-tuning) (eval_stages/predictions_base_test.jsonl")
+    assert cols[0].label.startswith("Baseline (no fine-tuning) (eval_stages/base/predictions_final_test.jsonl")
     columns, rows = fig4_table(exp, k=2)
     assert len(rows) == 2 * (1 + len(cols))
     ref = rows[0]
@@ -98,3 +98,16 @@ def test_fig4_columns_by_the_arms_final_stage(tmp_path):
         ("base", "base model (no fine-tuning)"), ("warmup", "stage 1 (warm-up)"), ("sft", "stages 1+2 (SFT)"),
         ("rl", "REVA-PO (this harness)")]
     assert {c.seed for c in cols} == {0}
+
+
+def test_fig4_reads_the_stage_evaluations_of_demo_folders_written_before_stage_evals(tmp_path):
+    """Older demo folders hold eval_stages/predictions_<label>_test.jsonl (labels base, warm-up, SFT)."""
+    from tests.reports.conftest import _text_predictions
+
+    root = write_study_experiment(tmp_path, EXPERIMENTS / "demo_rl_ablation.yaml")
+    assert [c.stage for c in stage_columns(load_experiment(root))] == ["rl"]
+    for label in ("base", "warm-up", "SFT"):
+        _text_predictions(root / "eval_stages" / f"predictions_{label}_test.jsonl", label, 0, 0.2)
+    cols = stage_columns(load_experiment(root))
+    assert [c.stage for c in cols] == ["base", "warmup", "sft", "rl"]
+    assert cols[1].label == "Stage 1 (warm-up) (eval_stages/predictions_warm-up_test.jsonl)"
