@@ -238,6 +238,11 @@ class PretrainConfig(StepConfig):
                                               "only.")
     hint_task_fraction: float = knob(1.0, "Share of extra report examples whose instruction names (noisy) "
                                           "findings, in stage 2's prompt format.")
+    patch_embed: str = knob("conv", 'How the tiny base computes its vision patch embedding: "conv" = transformers\' '
+                                    'Conv3d; "matmul" = the same linear map as one matrix product (equal to float '
+                                    "rounding, 2.6-6x faster forward + backward on a CPU core; "
+                                    "harness/models/patch_embed.py). Saved with the base, so every stage that loads "
+                                    "it computes the same way. The tiny preset files set matmul (issue 27).")
 
     def train_config(self) -> TrainConfig:
         """The TrainConfig of stage 0's loop: these fields, a cosine schedule, checkpoints every 50 steps."""

@@ -105,6 +105,8 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              "must be auto, cpu, cuda or cuda:N")
         need(cfg.model.attn_implementation in ("eager", "sdpa", "flash_attention_2"), "model.attn_implementation",
              cfg.model.attn_implementation, 'must be "eager", "sdpa" or "flash_attention_2"')
+        need(cfg.pretrain.patch_embed in ("conv", "matmul"), "pretrain.patch_embed", cfg.pretrain.patch_embed,
+             'must be "conv" or "matmul"')
         need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", cfg.model.dtype,
              "must be float32, bfloat16 or float16")
         need(cfg.model.image_size % 28 == 0, "model.image_size", cfg.model.image_size,

@@ -64,7 +64,8 @@ _LOCATIONS = ("out_dir", "cache_dir", "data.synth_dir", "model.device", "train.n
 _NOT_KEYED = ("train.preempt_signals", "train.report_to", "train.wandb_project")
 # Fields added later, left out of the key while at the value that computes what runs computed before them, so
 # the stage runs of earlier studies keep their keys.
-_KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementation": "eager"}
+_KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementation": "eager",
+                   "pretrain.patch_embed": "conv"}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

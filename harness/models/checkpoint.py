@@ -113,6 +113,9 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
         # e.g. a truncated or corrupt *.safetensors: name the folder, not transformers' internals
         raise ValueError(f"{path_s}: cannot load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                          "check that its weight files are complete") from e
+    from harness.models.patch_embed import apply_saved_patch_embed
+
+    apply_saved_patch_embed(model)  # a tiny base built with pretrain.patch_embed=matmul computes as it was trained
     kwargs = {}
     if image_size is not None:
         kwargs = {"min_pixels": image_size * image_size, "max_pixels": image_size * image_size}

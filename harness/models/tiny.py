@@ -148,11 +148,15 @@ def tiny_model_config(tokenizer, text_hidden: int = 64, text_layers: int = 2, vi
     )
 
 
-def build_tiny_model(tokenizer, seed: int = 0, attn_implementation: str = "eager", **sizes):
+def build_tiny_model(tokenizer, seed: int = 0, attn_implementation: str = "eager", patch_embed: str = "conv",
+                     **sizes):
     """A randomly initialised tiny Qwen2.5-VL (deterministic for `seed`), with transformers' attention kernels
-    `attn_implementation` (model.attn_implementation)."""
+    `attn_implementation` (model.attn_implementation) and the patch embedding `patch_embed`
+    (pretrain.patch_embed, recorded in its config: harness/models/patch_embed.py)."""
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
+
+    from harness.models.patch_embed import use_patch_embed
 
     config = tiny_model_config(tokenizer, **sizes)
     config._attn_implementation = attn_implementation
@@ -161,6 +165,7 @@ def build_tiny_model(tokenizer, seed: int = 0, attn_implementation: str = "eager
     model.generation_config.pad_token_id = config.pad_token_id
     model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.do_sample = False
+    use_patch_embed(model, patch_embed)
     return model
 
 

@@ -137,7 +137,8 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     tokenizer = train_tokenizer(corpus, cfg.model.tiny_vocab_size)
     processor = build_processor(tokenizer, cfg.model.image_size)
     model = build_tiny_model(tokenizer, seed=stage_paths.STAGE0_SEED,
-                             attn_implementation=cfg.model.attn_implementation, text_hidden=cfg.model.tiny_text_hidden,
+                             attn_implementation=cfg.model.attn_implementation, patch_embed=p.patch_embed,
+                             text_hidden=cfg.model.tiny_text_hidden,
                              text_layers=cfg.model.tiny_text_layers, vision_hidden=cfg.model.tiny_vision_hidden,
                              vision_depth=cfg.model.tiny_vision_depth, image_size=cfg.model.image_size)
     set_trainable(model, "pretrain")

@@ -58,13 +58,18 @@ def test_pretrain_shares_step_fields_and_keeps_its_serialized_form():
     # The section dict that stage 0's cache key and every config hash read: same keys and values as before.
     assert to_dict(PretrainConfig()) == {"n": 2000, "data_seed": 1000, "epochs": 8.0, "batch_size": 32, "lr": 3e-3,
                                          "weight_decay": 0.01, "warmup_steps": 20, "vision_lr_mult": 1.0,
-                                         "findings_task_fraction": 1.0, "hint_task_fraction": 1.0}
+                                         "findings_task_fraction": 1.0, "hint_task_fraction": 1.0,
+                                         "patch_embed": "conv"}
     # Stage 0's cache key: the config split (main at 9946e26) kept it ("1170436f98e8"); RECIPE_VERSION 2 (the LM
     # loss of issue 14) and phantom generator 2 (issue 12) changed it on purpose. (config_hash / config_key change
     # with every new config field, so they are not pinned here.) An eager base keeps its key; the tiny preset files
     # build theirs with sdpa kernels (issue 27), a different base in its last bits, so a key of its own.
+    # The Conv3d patch embedding keeps both keys; the tiny preset files' matmul one (issue 27) has its own.
     assert pretrain_key(RunConfig()) == "bfd14309fc33"
-    assert pretrain_key(load_config(EXPERIMENTS / "presets" / "tiny-bench.yaml", stage="rl")) == "aa8e59ec41fd"
+    sdpa = RunConfig()
+    sdpa.model.attn_implementation = "sdpa"
+    assert pretrain_key(sdpa) == "aa8e59ec41fd"
+    assert pretrain_key(load_config(EXPERIMENTS / "presets" / "tiny-bench.yaml", stage="rl")) == "a1be11db5fe2"
 
 @settings(max_examples=30, deadline=None)
 @given(epochs=st.floats(0.01, 50, allow_nan=False), batch=st.integers(1, 512), lr=st.floats(1e-7, 1.0),
