@@ -13,6 +13,7 @@ import numpy as np
 
 from harness.config import RunConfig
 from harness.evaluation import findings_scores, label_with, nlg_scores
+from harness.grpo.start_validation import shared_start_validation
 from harness.grpo.trainer import GRPOTrainer
 from harness.grpo.val_drift import kl_summary, kl_to_snapshot
 from harness.grpo.validation import COMPLETIONS, ValidationCallback, ValidationEvent
@@ -170,6 +171,8 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
     start_policy.capture("start")
     validate = make_validator(cfg, val, processor, dist, ground_truth_labels(val_samples), start_policy,
                               image_truth(val_samples))
+    # The start policy's validation is the same for every run from this model: computed once, shared.
+    validate = shared_start_validation(validate, cfg, start_policy, dist)
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
                           validate=validate, progress=progress,
                           dist=dist, on_validation=on_validation, generation=cfg.generation,

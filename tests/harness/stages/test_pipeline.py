@@ -93,6 +93,39 @@ def test_full_tiny_pipeline(workdir, capsys):
     assert (run / "steps.jsonl").read_text() == before
 
 
+def test_rl_runs_from_one_model_share_the_start_validation(workdir):
+    """harness/grpo/start_validation.py: another arm (constant KL, static reference, seed 1) from the same SFT model
+    computes the same step-0 validation as the RER + VAPR run; with the shared file present it reads it instead."""
+    from harness.grpo.start_validation import FOLDER
+
+    shared = workdir / "sft" / FOLDER
+    files = list(shared.glob("*.json"))
+    assert len(files) == 1  # written by test_full_tiny_pipeline's RL run
+    first = read_jsonl(workdir / "rl" / "evals.jsonl")[0]
+    cached = json.loads(files[0].read_text())["scores"]
+
+    def rl(name, *extra):
+        args = TINY + _common(workdir, name) + [
+            "train.max_steps=1", f"init_from={workdir / 'sft' / 'model'}", "rl.prompts_per_step=2",
+            "rl.group_size=2", "rl.max_new_tokens=8", "rl.min_new_tokens=2", "rl.regularizer=constant",
+            "rl.reference=static", "seed=1", *extra]
+        assert main(["train", "rl", *args, "--no-progress"]) == 0
+        return read_jsonl(workdir / name / "evals.jsonl")[0]
+
+    files[0].unlink()
+    fresh = rl("rl_other")  # computed again by another arm and seed: the same scores
+    assert files[0].is_file()
+    for k in cached:
+        if k != "completions":
+            assert fresh[k] == first[k], k
+    # Read, not recomputed: a planted value comes back.
+    files[0].write_text(json.dumps({"scores": {**cached, "BLEU_4": 0.123456789}}))
+    assert rl("rl_read")["BLEU_4"] == 0.123456789
+    # Another decoding budget is another validation: a file of its own.
+    rl("rl_other_budget", "generation.max_new_tokens=7")
+    assert len(list(shared.glob("*.json"))) == 2
+
+
 def test_think_report_model_through_sft_rl_and_eval(workdir, capsys):
     """MRG-R1's layout (prompt.output_format=think_report, issue 24): the SFT stage records the format, RL and
     eval follow it (and refuse a config that says otherwise), and they log the well-formatted share. With
