@@ -95,8 +95,7 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
         IndexKey.ARGV: list(argv if argv is not None else sys.argv), IndexKey.EXECUTOR: executor,
         **({IndexKey.SLURM_JOBS: {nid: list(n.jobs) for nid, n in plan.nodes.items() if n.jobs}}
            if executor == "slurm" else {}),
-        **({IndexKey.STAGE_EVALS: {stage: _stage_eval(plan, plan.nodes[nid])
-                                   for stage, nid in plan.stage_evals.items()}} if plan.stage_evals else {}),
+        IndexKey.STAGE_EVALS: {stage: _stage_eval(plan, plan.nodes[nid]) for stage, nid in plan.stage_evals.items()},
     }
 
 

@@ -20,7 +20,10 @@ from harness.stages import paths as stage_paths  # the stages' keys and paths: o
 
 phantom_splits = stage_paths.phantom.SPLITS
 
-NODE_ORDER = ("data", "test_data", "pretrain", *STAGES, "eval", "analysis")
+# The order ready nodes start in. The longer kinds first: an RL run's Supp. A analysis (minutes at the paper's
+# settings) before the test evaluations, which then fill the workers at the end of a study instead of one
+# analysis running alone after them.
+NODE_ORDER = ("data", "test_data", "pretrain", *STAGES, "analysis", "eval")
 
 
 @dataclass
