@@ -4,6 +4,8 @@ labels of the 14 observations. Below the stages: each stage, the RL engine and t
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
 from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba
 from harness.output_format import format_instruction
+from harness.runs.records import atomic_write_text
 
 
 @dataclass
@@ -78,11 +81,39 @@ def classifier_inputs(samples, img_size: int, normalization: str = "imagenet", c
     return ClassifierImages(samples, img_size, normalization, cache_dir=cache_dir)
 
 
+PREDICTIONS_FOLDER = "predicted_diseases"  # inside a classifier folder: predictions already made (one file a call)
+
+
 def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
-    """Names of the observations the frozen classifier predicts positive, per sample."""
+    """Names of the observations the frozen classifier predicts positive, per sample.
+
+    Every stage run and evaluation from one SFT model asks the same classifier about the same samples (the demo:
+    its 10 RL runs each predict the 1,050 train and 60 validation images, 2.3 s on a core). The answer is kept in
+    the classifier folder under a key of the classifier's files and of the samples in order with the bytes of the
+    image the classifier reads, so a repeated call reads it: the same call, the same batches, the same numbers. A
+    folder that cannot be written (a shared, read-only classifier) only means computing it each time."""
+    from harness.models.classifier.storage import META_FILE, WEIGHTS_FILE
+
+    root = Path(classifier_dir)
+    h = hashlib.sha256()
+    for name in (WEIGHTS_FILE, META_FILE):
+        h.update((root / name).read_bytes())
+    for s in samples:  # the classifier reads the first view of each study
+        h.update(s.id.encode() + b"\0" + Path(s.image_paths[0]).read_bytes())
+    path = root / PREDICTIONS_FOLDER / f"{h.hexdigest()[:24]}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["names"]
+    except (OSError, ValueError, KeyError):
+        pass
     model, ccfg, thresholds = load_classifier(classifier_dir)
     probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size, ccfg.normalization))
-    return [positive_names(row) for row in predict_labels(probs, thresholds)]
+    names = [positive_names(row) for row in predict_labels(probs, thresholds)]
+    try:
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_text(path, json.dumps({"names": names}) + "\n")
+    except OSError:
+        pass
+    return names
 
 
 def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:

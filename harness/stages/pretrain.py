@@ -130,7 +130,10 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     p = cfg.pretrain
     seed_everything(stage_paths.STAGE0_SEED)
     work = out.parent / f"{out.name}.work"
-    data_ann = ensure_phantom(work / "data", p.n, p.data_seed, cfg.data.synth_image_size, progress)
+    # Only the splits stage 0 reads: its train and val studies are those of the whole set (a study depends only
+    # on its seed and index), and the 400 test studies of a 2,000-study set were drawn for nothing.
+    data_ann = ensure_phantom(work / "data", p.n, p.data_seed, cfg.data.synth_image_size, progress,
+                              splits=("train", "val"))
     splits = load_annotation(data_ann, "phantom")
     train, val = splits["train"], splits["val"]
     corpus = [s.report for s in train] + [cfg.prompt.instruction] + [o.lower() for o in OBSERVATIONS]

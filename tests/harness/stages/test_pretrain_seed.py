@@ -24,7 +24,9 @@ def _cfg(tmp_path, *extra):
 def _old_key(cfg, seed: int) -> str:
     """The key as it was computed when the run seed was part of it (before `STAGE0_SEED`)."""
     m = cfg.model
-    payload = {"recipe": RECIPE_VERSION, "pretrain": dataclasses.asdict(cfg.pretrain),
+    assert cfg.pretrain.patch_embed == "conv"  # the field came later; a conv base keeps the key it had without it
+    pretrain = {k: v for k, v in dataclasses.asdict(cfg.pretrain).items() if k != "patch_embed"}
+    payload = {"recipe": RECIPE_VERSION, "pretrain": pretrain,
                "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
                          m.tiny_vocab_size, m.image_size],
                "image_px": cfg.data.synth_image_size, "phantom": GENERATOR_VERSION,

@@ -1,0 +1,61 @@
+"""harness/prompts.py: the classifier's predictions for a list of samples are computed once and read back, keyed by
+the classifier's files and the samples' images (random-weight tiny classifier, thresholds spread so that some
+observations are predicted and some are not)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import harness.prompts as prompts
+from harness.data.datasets import Sample
+from harness.models.classifier import ClassifierConfig, build_classifier, save_classifier
+from harness.prompts import PREDICTIONS_FOLDER, predicted_diseases
+
+
+def _samples(folder: Path, n: int = 6) -> list[Sample]:
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        path = folder / f"img{i}.png"
+        Image.fromarray(rng.integers(0, 255, (48, 48), dtype=np.uint8)).save(path)
+        out.append(Sample(id=f"s{i}", report="no acute findings .", image_paths=[path]))
+    return out
+
+
+@pytest.fixture
+def classifier(tmp_path) -> Path:
+    cfg = ClassifierConfig.preset("tiny", img_size=32, seed=1)
+    thresholds = np.linspace(0.2, 0.8, 14)
+    save_classifier(build_classifier(cfg), cfg, thresholds, tmp_path / "clf")
+    return tmp_path / "clf"
+
+
+def test_predictions_are_made_once_and_read_back(classifier, tmp_path, monkeypatch):
+    samples = _samples(tmp_path)
+    calls = []
+    real = prompts.predict_proba
+    monkeypatch.setattr(prompts, "predict_proba", lambda *a: calls.append(1) or real(*a))
+    first = predicted_diseases(classifier, samples)
+    assert len(calls) == 1 and len(list((classifier / PREDICTIONS_FOLDER).glob("*.json"))) == 1
+    assert len(first) == len(samples) and any(first) and not all(len(n) == 14 for n in first)
+    assert predicted_diseases(classifier, samples) == first and len(calls) == 1  # read, not computed
+    # Another sample list, or another image under the same name: computed (a file of its own).
+    assert predicted_diseases(classifier, samples[:3]) == first[:3] and len(calls) == 2
+    Image.fromarray(np.zeros((48, 48), dtype=np.uint8)).save(samples[0].image_paths[0])
+    predicted_diseases(classifier, samples)
+    assert len(calls) == 3 and len(list((classifier / PREDICTIONS_FOLDER).glob("*.json"))) == 3
+
+
+def test_a_folder_that_cannot_be_written_still_gets_its_predictions(classifier, tmp_path, monkeypatch):
+    samples = _samples(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(prompts, "atomic_write_text", refuse)
+    assert len(predicted_diseases(classifier, samples)) == len(samples)
+    assert not list((classifier / PREDICTIONS_FOLDER).glob("*.json"))
