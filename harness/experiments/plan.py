@@ -231,6 +231,9 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
     return Plan(study, out, seeds, nodes, runs, stages_root, stage_evals)
 
 
+STAGE_EVAL_PREFIX = "eval:stage:"  # the node ids of `stage_evals` (arms' evaluations: eval:<arm>:<seed>)
+
+
 def add_stage_eval(study: Study, stage: str, out: Path, nodes: dict[str, Node], runs: dict, support_nodes) -> str:
     """The node of one `stage_evals` entry: the test evaluation of the baseline arm's `stage` model on the study's
     first seed ("base": the preset's base model), configured as that run's own test evaluation, into
@@ -243,7 +246,7 @@ def add_stage_eval(study: Study, stage: str, out: Path, nodes: dict[str, Node], 
     model = nodes[runs[user].stages[stage]] if stage != "base" else None
     key = config_key("eval", cfg, {"model": model.id if model else f"base:{_base_key(cfg)}"})
     deps = support_nodes(cfg, model is None, user, test_only=True) + ([model.id] if model else [])
-    nid = f"eval:stage:{stage}"
+    nid = STAGE_EVAL_PREFIX + stage
     nodes[nid] = Node(nid, "eval", key, to_dict(cfg), deps, run_dir=run_dir,
                       model_dir=str(model.run_dir / "model") if model else None, users=[user])
     return nid
@@ -314,6 +317,10 @@ def link_stages(plan: Plan) -> None:
 def node_label(node: Node, selected: Collection[tuple[str, int]] | None = None) -> str:
     """Which arms and seeds a graph node serves, for progress lines: the `selected` runs (those this call runs)
     that use it, or every run of the plan that does when `selected` is None (or when none of it does)."""
+    if node.id.startswith(STAGE_EVAL_PREFIX):  # a `stage_evals` node: name the model it tests
+        stage = node.id.removeprefix(STAGE_EVAL_PREFIX)
+        return "the base model" if stage == "base" else f"the {stage} model of " + node_label(
+            Node(stage, stage, "", {}, [], users=node.users), selected)
     users = [u for u in node.users if selected is None or u in selected] or node.users
     users = sorted({f"{arm} seed {seed}" for arm, seed in users})
     return ", ".join(users[:3]) + (f", +{len(users) - 3} more" if len(users) > 3 else "")

@@ -517,6 +517,7 @@ def test_stage_evals_test_the_baseline_arms_stage_models_as_nodes(tmp_path, call
     plan (each needs only its model and the test data), recorded in index.json, skipped once complete and left out
     when the baseline's first-seed run is not selected."""
     from harness.experiments.local import needed_order
+    from harness.experiments.plan import node_label
 
     _patch_stage_modules(monkeypatch)
     study = load_study(write_study(tmp_path, ARMS, extra="stage_evals: [sft, base, warmup]\n"))
@@ -533,6 +534,8 @@ def test_stage_evals_test_the_baseline_arms_stage_models_as_nodes(tmp_path, call
     cfg = {k: v for k, v in plan.nodes["eval:stage:sft"].config.items() if k != "out_dir"}
     assert cfg == {k: v for k, v in plan.nodes[runs.eval_node].config.items() if k != "out_dir"}
     assert "eval:stage:base" not in needed_order(plan, [("b", 0), ("a", 1)])
+    assert node_label(plan.nodes["eval:stage:base"]) == "the base model"  # progress lines name the model
+    assert node_label(plan.nodes["eval:stage:sft"]) == "the sft model of a seed 0"
     assert set(plan.stage_evals.values()) <= set(needed_order(plan, [("a", 0)]))
 
     res = run_experiment(study, out, workers=1)
