@@ -345,7 +345,9 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             f"reproduces: {exp.reproduces or 'nothing published'}",
             f"Seeds: {', '.join(map(str, exp.seeds))}; complete runs (n) per arm: "
             + ", ".join(f"{k} {v}" for k, v in n_by_arm.items()),
-            "Runs by status: " + ", ".join(f"{k} {v}" for k, v in status.items()),
+            "Runs by status: " + ", ".join(f"{k} {v}" for k, v in status.items())
+            + ("; pending runs are the study's arm x seed runs not run yet (the demo runs a selection: `regbench "
+               "experiment run` of the study file runs the rest)" if status.get("pending") else ""),
             f"Baseline arm: {exp.baseline_arm or 'none'}; intervals: 95% t-interval over seeds; paired t-test over "
             f"shared seeds, or the paired bootstrap over test reports (B = {B}) for one shared seed (reports/stats.py, "
             f"reports/bootstrap.py); differences are exploratory except the declared contrasts (Verdicts).",
