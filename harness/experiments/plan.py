@@ -115,6 +115,11 @@ def overlapping_test_split(train: RunConfig, test: RunConfig) -> str | None:
             f"data.synth_n of at least {a.synth_n}, or another data.synth_seed")
 
 
+def data_paths(study: Study, out: Path) -> dict[str, str]:
+    """Where every run of the study keeps its phantom data: `<out>/data`, unless the study sets data.synth_dir."""
+    return {} if "synth_dir" in (study.common.get("data") or {}) else {"data.synth_dir": str(out / "data")}
+
+
 def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                stages_dir: str | Path | None = None) -> Plan:
     """Every (arm, seed) of the study with its stage nodes (shared where the keys agree) and its eval node.
@@ -149,9 +154,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
         for seed in seeds:
             user = (arm.name, seed)
             run_dir = out / arm.name / f"seed{seed}"
-            base_paths = {}
-            if "synth_dir" not in (study.common.get("data") or {}):
-                base_paths["data.synth_dir"] = str(out / "data")
+            base_paths = data_paths(study, out)
             prev_model: Node | None = None
             clf: Node | None = None
             stage_ids: dict[str, str] = {}
@@ -240,9 +243,8 @@ def add_stage_eval(study: Study, stage: str, out: Path, nodes: dict[str, Node], 
     `<out>/eval_stages/<stage>/`. Its only inputs are that model and the test data, so it runs as soon as they exist."""
     arm, seed = study.arm(study.baseline), study.seeds[0]
     user = (arm.name, seed)
-    base_paths = {} if "synth_dir" in (study.common.get("data") or {}) else {"data.synth_dir": str(out / "data")}
     run_dir = out / "eval_stages" / stage
-    cfg = resolve_config(study, arm, "eval", seed, {**base_paths, "out_dir": str(run_dir)})
+    cfg = resolve_config(study, arm, "eval", seed, {**data_paths(study, out), "out_dir": str(run_dir)})
     model = nodes[runs[user].stages[stage]] if stage != "base" else None
     key = config_key("eval", cfg, {"model": model.id if model else f"base:{_base_key(cfg)}"})
     deps = support_nodes(cfg, model is None, user, test_only=True) + ([model.id] if model else [])
@@ -317,13 +319,13 @@ def link_stages(plan: Plan) -> None:
 def node_label(node: Node, selected: Collection[tuple[str, int]] | None = None) -> str:
     """Which arms and seeds a graph node serves, for progress lines: the `selected` runs (those this call runs)
     that use it, or every run of the plan that does when `selected` is None (or when none of it does)."""
-    if node.id.startswith(STAGE_EVAL_PREFIX):  # a `stage_evals` node: name the model it tests
-        stage = node.id.removeprefix(STAGE_EVAL_PREFIX)
-        return "the base model" if stage == "base" else f"the {stage} model of " + node_label(
-            Node(stage, stage, "", {}, [], users=node.users), selected)
     users = [u for u in node.users if selected is None or u in selected] or node.users
     users = sorted({f"{arm} seed {seed}" for arm, seed in users})
-    return ", ".join(users[:3]) + (f", +{len(users) - 3} more" if len(users) > 3 else "")
+    text = ", ".join(users[:3]) + (f", +{len(users) - 3} more" if len(users) > 3 else "")
+    if node.id.startswith(STAGE_EVAL_PREFIX):  # a `stage_evals` node: name the model it tests
+        stage = node.id.removeprefix(STAGE_EVAL_PREFIX)
+        return "the base model" if stage == "base" else f"the {stage} model of {text}"
+    return text
 
 
 def describe_plan(plan: Plan, seeds: list[int] | None = None, arms: list[str] | None = None) -> str:
