@@ -240,7 +240,8 @@ class PretrainConfig(StepConfig):
                                           "findings, in stage 2's prompt format.")
     patch_embed: str = knob("conv", 'How the tiny base computes its vision patch embedding: "conv" = transformers\' '
                                     'Conv3d; "matmul" = the same linear map as one matrix product (equal to float '
-                                    "rounding, 2.6-6x faster forward + backward on a CPU core; "
+                                    "rounding; forward + weight gradient in 0.39x the time on a CPU core, a stage-0 "
+                                    "step in 0.91-0.97x: benchmarks/bench_patch_embed.py; "
                                     "harness/models/patch_embed.py). Saved with the base, so every stage that loads "
                                     "it computes the same way. The tiny preset files set matmul (issue 27).")
 

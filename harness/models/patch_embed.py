@@ -4,8 +4,9 @@ Qwen2.5-VL embeds each 2 x 14 x 14 x 3 patch with a Conv3d whose kernel equals i
 same linear map as flattening the patch (the processor already delivers it flattened in the Conv3d's channel,
 time, height, width order) and multiplying by the kernel viewed as an [embed_dim, 1176] matrix. On a CPU core
 the matrix product is the faster kernel: forward and weight gradient of a stage-0 batch (32 images, 2,048
-patches, width 64) in 10 ms against the Conv3d's 27-60 ms (tests/harness/models/test_patch_embed.py checks the
-two to float rounding; they sum in another order, so they are not bitwise equal).
+patches, width 64) in 0.39x the Conv3d's time, a whole stage-0 step in 0.91-0.97x (benchmarks/bench_patch_embed.py;
+tests/harness/models/test_patch_embed.py checks the two to float rounding; they sum in another order, so they are
+not bitwise equal).
 
 The choice belongs to the base model: stage 0 builds the tiny base with `pretrain.patch_embed`, and the saved
 config.json records it (`vision_config.regbench_patch_embed`), so every stage, evaluation and analysis that loads
