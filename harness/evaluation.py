@@ -84,27 +84,36 @@ def nlg_report_scores(refs: Mapping[str, str], hyps: Mapping[str, str]) -> dict[
       frequencies are those of the whole set).
     - METEOR: METEOR's segment score (its corpus score pools statistics instead, so the segment mean differs).
     """
+    return nlg_scores_and_reports(refs, hyps)[1]
+
+
+def nlg_scores_and_reports(refs: Mapping[str, str], hyps: Mapping[str, str]
+                           ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """`nlg_scores` (every metric) and `nlg_report_scores` from one run of each scorer, as a test evaluation needs
+    both: pycocoevalcap's ROUGE-L and CIDEr return the corpus score with the per-report ones, METEOR's one call
+    its corpus and segment scores, so nothing is scored twice (the same calls, the same numbers)."""
     from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
     from pycocoevalcap.rouge.rouge import Rouge
 
     gts, res = _prepare(refs, hyps)
+    corpus = _bleu(gts, res)
+    rouge, rouge_each = Rouge().compute_score(gts, res)
     out: dict[str, dict[str, float]] = {}
-    rouge = Rouge()
-    for key in gts:
+    for key, r in zip(gts, rouge_each, strict=True):
         cooked = cook_test(res[key][0], cook_refs(gts[key]), eff="closest")
         counts = [*cooked["correct"], *cooked["guess"], cooked["testlen"], cooked["reflen"]]
-        out[key] = {**dict(zip(BLEU_COUNT_KEYS, map(float, counts), strict=True)),
-                    "ROUGE_L": float(rouge.calc_score(res[key], gts[key]))}
+        out[key] = {**dict(zip(BLEU_COUNT_KEYS, map(float, counts), strict=True)), "ROUGE_L": float(r)}
     if any(text.split() for texts in gts.values() for text in texts):
         from pycocoevalcap.cider.cider import Cider
 
-        cider = Cider().compute_score(gts, res)[1]
+        cider, cider_each = Cider().compute_score(gts, res)
     else:
-        cider = np.zeros(len(gts))  # see the module docstring
-    _, meteor = _METEOR.score(_normalized(gts), _normalized(res), segments=True)
-    for key, c, m in zip(gts, cider, meteor, strict=True):
+        cider, cider_each = 0.0, np.zeros(len(gts))  # see the module docstring
+    meteor, meteor_each = _METEOR.score(_normalized(gts), _normalized(res), segments=True)
+    for key, c, m in zip(gts, cider_each, meteor_each, strict=True):
         out[key].update(CIDEr=float(c), METEOR=float(m))
-    return out
+    corpus.update(METEOR=meteor, ROUGE_L=float(rouge), CIDEr=float(cider))
+    return corpus, out
 
 
 def _check_metrics(metrics: Iterable[str] | None) -> tuple[str, ...]:

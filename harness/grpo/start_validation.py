@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.config import RunConfig, to_dict
+from harness.runs.digest import model_digest
 from harness.runs.records import atomic_write_text
 
 FOLDER = "start_validation"
@@ -35,16 +36,6 @@ NOT_READ_BY_VALIDATION = (
 )
 # Top-level fields of the run that the validation never reads: where it writes, its seed, the training loop's.
 NOT_READ_TOP = ("out_dir", "seed", "train", "init_from", "cache_dir")
-
-
-def model_digest(model_dir: str | Path) -> str:
-    """sha256 over the names and bytes of the files of a stage model folder (weights, spec, processor)."""
-    h = hashlib.sha256()
-    for p in sorted(Path(model_dir).rglob("*")):
-        if p.is_file():
-            h.update(p.relative_to(model_dir).as_posix().encode() + b"\0")
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 def start_validation_key(cfg: RunConfig) -> str | None:

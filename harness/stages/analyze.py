@@ -11,7 +11,12 @@ directory:
                    entity_f1, named as such)                    -> Supp. A.1, Fig. S5, Fig. S6
   sign-alignment   rewards bleu4 and chexpert_f1                 -> Supp. A.3 (P_sign, P_top1)
 
-Several kinds asked together share one sample per policy. A file holds the candidates, the validation ids and
+Several kinds asked together share one sample per policy. The policy before RL is the same for every arm and
+seed that starts from one SFT model, and its sample depends only on that model, the analysis' own seed and the
+settings sampling reads (`before_sample_key`), so it is drawn once: the first analysis keeps its candidates beside
+that model (`<init_from>/../analysis_samples/<key>.json`) and the others read them (exact by construction: the
+same call on the same inputs). Sampling uses the run's `generation.backend` (`lean` by default: the tokens of
+transformers' `generate`, harness/sampling/lean_decode.py). A file holds the candidates, the validation ids and
 references and the per-group rewards ([B][G] per reward); the statistics are computed by reports/ from them
 (reports/analyses.py), so that nothing here depends on reports/. Sampling is seeded: the same run, seed and
 prompts give the same file. The experiment runner runs this after a study's RL arms when the study asks for it
@@ -20,6 +25,8 @@ prompts give the same file. The experiment runner runs this after a study's RL a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -30,6 +37,11 @@ from harness.stages.paths import analyses_done  # noqa: F401 - re-exported: this
 
 KINDS = ("reward-variance", "sign-alignment")
 FORMAT = "regbench.analysis/1"
+SHARED_FOLDER = "analysis_samples"
+# The RL fields the sampling of an analysis reads (`_sample`); every other RL field is the training's.
+RL_FIELDS_SAMPLED_WITH = ("temperature", "top_p", "top_k", "max_new_tokens", "min_new_tokens", "repetition_penalty")
+# Top-level fields of the run's config that neither loading a policy nor sampling from it reads.
+NOT_READ_TOP = ("out_dir", "seed", "train", "init_from", "cache_dir")
 
 
 def analysis_rewards(kind: str) -> list[str]:
@@ -93,9 +105,43 @@ def _sample(model, processor, prompts, cfg, group_size: int, seed: int, batch_pr
                             prompts.instructions[start:start + batch_prompts], group_size=group_size,
                             temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k,
                             max_new_tokens=rl.max_new_tokens, min_new_tokens=rl.min_new_tokens,
-                            repetition_penalty=rl.repetition_penalty)
+                            repetition_penalty=rl.repetition_penalty, backend=cfg.generation.backend)
         texts.extend(ro.texts)
     return texts
+
+
+def before_sample_key(cfg, before: Path, ids: list[str], group_size: int, seed: int, batch_prompts: int,
+                      device: str) -> str:
+    """The key of the candidates sampled from the policy before RL: the model's bytes, the run's config less what
+    neither loading nor sampling reads (the training loop, the regularizer, the arm's reward: the analysis scores
+    its own rewards), the prompts' ids and the sampling call's own arguments."""
+    from harness.config import to_dict
+    from harness.runs.digest import model_digest
+
+    d = to_dict(cfg)
+    for name in NOT_READ_TOP:
+        d.pop(name, None)
+    d["rl"] = {k: d["rl"][k] for k in RL_FIELDS_SAMPLED_WITH}
+    payload = json.dumps({"model": model_digest(before), "config": d, "ids": ids, "group_size": group_size,
+                          "seed": seed, "batch_prompts": batch_prompts, "device": device}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _shared_sample(path: Path, draw, args: tuple) -> list[str]:
+    """The candidates kept at `path`, else `draw(*args)` kept there (a folder that cannot be written: not shared)."""
+    from harness.runs.records import atomic_write_text
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["candidates"]
+    except (OSError, ValueError, KeyError):
+        pass
+    cands = draw(*args)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_text(path, json.dumps({"candidates": cands}) + "\n")
+    except OSError:
+        pass
+    return cands
 
 
 def _free_memory(device: str) -> None:
@@ -157,7 +203,13 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
         seed_everything(seed)
         model, processor, spec = _load_policy(path, cfg, device)
         prompts = prompt_set(cfg, samples, spec)
-        cands = _sample(model, processor, prompts, cfg, group_size, seed, batch_prompts)
+        args = (model, processor, prompts, cfg, group_size, seed, batch_prompts)
+        if pol == "before":  # the same for every analysis of a run that starts from this model
+            key_ = before_sample_key(cfg, path, list(prompts.ids), group_size, seed, batch_prompts, device)
+            cands = _shared_sample(Path(path).parent / SHARED_FOLDER / f"{key_}.json", _sample, args)
+        else:
+            cands = _sample(*args)
+        del args
         del model
         _free_memory(device)
         results[pol] = {"model": str(path), "ids": list(prompts.ids), "references": list(prompts.references),

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config import RunConfig
-from harness.evaluation import findings_scores, label_with, nlg_report_scores, nlg_scores
+from harness.evaluation import findings_scores, label_with, nlg_scores_and_reports
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.output_format import report_part, well_formatted_fraction
 from harness.preflight import model_device
@@ -65,14 +65,15 @@ def gold_eval(samples, hyps: list[str], ref_labels: np.ndarray, labeler: np.ndar
 
 
 def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_labels: np.ndarray,
-                    ref_labels: np.ndarray, gold_labels: np.ndarray | None = None) -> list[dict]:
+                    ref_labels: np.ndarray, nlg: dict[str, dict[str, float]],
+                    gold_labels: np.ndarray | None = None) -> list[dict]:
     """One row per test report: the texts and what the report's paired bootstrap (reports/bootstrap.py)
-    rescores resamples from: per-report NLG statistics, both label vectors (null = not mentioned), entity F1;
-    on the phantom also the gold reader's labels (`gold_labels`) and the image truth (`present`)."""
+    rescores resamples from: per-report NLG statistics (`nlg`, harness.evaluation.nlg_report_scores), both label
+    vectors (null = not mentioned), entity F1; on the phantom also the gold reader's labels (`gold_labels`) and
+    the image truth (`present`)."""
     from rewards.entity import entity_f1
 
     refs = [s.report for s in samples]
-    nlg = nlg_report_scores({s.id: s.report for s in samples}, {s.id: h for s, h in zip(samples, hyps, strict=True)})
     entity = entity_f1(hyps, refs)
     rows = [{"id": s.id, "reference": s.report, "generated": h, "instruction": ins, "nlg": nlg[s.id],
              "hyp_labels": _labels_json(hl), "ref_labels": _labels_json(rl), "entity_f1": float(e)}
@@ -111,7 +112,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     # think_report models are scored on their <report> part (harness/output_format.py); plain: unchanged.
     hyps = [report_part(text, cfg.prompt.output_format) for text in outputs]
     refs = {s.id: s.report for s in samples}
-    scores = nlg_scores(refs, {s.id: h for s, h in zip(samples, hyps, strict=True)})
+    scores, nlg_each = nlg_scores_and_reports(refs, {s.id: h for s, h in zip(samples, hyps, strict=True)})
     ref_labels = reference_labels(samples) if cfg.eval.ce_backend == "rules" or any(
         s.labels is not None for s in samples) else label_with(cfg.eval.ce_backend, [s.report for s in samples],
                                                                cfg.eval.chexbert_mode)
@@ -131,7 +132,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
         run = run()
     if run is not None:
         run.log_eval(scores)
-        rows = prediction_rows(samples, hyps, instructions, hyp_labels, ref_labels, gold_labels)
+        rows = prediction_rows(samples, hyps, instructions, hyp_labels, ref_labels, nlg_each, gold_labels)
         if cfg.prompt.output_format != "plain":  # the whole output beside the report part it was scored on
             for row, text in zip(rows, outputs, strict=True):
                 row["output"] = text

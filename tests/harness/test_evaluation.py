@@ -83,6 +83,52 @@ def test_nlg_scores_equal_pycocoevalcap(corpus, reference_meteor):
     assert_scores_equal(scores, pycoco_scores(refs, hyps, reference_meteor))
 
 
+def _separately(refs, hyps):
+    """nlg_scores and nlg_report_scores as they were computed before they shared their scorers: each scorer run
+    twice (pycocoevalcap directly for the per-report half)."""
+    from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
+
+    from harness.constants import BLEU_COUNT_KEYS
+
+    gts = {k: [refs[k]] for k in refs}
+    res = {k: [hyps[k]] for k in refs}
+    per = {}
+    for k in gts:
+        c = cook_test(res[k][0], cook_refs(gts[k]), eff="closest")
+        counts = [*c["correct"], *c["guess"], c["testlen"], c["reflen"]]
+        per[k] = {**dict(zip(BLEU_COUNT_KEYS, map(float, counts), strict=True)),
+                  "ROUGE_L": float(Rouge().calc_score(res[k], gts[k]))}
+    cider = (Cider().compute_score(gts, res)[1] if any(t.split() for v in gts.values() for t in v)
+             else np.zeros(len(gts)))
+    norm = evaluation._normalized
+    _, meteor = evaluation._METEOR.score(norm(gts), norm(res), segments=True)
+    for k, c, m in zip(gts, cider, meteor, strict=True):
+        per[k].update(CIDEr=float(c), METEOR=float(m))
+    return nlg_scores(refs, hyps), per
+
+
+@pytest.mark.parametrize("corpus", [*range(len(CORPORA)), "empty_refs", "random"])
+def test_corpus_and_report_scores_from_one_run_equal_two_runs(corpus):
+    """A test evaluation scores each metric once (nlg_scores_and_reports): the same numbers, bit for bit and in
+    the same key order, as nlg_scores and the per-report scores computed separately."""
+    from harness.evaluation import nlg_report_scores, nlg_scores_and_reports
+
+    if corpus == "empty_refs":
+        refs, hyps = {"a": "", "b": " "}, {"a": "no effusion .", "b": ""}
+    elif corpus == "random":
+        rng = np.random.default_rng(3)
+        words = "the heart lungs are clear mild small left right effusion pneumothorax opacity . no".split()
+        refs = {f"r{i}": " ".join(rng.choice(words, rng.integers(1, 20))) for i in range(40)}
+        hyps = {k: " ".join(rng.choice(words, rng.integers(0, 20))) for k in refs}
+    else:
+        refs, hyps = CORPORA[corpus]
+    corpus_scores, per = nlg_scores_and_reports(refs, hyps)
+    want_corpus, want_per = _separately(refs, hyps)
+    assert list(corpus_scores) == list(want_corpus) == list(NLG_KEYS)
+    assert corpus_scores == want_corpus and per == want_per
+    assert nlg_report_scores(refs, hyps) == want_per
+
+
 def test_metric_subset():
     refs, hyps = CORPORA[0]
     assert set(nlg_scores(refs, hyps, metrics=["ROUGE_L", "CIDEr"])) == {"ROUGE_L", "CIDEr"}

@@ -132,6 +132,76 @@ def test_two_kinds_share_one_sample_per_policy(fake_rl_run):
     assert set(sa["policies"]["after"]["rewards"]) == {"bleu4", "chexpert_f1"} and rv["key"] == sa["key"] == "k1"
 
 
+def _counting_sampler(monkeypatch):
+    import harness.stages.analyze as ac
+
+    drawn = []
+    inner = ac._sample
+
+    def counting(model, processor, prompts, cfg, group_size, seed, batch_prompts):
+        drawn.append(str(model))
+        return inner(model, processor, prompts, cfg, group_size, seed, batch_prompts)
+
+    monkeypatch.setattr(ac, "_sample", counting)
+    return drawn
+
+
+def _second_run_from_the_same_model(run, name: str, **rl_changes):
+    """Another RL run (another arm or seed) that starts from the same SFT model as `run`."""
+    other = run.parent / name
+    (other / "model").mkdir(parents=True)
+    man = json.loads((run / "manifest.json").read_text())
+    man["seed"] = 7
+    man["config"].update(seed=7, out_dir=str(other))
+    man["config"]["rl"].update(regularizer="none", reward="entity_f1", **rl_changes)
+    (other / "manifest.json").write_text(json.dumps(man))
+    return other
+
+
+def test_the_policy_before_rl_is_sampled_once_per_start_model(fake_rl_run, monkeypatch):
+    """Arms and seeds from one SFT model share its candidates; a sampling setting makes a sample of its own."""
+    from harness.stages.analyze import SHARED_FOLDER, run_analyses
+
+    run, _ = fake_rl_run
+    drawn = _counting_sampler(monkeypatch)
+    first = json.loads(run_analyses(run, ["sign-alignment"], n_prompts=4, group_size=3)[0].read_text())
+    other = _second_run_from_the_same_model(run, "rl_other")
+    second = json.loads(run_analyses(other, ["sign-alignment"], n_prompts=4, group_size=3)[0].read_text())
+    sft = str(run.parent / "sft" / "model")
+    assert drawn == [sft, str(run / "model"), str(other / "model")]  # before RL drawn once
+    assert second["policies"]["before"] == first["policies"]["before"] | {"model": sft}
+    shared = list((run.parent / "sft" / SHARED_FOLDER).glob("*.json"))
+    assert len(shared) == 1
+    # what is read is the file (a planted candidate list comes back)
+    planted = [["planted"] * 3 for _ in range(4)]
+    shared[0].write_text(json.dumps({"candidates": [c for g in planted for c in g]}))
+    third = json.loads(run_analyses(other, ["sign-alignment"], n_prompts=4, group_size=3)[0].read_text())
+    assert third["policies"]["before"]["candidates"] == planted
+    # a setting sampling reads (the temperature), the seed or the group size: a new key, a new draw
+    hot = _second_run_from_the_same_model(run, "rl_hot", temperature=1.3)
+    run_analyses(hot, ["sign-alignment"], n_prompts=4, group_size=3)
+    run_analyses(other, ["sign-alignment"], n_prompts=4, group_size=3, seed=5)
+    run_analyses(other, ["sign-alignment"], n_prompts=4, group_size=2)
+    assert drawn.count(sft) == 4 and len(list(shared[0].parent.glob("*.json"))) == 4
+
+
+def test_analysis_samples_with_the_runs_decoding_backend(monkeypatch):
+    """The analysis decodes with generation.backend (the lean loop by default), as the RL run did."""
+    import harness.grpo.rollout as rollout
+    from harness.config import RunConfig
+    from harness.stages.analyze import _sample
+
+    seen = []
+    monkeypatch.setattr(rollout, "sample_rollout", lambda *a, **k: seen.append(k["backend"]) or SimpleNamespace(
+        texts=["x"] * k["group_size"]))
+    prompts = SimpleNamespace(ids=["a"], images=[[None]], instructions=["d"])
+    for backend in ("lean", "hf"):
+        cfg = RunConfig()
+        cfg.generation.backend = backend
+        assert _sample(None, None, prompts, cfg, 2, 0, 8) == ["x", "x"]
+    assert seen == ["lean", "hf"] and RunConfig().generation.backend == "lean"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The study field `analyses` and the experiment runner's hook (fake stages; tests/harness/test_experiments.py)
 
