@@ -1,5 +1,6 @@
 """The full-sequence forward of the GRPO log-prob passes (old, reference, current) with the model's arithmetic and
-less work: the 4-D mask built directly instead of through transformers' vmap machinery, and, on the CPU, each
+less work: the 4-D mask built directly instead of through transformers' vmap machinery, the M-RoPE positions
+batched (harness/sampling/mrope_index.py), and, on the CPU, each
 distinct image through the vision encoder once (harness/sampling/lean_prefill.py says why both give the same
 numbers). The logits are those of `model(input_ids=..., pixel_values=...)` bit for bit, with grad or without.
 In a pass with grad (the training pass) the vision encoder's parameter gradients are then the backward of one
@@ -15,6 +16,7 @@ import torch
 
 from harness.models.logit_positions import last_positions
 from harness.sampling.lean_prefill import image_features, prefill_mask
+from harness.sampling.mrope_index import mrope_positions
 
 
 def _supported(hf) -> bool:
@@ -43,8 +45,7 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     feats = image_features(hf, pixel_values, image_grid_thw, dedupe_images).to(embeds.device, embeds.dtype)
     image_mask, _ = inner.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=feats)
     embeds = embeds.masked_scatter(image_mask, feats)
-    positions, rope_deltas = inner.get_rope_index(input_ids, image_grid_thw, None, second_per_grid_ts=None,
-                                                  attention_mask=attention_mask)
+    positions, rope_deltas = mrope_positions(inner, input_ids, image_grid_thw, attention_mask)
     inner.rope_deltas = rope_deltas
     mask = prefill_mask(attention_mask, hf.config._attn_implementation, embeds.dtype)
     return model(input_ids=None, inputs_embeds=embeds, position_ids=positions,

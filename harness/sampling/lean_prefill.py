@@ -12,7 +12,9 @@ transformers' vmap machinery (masking_utils.create_causal_mask). Here:
 - the mask is built directly: the same boolean (causal and not padding) that `sdpa_mask` gives, None for
   sdpa without padding (transformers then lets SDPA run with is_causal), and the additive 0 / dtype-min mask
   for eager, in the dtype of the input embeddings;
-- the K/V go straight into the caller's cache object, so no copy from a DynamicCache.
+- the K/V go straight into the caller's cache object, so no copy from a DynamicCache;
+- the M-RoPE positions come from harness/sampling/mrope_index.py (the same integers, without get_rope_index's
+  Python loop over rows).
 
 Batches with other inputs than input_ids, attention_mask, pixel_values and image_grid_thw (videos, say) are
 not handled here: `prefill_supported` says so and the caller runs generate's own step.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from harness.models.logit_positions import last_hidden
+from harness.sampling.mrope_index import mrope_positions
 
 HANDLED = frozenset({"input_ids", "attention_mask", "pixel_values", "image_grid_thw"})
 
@@ -95,8 +98,7 @@ def prefill(hf, batch: dict, cache, *, dedupe_images: bool) -> torch.Tensor:
         feats = feats.to(embeds.device, embeds.dtype)
         image_mask, _ = model.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=feats)
         embeds = embeds.masked_scatter(image_mask, feats)
-    positions, rope_deltas = model.get_rope_index(input_ids, grid, None, second_per_grid_ts=None,
-                                                  attention_mask=attention_mask)
+    positions, rope_deltas = mrope_positions(model, input_ids, grid, attention_mask)
     model.rope_deltas = rope_deltas
     attn = hf.config._attn_implementation
     mask = prefill_mask(attention_mask, attn, embeds.dtype)
