@@ -14,6 +14,7 @@ share one file; two processes that decode the same image write the same bytes.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,8 +37,24 @@ class PixelCache:
         n = max(1, len(self.slots))
         nbytes = n * (size * size * 3 + 1)
         if not self.path.is_file() or self.path.stat().st_size != nbytes:
-            with open(self.path, "wb") as f:  # sparse: blocks are allocated as images are written
-                f.truncate(nbytes)
+            self._create(nbytes)
+
+    def _create(self, nbytes: int) -> None:
+        """The empty file (sparse: blocks are allocated as images are written), made under a temporary name and
+        then linked in: a process that finds no file never truncates one that another process has just created
+        and is writing through its mapping (two evaluations of one test split start at the same moment)."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.truncate(nbytes)
+        try:
+            if self.path.is_file() and self.path.stat().st_size != nbytes:
+                os.replace(tmp, self.path)  # a stale file of another layout; a process mapping it keeps its inode
+            else:
+                os.link(tmp, self.path)
+        except FileExistsError:
+            pass  # another process created it first: use theirs
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_pixels": None, "_ready": None}

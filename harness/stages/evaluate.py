@@ -23,6 +23,7 @@ from harness.runs import preemption
 from harness.runs.records import RunDir, atomic_write_text, dumps
 from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.stages.common import load_splits, seed_everything
+from harness.stages.paths import eval_pixel_dir
 
 
 def clinical_scores(cfg: RunConfig, hyps: list[str], refs: list[str]) -> dict:
@@ -106,7 +107,8 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
         raise ValueError(f"split '{split}' not in the data set (have: {', '.join(splits)})")
     samples = splits[split]
     instructions = instructions_for(cfg, samples, spec)
-    outputs = generate_reports(model, processor, load_images(samples, cfg.model.image_size), instructions,
+    images = load_images(samples, cfg.model.image_size, cache_dir=eval_pixel_dir(cfg, split))
+    outputs = generate_reports(model, processor, images, instructions,
                                **greedy_settings(cfg.generation), progress=progress, desc=f"decode {split}",
                                before_batch=_stop_between_batches(model_dir, split, len(samples)))
     # think_report models are scored on their <report> part (harness/output_format.py); plain: unchanged.

@@ -4,7 +4,8 @@ plan is built in a fraction of a second.
 
 - `default_cache_dir(cfg)`: the per-machine cache (`cache_dir`, else $REGBENCH_CACHE, else ~/.cache/regbench);
 - `phantom_dir(cfg, splits)`: the folder of the configured phantom set (generator version in its name), or of
-  the part of it that holds only `splits` (an evaluation draws only the test split: `test_split_dir`);
+  the part of it that holds only `splits` (an evaluation draws only the test split: `test_split_dir`), and
+  where evaluations keep its decoded images (`eval_pixel_dir`);
 - `uses_tiny_base(cfg)`, `base_key(cfg)`, `base_dir(cfg)`: whether a run starts from the tiny stage-0 base, its
   cache key (recipe version included) and its folder (`DONE` marks it complete);
 - `analyses_done(run_dir, kinds, key)`: whether an RL run's Supp. A records were written for `key`.
@@ -58,6 +59,16 @@ def test_split_dir(cfg: RunConfig) -> Path:
     else the test-only part (an evaluation on a set no stage trains on draws only its test split)."""
     whole = phantom_dir(cfg)
     return whole if (whole / "annotation.json").is_file() else phantom_dir(cfg, ("test",))
+
+
+def eval_pixel_dir(cfg: RunConfig, split: str) -> Path | None:
+    """Where evaluations of a phantom set keep the decoded images of `split` (harness/data/pixel_cache.py: uint8,
+    the same pixels): beside the set, so every arm's and seed's evaluation of one test split decodes its PNGs once
+    (issue 27). None for other data sets, whose folders are the user's."""
+    d = cfg.data
+    if d.dataset != "phantom" or d.annotation is not None:
+        return None
+    return (test_split_dir(cfg) if split == "test" else phantom_dir(cfg)) / "pixels"
 
 
 def pretrain_key(cfg: RunConfig) -> str:

@@ -115,3 +115,35 @@ def test_the_pixel_cache_gives_the_same_pixels_and_decodes_each_image_once(sampl
     assert torch.equal(first[:], want) and torch.equal(first[:], want) and torch.equal(first[2], want[2])
     other = ClassifierImages(samples[:2], 20, cache_dir=tmp_path / "clf")  # another set, same folder: its own file
     assert other.cache.path != first.cache.path and torch.equal(other[:], want[:2])
+
+
+def test_a_second_process_that_found_no_cache_file_keeps_the_one_just_created(samples, tmp_path, monkeypatch):
+    """Two evaluations of one test split open its pixel cache at the same moment: the one that looked before the
+    other created the file must not truncate it (that would zero the other's images under its mapping)."""
+    from pathlib import Path
+
+    from harness.data.pixel_cache import PixelCache
+
+    first = LazyViews(samples, 24, cache_dir=tmp_path / "pixels")
+    want = first[1]  # decoded and written through the first process's mapping
+    path = first.cache.path
+    real_is_file = Path.is_file
+    looked = []
+
+    def saw_no_file(self):  # the second process looked before the file existed
+        if self == path and not looked:
+            looked.append(self)
+            return False
+        return real_is_file(self)
+
+    monkeypatch.setattr(Path, "is_file", saw_no_file)
+    second = PixelCache(tmp_path / "pixels", 24, [p for s in samples for p in s.image_paths])
+    assert looked and second.path == path
+    second._open()
+    assert all(second._ready[second.slots[str(p)]] for p in samples[1].image_paths)  # still there
+    _same(first[1], want)
+    assert not list(path.parent.glob(".*.tmp"))
+    # a stale file of another layout (other image size or list under the same name) is replaced, not reused
+    path.write_bytes(b"x")
+    PixelCache(tmp_path / "pixels", 24, [p for s in samples for p in s.image_paths])
+    assert path.stat().st_size == len(first.cache.slots) * (24 * 24 * 3 + 1)

@@ -62,3 +62,16 @@ def test_a_test_evaluation_draws_only_the_test_split_and_reads_the_same_samples(
         assert (a.id, a.report, a.categories) == (b.id, b.report, b.categories)
         assert np.array_equal(a.labels, b.labels, equal_nan=True)
         assert a.image_paths[0].read_bytes() == b.image_paths[0].read_bytes()
+
+
+def test_evaluations_keep_a_phantom_splits_decoded_images_beside_it(tmp_path):
+    """issue 27: every evaluation of one phantom test split reads one pixel cache beside the split it reads (the
+    test-only part or the whole set); a user's data set gets none."""
+    cfg = build_config({"data": {"synth_n": 20, "synth_image_size": 48, "synth_dir": str(tmp_path)}})
+    assert paths.eval_pixel_dir(cfg, "test") == paths.phantom_dir(cfg, ("test",)) / "pixels"
+    assert paths.eval_pixel_dir(cfg, "val") == paths.phantom_dir(cfg) / "pixels"
+    (paths.phantom_dir(cfg)).mkdir(parents=True)
+    (paths.phantom_dir(cfg) / "annotation.json").write_text("{}")
+    assert paths.eval_pixel_dir(cfg, "test") == paths.phantom_dir(cfg) / "pixels"
+    user = build_config({"data": {"dataset": "iu_xray", "annotation": str(tmp_path / "ann.json")}})
+    assert paths.eval_pixel_dir(user, "test") is None
