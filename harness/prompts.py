@@ -32,9 +32,10 @@ class PromptSet:
         return len(self.ids)
 
 
-def prompt_set(cfg: RunConfig, samples, spec: dict) -> PromptSet:
-    """Samples as the RL loop and the analyses see them: instructions rebuilt as the checkpoint was trained."""
-    return PromptSet([s.id for s in samples], load_images(samples, cfg.model.image_size),
+def prompt_set(cfg: RunConfig, samples, spec: dict, cache_dir=None) -> PromptSet:
+    """Samples as the RL loop and the analyses see them: instructions rebuilt as the checkpoint was trained
+    (`cache_dir`: decoded images kept there, see `load_images`)."""
+    return PromptSet([s.id for s in samples], load_images(samples, cfg.model.image_size, cache_dir=cache_dir),
                      instructions_for(cfg, samples, spec), [s.report for s in samples])
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -80,3 +81,10 @@ class PixelCache:
         self._pixels[slot] = np.asarray(image)
         self._ready[slot] = 1
         return image
+
+
+def stage_pixel_folder(run_dir: str | Path) -> tempfile.TemporaryDirectory:
+    """A folder inside a stage run for the pixels its epochs read again (`.name`; warm-up, SFT, RL prompts): each
+    image decoded once per run, not once per epoch. Removed by `.cleanup()` when the stage ends, or when the
+    object is collected (a stage that fails or is preempted); each process of a data-parallel run has its own."""
+    return tempfile.TemporaryDirectory(prefix="pixels-", dir=run_dir)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config import RunConfig
+from harness.data.pixel_cache import stage_pixel_folder
 from harness.evaluation import findings_scores, label_with, nlg_scores
 from harness.grpo.start_validation import shared_start_validation
 from harness.grpo.trainer import GRPOTrainer
@@ -163,9 +164,10 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
     model = add_lora(model, **lora)
     set_trainable(model, "rl")
     n_train, n_all = count_parameters(model)
-    train = prompt_set(cfg, splits["train"], spec)
+    pixels = stage_pixel_folder(run.path)  # every epoch and validation reads the images again: decoded once
+    train = prompt_set(cfg, splits["train"], spec, cache_dir=pixels.name)
     val_samples = splits["val"][: cfg.rl.val_max_samples] if cfg.rl.val_max_samples else splits["val"]
-    val = prompt_set(cfg, val_samples, spec)
+    val = prompt_set(cfg, val_samples, spec, cache_dir=pixels.name)
     # The policy RL starts from (also on resume: the model is rebuilt from init_from), for the validation KL.
     start_policy = SnapshotStore(model, device=next(model.parameters()).device)
     start_policy.capture("start")
@@ -180,6 +182,7 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
     if dist.main and not progress:  # no bar (a study's worker): one line per validation instead
         trainer.on_validation += (progress_line(trainer, run.path.name),)
     metrics = trainer.train()
+    pixels.cleanup()
     out = run.path / "model"
     if dist.main:
         extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template", "output_format")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.data.pixel_cache import stage_pixel_folder
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.output_format import format_instruction, training_target
@@ -34,18 +35,20 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     set_trainable(model, "sft")
     n_train, n_all = count_parameters(model)
     size = cfg.model.image_size
+    pixels = stage_pixel_folder(run.path)  # every epoch reads the images again: decoded once (the same pixels)
     data = {}
     for split in ("train", "val"):
         samples = splits[split]
         names = predicted_diseases(cfg.classifier.dir, samples)
         fmt = cfg.prompt.output_format
         labels = reference_labels(samples) if fmt != "plain" else [None] * len(samples)
-        data[split] = LMData(load_images(samples, size),
+        data[split] = LMData(load_images(samples, size, cache_dir=pixels.name),
                              [format_instruction(i, fmt) for i in disease_instructions(cfg, names)],
                              [training_target(s.report, row, fmt) for s, row in zip(samples, labels, strict=True)])
     metrics = train_lm(model, processor, data["train"], data["val"], cfg.train, run, seed=cfg.seed,
                        max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 2 SFT", progress=progress,
                        dist=dist)
+    pixels.cleanup()
     extra = {"classifier_dir": str(Path(cfg.classifier.dir).resolve()),
              "disease_template": cfg.prompt.disease_template, "instruction": cfg.prompt.instruction,
              "output_format": cfg.prompt.output_format}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.data.pixel_cache import stage_pixel_folder
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import count_parameters, set_trainable
 from harness.prompts import load_images, plain_instructions
@@ -27,13 +28,15 @@ def run_warmup(cfg: RunConfig, progress: bool = True) -> Path:
     set_trainable(model, "warmup")
     n_train, n_all = count_parameters(model)
     size = cfg.model.image_size
-    train = LMData(load_images(splits["train"], size), plain_instructions(cfg, len(splits["train"])),
-                   [s.report for s in splits["train"]])
-    val = LMData(load_images(splits["val"], size), plain_instructions(cfg, len(splits["val"])),
+    pixels = stage_pixel_folder(run.path)  # every epoch reads the images again: decoded once (the same pixels)
+    train = LMData(load_images(splits["train"], size, cache_dir=pixels.name),
+                   plain_instructions(cfg, len(splits["train"])), [s.report for s in splits["train"]])
+    val = LMData(load_images(splits["val"], size, cache_dir=pixels.name), plain_instructions(cfg, len(splits["val"])),
                  [s.report for s in splits["val"]])
     metrics = train_lm(model, processor, train, val, cfg.train, run, seed=cfg.seed,
                        max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 1 warm-up", progress=progress,
                        dist=dist)
+    pixels.cleanup()
     out = run.path / "model"
     if dist.main:
         save_stage_model(model, out, base_path, "warmup", settings=model_settings(cfg))

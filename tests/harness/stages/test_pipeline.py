@@ -126,6 +126,35 @@ def test_rl_runs_from_one_model_share_the_start_validation(workdir):
     assert len(list(shared.glob("*.json"))) == 2
 
 
+def test_rl_decodes_each_prompt_image_once_per_run(workdir, monkeypatch):
+    """issue 27: the RL prompts' images (training epochs, validations, the KL to the start policy) are decoded once
+    per run and read back as the same pixels (harness/data/pixel_cache.py); the folder goes when the run ends."""
+    import harness.data.streaming as streaming
+
+    import traceback
+
+    decoded = []
+    real = streaming.load_image
+
+    def counting(path, size):  # the prompts' decodes (the classifier's own inputs, read once for its hints, apart)
+        if not any(f.name == "predicted_diseases" for f in traceback.extract_stack()):
+            decoded.append(str(path))
+        return real(path, size)
+
+    monkeypatch.setattr(streaming, "load_image", counting)
+    args = TINY + _common(workdir, "rl_pixels") + [
+        "train.max_steps=3", "train.epochs=3", f"init_from={workdir / 'sft' / 'model'}", "rl.prompts_per_step=2",
+        "rl.group_size=2", "rl.max_new_tokens=4", "rl.min_new_tokens=2", "data.max_train=2", "rl.val_every_steps=1"]
+    assert main(["train", "rl", *args, "--no-progress"]) == 0
+    assert len(read_jsonl(workdir / "rl_pixels" / "steps.jsonl")) == 3  # three epochs of the 2 prompts
+    assert len(read_jsonl(workdir / "rl_pixels" / "evals.jsonl")) == 4  # validations at steps 0-3
+    from collections import Counter
+
+    assert decoded and max(Counter(decoded).values()) == 1, Counter(decoded).most_common(3)  # each view once
+    for stage in ("rl_pixels", "warmup", "sft", "rl"):
+        assert not list((workdir / stage).glob("pixels-*")), stage
+
+
 def test_think_report_model_through_sft_rl_and_eval(workdir, capsys):
     """MRG-R1's layout (prompt.output_format=think_report, issue 24): the SFT stage records the format, RL and
     eval follow it (and refuse a config that says otherwise), and they log the well-formatted share. With
