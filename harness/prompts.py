@@ -5,7 +5,6 @@ labels of the 14 observations. Below the stages: each stage, the RL engine and t
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
 from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba
 from harness.output_format import format_instruction
-from harness.runs.records import atomic_write_text
+from harness.runs.records import kept_result
 
 
 @dataclass
@@ -101,20 +100,13 @@ def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
         h.update((root / name).read_bytes())
     for s in samples:  # the classifier reads the first view of each study
         h.update(s.id.encode() + b"\0" + Path(s.image_paths[0]).read_bytes())
-    path = root / PREDICTIONS_FOLDER / f"{h.hexdigest()[:24]}.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))["names"]
-    except (OSError, ValueError, KeyError):
-        pass
-    model, ccfg, thresholds = load_classifier(classifier_dir)
-    probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size, ccfg.normalization))
-    names = [positive_names(row) for row in predict_labels(probs, thresholds)]
-    try:
-        path.parent.mkdir(exist_ok=True)
-        atomic_write_text(path, json.dumps({"names": names}) + "\n")
-    except OSError:
-        pass
-    return names
+
+    def predict() -> list[list[str]]:
+        model, ccfg, thresholds = load_classifier(classifier_dir)
+        probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size, ccfg.normalization))
+        return [positive_names(row) for row in predict_labels(probs, thresholds)]
+
+    return kept_result(root / PREDICTIONS_FOLDER / f"{h.hexdigest()[:24]}.json", "names", predict)
 
 
 def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:

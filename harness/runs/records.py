@@ -116,6 +116,24 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, dumps(obj, indent=2) + "\n")
 
 
+def kept_result(path: str | Path, field: str, compute) -> Any:
+    """`compute()`'s JSON value, kept at `path` under `field` for the next caller with the same key (the file name):
+    read back when it is there, else computed and written. A folder that cannot be written only means computing
+    it each time (a shared, read-only model folder)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))[field]
+    except (OSError, ValueError, KeyError):
+        pass
+    value = compute()
+    try:
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_text(path, json.dumps({field: value}) + "\n")
+    except OSError:
+        pass
+    return value
+
+
 def read_json(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():

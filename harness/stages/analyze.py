@@ -25,6 +25,7 @@ prompts give the same file. The experiment runner runs this after a study's RL a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.runs.records import kept_result
 from harness.runs.schema import analysis_file
 from harness.stages.paths import analyses_done  # noqa: F401 - re-exported: this stage's completion check
 
@@ -127,23 +129,6 @@ def before_sample_key(cfg, before: Path, ids: list[str], group_size: int, seed: 
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _shared_sample(path: Path, draw, args: tuple) -> list[str]:
-    """The candidates kept at `path`, else `draw(*args)` kept there (a folder that cannot be written: not shared)."""
-    from harness.runs.records import atomic_write_text
-
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))["candidates"]
-    except (OSError, ValueError, KeyError):
-        pass
-    cands = draw(*args)
-    try:
-        path.parent.mkdir(exist_ok=True)
-        atomic_write_text(path, json.dumps({"candidates": cands}) + "\n")
-    except OSError:
-        pass
-    return cands
-
-
 def _free_memory(device: str) -> None:
     """Release the policy just used before the next one loads (a 7B model twice does not fit everywhere)."""
     import gc
@@ -206,7 +191,8 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
         args = (model, processor, prompts, cfg, group_size, seed, batch_prompts)
         if pol == "before":  # the same for every analysis of a run that starts from this model
             key_ = before_sample_key(cfg, path, list(prompts.ids), group_size, seed, batch_prompts, device)
-            cands = _shared_sample(Path(path).parent / SHARED_FOLDER / f"{key_}.json", _sample, args)
+            cands = kept_result(Path(path).parent / SHARED_FOLDER / f"{key_}.json", "candidates",
+                                functools.partial(_sample, *args))
         else:
             cands = _sample(*args)
         del args

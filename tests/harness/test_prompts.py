@@ -56,6 +56,8 @@ def test_a_folder_that_cannot_be_written_still_gets_its_predictions(classifier, 
     def refuse(*args, **kwargs):
         raise PermissionError("read-only")
 
-    monkeypatch.setattr(prompts, "atomic_write_text", refuse)
+    import harness.runs.records as records
+
+    monkeypatch.setattr(records, "atomic_write_text", refuse)
     assert len(predicted_diseases(classifier, samples)) == len(samples)
     assert not list((classifier / PREDICTIONS_FOLDER).glob("*.json"))

@@ -129,9 +129,9 @@ def test_rl_runs_from_one_model_share_the_start_validation(workdir):
 def test_rl_decodes_each_prompt_image_once_per_run(workdir, monkeypatch):
     """issue 27: the RL prompts' images (training epochs, validations, the KL to the start policy) are decoded once
     per run and read back as the same pixels (harness/data/pixel_cache.py); the folder goes when the run ends."""
-    import harness.data.streaming as streaming
-
     import traceback
+
+    import harness.data.streaming as streaming
 
     decoded = []
     real = streaming.load_image
