@@ -1,0 +1,85 @@
+"""What a test evaluation repeats, side by side on the same inputs (issue 27, sixth session), one thread:
+
+- NLG scoring of a stored evaluation's reports: `nlg_scores` + `nlg_report_scores` (each scorer run twice, as
+  before) against `nlg_scores_and_reports` (once), alternating; both must return the same numbers;
+- the split's images: decoded from PNG every time against read back from the pixel cache (harness/data/pixel_cache.py).
+
+    python benchmarks/bench_eval_scoring.py RUN/eval/predictions_final_test.jsonl --annotation DATA/annotation.json
+    python benchmarks/bench_eval_scoring.py PRED.jsonl --rounds 5
+
+Printed: median seconds of each side and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("predictions", help="a test evaluation's predictions_*.jsonl (reference and generated texts)")
+    parser.add_argument("--annotation", help="the phantom split's annotation.json (times its test images too)")
+    parser.add_argument("--image-size", type=int, default=112)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from harness.evaluation import meteor_scorer, nlg_report_scores, nlg_scores, nlg_scores_and_reports
+
+    torch.set_num_threads(1)
+    path = Path(args.predictions)
+    if not path.is_file():
+        parser.error(f"{path}: no such predictions file")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        parser.error(f"{path}: no reports in it")
+    refs = {r["id"]: r["reference"] for r in rows}
+    hyps = {r["id"]: r["generated"] for r in rows}
+    meteor_scorer()  # the JVM started before timing
+    times: dict[str, list[float]] = {"twice": [], "once": []}
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        want = (nlg_scores(refs, hyps), nlg_report_scores(refs, hyps))
+        times["twice"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        got = nlg_scores_and_reports(refs, hyps)
+        times["once"].append(time.perf_counter() - t0)
+        if got != want:
+            print("the two differ; not timing", file=sys.stderr)
+            return 1
+    twice, once = (statistics.median(times[k]) for k in ("twice", "once"))
+    print(f"NLG of {len(rows)} reports: each scorer twice {twice:.2f} s, once {once:.2f} s, ratio {once / twice:.3f}")
+    if args.annotation:
+        from harness.data.datasets import load_annotation
+        from harness.data.streaming import LazyViews
+
+        samples = load_annotation(args.annotation, "phantom", splits=("test",))["test"]
+        with tempfile.TemporaryDirectory() as folder:
+            filled = LazyViews(samples, args.image_size, cache_dir=folder)
+            for i in range(len(samples)):
+                filled[i]
+            times = {"png": [], "cache": []}
+            for _ in range(args.rounds):
+                for name, views in (("png", LazyViews(samples, args.image_size)),
+                                    ("cache", LazyViews(samples, args.image_size, cache_dir=folder))):
+                    t0 = time.perf_counter()
+                    for i in range(len(samples)):
+                        views[i]
+                    times[name].append(time.perf_counter() - t0)
+        png, cache = (statistics.median(times[k]) for k in ("png", "cache"))
+        print(f"{len(samples)} test images: from PNG {png:.2f} s, from the pixel cache {cache:.2f} s, "
+              f"ratio {cache / png:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
