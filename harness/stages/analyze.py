@@ -42,8 +42,6 @@ FORMAT = "regbench.analysis/1"
 SHARED_FOLDER = "analysis_samples"
 # The RL fields the sampling of an analysis reads (`_sample`); every other RL field is the training's.
 RL_FIELDS_SAMPLED_WITH = ("temperature", "top_p", "top_k", "max_new_tokens", "min_new_tokens", "repetition_penalty")
-# Top-level fields of the run's config that neither loading a policy nor sampling from it reads.
-NOT_READ_TOP = ("out_dir", "seed", "train", "init_from", "cache_dir")
 
 
 def analysis_rewards(kind: str) -> list[str]:
@@ -118,6 +116,7 @@ def before_sample_key(cfg, before: Path, ids: list[str], group_size: int, seed: 
     neither loading nor sampling reads (the training loop, the regularizer, the arm's reward: the analysis scores
     its own rewards), the prompts' ids and the sampling call's own arguments."""
     from harness.config import to_dict
+    from harness.grpo.start_validation import NOT_READ_TOP  # the run's own fields: where, seed, training loop
     from harness.runs.digest import model_digest
 
     d = to_dict(cfg)
