@@ -3,6 +3,7 @@
     python benchmarks/bench_rollout.py                      # tiny preset, 4 prompts x G=4 = 16 rows x 48 tokens
     python benchmarks/bench_rollout.py --repeats 15 --threads 1 --max-new-tokens 48
     python benchmarks/bench_rollout.py --count-ops               # torch ops per decoded token of the lean loop
+    python benchmarks/bench_rollout.py --backends lean,fused --prompts 32 [--count-ops]  # lean vs fused (issue 27)
 
 The model is the tiny preset (built like benchmarks/bench_rl_step.py: harness.models.tiny with
 harness.config.ModelConfig's sizes, LoRA r = 32 on every linear layer + the merger, set trainable for stage "rl"),
@@ -10,7 +11,8 @@ the prompts are synthetic chest X-rays (harness.data.phantom). A measured call i
 decoding, masks and texts: what a GRPO step pays), with the RL sampling settings (T 0.7, top-p 0.9, repetition
 penalty 1.03) and min_new_tokens = max_new_tokens, so every row decodes exactly max_new_tokens tokens.
 Repeats alternate the backends (hf, lean, lean, hf, ...) so both see the same machine load; before timing,
-both backends decode once from the same seed and must return the same tokens (the run stops otherwise).
+hf and lean (when both are measured) decode once from the same seed and must return the same tokens (the run
+stops otherwise). `fused` (harness/sampling/fused_step.py) samples the same distribution, not the same tokens.
 The same is then timed for the decoding call alone (`decode_tokens` on the encoded batch, prefill included).
 Printed: median and min seconds per call for each backend and the ratio of the medians.
 """
@@ -27,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BACKENDS = ("hf", "lean")
+TIMED = ("hf", "lean", "fused")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--count-ops", action="store_true",
                         help="instead of timing: torch ops per decoded token of the lean loop (torch.profiler)")
+    parser.add_argument("--backends", default="hf,lean",
+                        help=f"comma-separated, from {', '.join(TIMED)}; --count-ops counts each but hf")
     args = parser.parse_args(argv)
+    backends = tuple(b for b in args.backends.split(",") if b)
+    if not backends or not set(backends) <= set(TIMED):
+        parser.error(f"--backends {args.backends!r}: choose from {', '.join(TIMED)}")
 
     import torch
     from bench_rl_step import build_model_and_processor, build_prompts
@@ -82,18 +89,22 @@ def main(argv: list[str] | None = None) -> int:
                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.convert_tokens_to_ids(END))
 
     if args.count_ops:
-        return count_ops(decode, args)
-    ref, lean = rollout("hf"), rollout("lean")
-    if not torch.equal(ref.sequences, lean.sequences) or not torch.equal(decode("hf"), decode("lean")):
-        print("lean and generate returned different tokens; not timing", file=sys.stderr)
-        return 1
+        for backend in backends:
+            if backend != "hf":
+                count_ops(decode, args, backend)
+        return 0
+    if {"hf", "lean"} <= set(backends):
+        ref, lean = rollout("hf"), rollout("lean")
+        if not torch.equal(ref.sequences, lean.sequences) or not torch.equal(decode("hf"), decode("lean")):
+            print("lean and generate returned different tokens; not timing", file=sys.stderr)
+            return 1
     rows = args.prompts * args.group_size
     print(f"{rows} rows x {args.max_new_tokens} new tokens, {args.repeats} interleaved repeats, "
           f"{args.threads} thread(s), {args.device}, torch {torch.__version__}, {platform.machine()}")
     for name, fn in (("sample_rollout (encode + decode + texts)", rollout), ("decoding call only", decode)):
-        times: dict[str, list[float]] = {b: [] for b in BACKENDS}
+        times: dict[str, list[float]] = {b: [] for b in backends}
         for r in range(args.repeats):
-            for backend in BACKENDS if r % 2 == 0 else BACKENDS[::-1]:
+            for backend in backends if r % 2 == 0 else backends[::-1]:
                 sync()
                 t0 = time.perf_counter()
                 fn(backend)
@@ -101,23 +112,26 @@ def main(argv: list[str] | None = None) -> int:
                 times[backend].append(time.perf_counter() - t0)
         med = {b: statistics.median(t) for b, t in times.items()}
         print(name)
-        for b in BACKENDS:
+        for b in backends:
             print(f"  {b:5s} median {med[b]:.4f} s   min {min(times[b]):.4f} s")
-        print(f"  speed-up (median hf / median lean): {med['hf'] / med['lean']:.2f}x")
+        for slow, fast in (("hf", "lean"), ("hf", "fused"), ("lean", "fused")):
+            if slow in med and fast in med:
+                print(f"  speed-up (median {slow} / median {fast}): {med[slow] / med[fast]:.2f}x")
     return 0
 
 
-def count_ops(decode, args) -> int:
-    """Ops per decoded token: the lean decoding call for max_new_tokens and for 1 new token (prefill + the first
-    token) under torch.profiler; the difference over max_new_tokens - 1. "top-level" counts the ops the loop calls
-    (an aten op inside another one, e.g. addmm inside linear, is not counted again); "all" counts every aten op."""
+def count_ops(decode, args, backend: str = "lean") -> int:
+    """Ops per decoded token: the decoding call (`backend`: lean or fused) for max_new_tokens and for 1 new token
+    (prefill + the first token) under torch.profiler; the difference over max_new_tokens - 1. "top-level" counts
+    the ops the loop calls (an aten op inside another one, e.g. addmm inside linear, is not counted again); "all"
+    counts every aten op."""
     from torch.profiler import ProfilerActivity, profile
 
     def measure(tokens: int) -> tuple[int, int, float]:
         args.max_new_tokens = tokens
-        decode("lean")  # warm
+        decode(backend)  # warm
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            decode("lean")
+            decode(backend)
         aten = [e for e in prof.events() if e.name.startswith("aten::")]
         top = [e for e in aten if not (e.cpu_parent and e.cpu_parent.name.startswith("aten::"))]
         return len(top), len(aten), sum(e.self_cpu_time_total for e in aten) / 1e6
@@ -125,9 +139,10 @@ def count_ops(decode, args) -> int:
     full_tokens = args.max_new_tokens
     top_n, all_n, cpu_n = measure(full_tokens)
     top_1, all_1, cpu_1 = measure(1)
+    args.max_new_tokens = full_tokens
     steps = full_tokens - 1
     rows = args.prompts * args.group_size
-    print(f"{rows} rows, lean loop, {full_tokens} vs 1 new tokens, {args.threads} thread(s)")
+    print(f"{rows} rows, {backend} loop, {full_tokens} vs 1 new tokens, {args.threads} thread(s)")
     print(f"top-level ops per decoded token: {(top_n - top_1) / steps:.0f}; "
           f"all aten ops: {(all_n - all_1) / steps:.0f}; "
           f"aten self CPU per token {(cpu_n - cpu_1) / steps * 1e3:.2f} ms "

@@ -21,7 +21,8 @@ reward BLEU-4 (rewards.registry, the same function for both); constant KL beta 0
 clip 0.2 / 0.28; token-mean (DAPO) aggregation; group-std advantages; AdamW, lr 3e-6, constant schedule; one
 optimizer step per generation (TRL num_iterations = 1; regbench rl.old_sync_every = 1, so old = current and neither
 side runs an old-policy pass); one torch thread. regbench decodes with its default generation.backend (lean;
---backend hf for transformers' generate); TRL uses transformers' `generate` (its path without vLLM). The policy
+--backend hf for transformers' generate, --backend fused for the faster sampler of issue 27); TRL uses
+transformers' `generate` (its path without vLLM). The policy
 handed to TRL is a transformers model with LoRA layers injected (not a PeftModel), so TRL loads its reference as a
 second copy of the saved model (no LoRA); regbench's reference is a snapshot of the starting policy swapped into
 the one model: one forward pass each.
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--n-prompts", type=int, default=32, help="size of the synthetic prompt set")
-    parser.add_argument("--backend", default="lean", choices=["lean", "hf"], help="regbench's generation.backend")
+    parser.add_argument("--backend", default="lean", choices=["lean", "fused", "hf"],
+                        help="regbench's generation.backend (fused: harness/sampling/fused_step.py, not token-exact)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)

@@ -261,7 +261,11 @@ class GenerationConfig:
                                 "transformers' `generate`; \"lean\" = harness/sampling/lean_decode.py, the same tokens "
                                 "(tests/harness/sampling/test_lean_decode.py: every sampling setting of "
                                 "experiments/, eager and sdpa, fp32 and bf16; on CPU) without generate's per-step "
-                                "overhead; \"vllm\" = "
+                                "overhead; \"fused\" = lean, except that sampled decode steps (RL rollouts, "
+                                "analyses) run harness/sampling/fused_step.py: merged LoRA, fused matrix products, "
+                                "~1/3 of the ops per token, float rounding differs (the same distribution, "
+                                "tests/harness/sampling/test_fused_step.py; float32 weights only), greedy "
+                                "validation and test stay lean's exact tokens; \"vllm\" = "
                                 "harness/sampling/vllm_rollout.py, a colocated vLLM engine on a GPU (other tokens; "
                                 "not yet run on a GPU).")
 

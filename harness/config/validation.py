@@ -174,8 +174,8 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(cfg.generation.min_new_tokens <= cfg.generation.max_new_tokens, "generation.min_new_tokens",
              cfg.generation.min_new_tokens, "must be <= generation.max_new_tokens")
         _check_trackers(cfg, need)
-        need(cfg.generation.backend in ("hf", "lean", "vllm"), "generation.backend", cfg.generation.backend,
-             "must be hf, lean or vllm")
+        need(cfg.generation.backend in ("hf", "lean", "fused", "vllm"), "generation.backend", cfg.generation.backend,
+             "must be hf, lean, fused or vllm")
     # Then every other count and seed >= 0, after the knobs' own bounds: a message states the bound that the
     # value is then held to (rl.group_size=-1 is told ">= 2", not ">= 0" and then ">= 2").
     for key, value in _numeric_fields(cfg):

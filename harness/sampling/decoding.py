@@ -11,8 +11,12 @@ from harness.batching import encode_repeated, suppressed_token_ids
 from harness.models.precision import autocast_for
 
 # generation.backend: "hf" = transformers' `generate`; "lean" = harness/sampling/lean_decode.py (the same tokens);
-# "vllm" = harness/sampling/vllm_rollout.py (GPUs; other tokens; not yet run on a GPU).
-BACKENDS = ("hf", "lean", "vllm")
+# "fused" = the lean loop with harness/sampling/fused_step.py's decode step when sampling (fewer ops, float rounding
+# differs; greedy decoding, i.e. validation and test, stays the exact lean loop); "vllm" =
+# harness/sampling/vllm_rollout.py (GPUs; other tokens; not yet run on a GPU).
+BACKENDS = ("hf", "lean", "fused", "vllm")
+# Backends that decode repeated prompts (one row per candidate) instead of generate's num_return_sequences.
+REPEATING = ("lean", "fused", "vllm")
 
 
 def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: int, min_new_tokens: int,
@@ -31,15 +35,15 @@ def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: in
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         return model.generate(**batch, **kwargs)
-    if backend == "lean":
+    if backend in ("lean", "fused"):
         from harness.sampling.lean_decode import lean_generate
 
         if num_return_sequences != 1:
-            raise ValueError("lean decoding takes num_return_sequences = 1; repeat the prompts before encoding")
+            raise ValueError(f"{backend} decoding takes num_return_sequences = 1; repeat the prompts before encoding")
         return lean_generate(model, batch, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                              repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
                              top_p=top_p, top_k=top_k, suppress_tokens=suppress_tokens, pad_token_id=pad_token_id,
-                             eos_token_id=eos_token_id)
+                             eos_token_id=eos_token_id, fused=backend == "fused" and do_sample)
     if backend == "vllm":
         from harness.sampling.vllm_rollout import require_vllm, vllm_sequences
 
@@ -78,7 +82,7 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
     model.eval()
     out: list[str] = []
     # The lean loop decodes repeated prompts: the same processor inputs generate's own expansion builds.
-    repeat = num_return_sequences if backend in ("lean", "vllm") else 1
+    repeat = num_return_sequences if backend in REPEATING else 1
     idx = range(0, len(images), batch_size)
     for start in tqdm(idx, desc=desc, disable=not progress, leave=False):
         if before_batch is not None:

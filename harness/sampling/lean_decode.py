@@ -100,6 +100,16 @@ def logits_processors(prompt_len: int, *, min_new_tokens: int, repetition_penalt
     return procs
 
 
+def inverse_cdf_sample(probs: torch.Tensor) -> torch.Tensor:
+    """One index per row of probs [rows, vocab] with probability probs[i] / sum(probs): the first index whose
+    cumulative sum exceeds a uniform draw times the row's total. One uniform per row, where torch.multinomial
+    draws an exponential variate per vocabulary entry (the largest cost of a fused decode step at 128 rows).
+    A zero-probability index is never returned (its cumulative sum equals its predecessor's)."""
+    cdf = probs.cumsum(dim=-1)
+    u = torch.rand(probs.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
+
+
 class SlotCache:
     """Preallocated K/V per layer, [rows, kv_heads, capacity, head_dim]. The decoder layers call `update` with
     new positions (the prompt, then one per step); they are written in place and the filled prefix comes back as
@@ -164,7 +174,7 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
                   min_new_tokens: int = 0, repetition_penalty: float = 1.0, do_sample: bool = False,
                   temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                   suppress_tokens: Sequence[int] | None = None, drop_finished: bool | None = None,
-                  dedupe_images: bool | None = None) -> torch.Tensor:
+                  dedupe_images: bool | None = None, fused: bool = False) -> torch.Tensor:
     """Prompt + new tokens [rows, P + steps], as `model.generate(**batch, ...)` returns them with the same
     settings (pad after each row's end token; steps = until every row ended, at most max_new_tokens).
 
@@ -172,7 +182,9 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     the CPU only: there the tokens are tested equal with rows dropped; on CUDA, GEMM kernels chosen by row count
     may round differently, so rows are kept (same shapes as generate) until a GPU run shows dropping is exact.
     `dedupe_images` (encode each distinct image once, harness/sampling/lean_prefill.py) None = on the CPU only,
-    likewise.
+    likewise. `fused` (do_sample only): decode steps 2.. with harness/sampling/fused_step.py and tokens drawn by
+    `inverse_cdf_sample` (generation.backend = "fused": fewer ops, other random draws, float rounding differs;
+    the prefill and the logits processors stay these).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens = {max_new_tokens} must be >= 1")
@@ -209,17 +221,30 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
         del cache, inputs
     slots.filled = P
 
-    step_fn = _decode_step(hf, lm, attn)
+    if fused:
+        from harness.sampling.fused_step import FusedDecodeStep
+
+        if not do_sample:
+            raise ValueError("fused decoding samples (do_sample=True); greedy decoding uses the exact lean loop")
+
+        if torch.is_autocast_enabled(device.type):
+            raise ValueError("generation.backend=fused: not under autocast (a bf16 / fp16 base); use "
+                             "generation.backend=lean")
+        fused_step = FusedDecodeStep(hf)
+    step_fn = None if fused else _decode_step(hf, lm, attn)
     embed = lm.embed_tokens
     # generate's mask has the dtype of the input embeddings (autocast leaves the embedding in the weight's).
-    mask = _decode_mask(attention_mask, capacity, attn, embed.weight.dtype)
+    mask = None if fused else _decode_mask(attention_mask, capacity, attn, embed.weight.dtype)
     # M-RoPE positions of decode step s (its token sits at cache position P + s): P + s + rope_delta, on all
     # three axes (Qwen2_5_VLForConditionalGeneration.prepare_inputs_for_generation).
     steps = torch.arange(P, capacity, device=device)
     pos = (steps[None, :] + hf.model.rope_deltas.to(device).view(-1, 1)).expand(3, rows, -1)
     probe = embed.weight.new_empty(1)
     cos, sin = lm.rotary_emb(probe, pos)  # [3, rows, max_new_tokens, head_dim]
-    if step_fn is not None:
+    if fused:
+        fused_step.set_rope(cos, sin)
+        fused_step.set_mask(attention_mask, capacity)
+    elif step_fn is not None:
         cos, sin = step_fn.sections(cos, sin)  # [rows, 1, max_new_tokens, head_dim]
     row_dim = 0 if step_fn is not None else 1
 
@@ -237,7 +262,9 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
         scores = logits
         for proc in procs:  # LogitsProcessorList's own call inspects signatures every step
             scores = proc(seq[:, :cur], scores)
-        if do_sample:
+        if fused:  # always sampling: greedy decoding never takes the fused step
+            nxt = inverse_cdf_sample(torch.softmax(scores, dim=-1))
+        elif do_sample:
             probs = torch.softmax(scores, dim=-1)
             if probs.shape[0] == rows:
                 probs_all.copy_(probs)
@@ -259,9 +286,16 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
             result[live] = seq
             live, seq, done = live[keep], seq.index_select(0, keep), done[keep]
             slots.keep_rows(keep)
-            cos, sin = cos.index_select(row_dim, keep), sin.index_select(row_dim, keep)
+            if fused:
+                fused_step.keep_rows(keep)
+            else:
+                cos, sin = cos.index_select(row_dim, keep), sin.index_select(row_dim, keep)
             mask = None if mask is None else mask.index_select(0, keep)
             nxt = nxt[keep]
+        if fused:
+            logits = fused_step(nxt, s, slots)
+            slots.advance()
+            continue
         # One decode step with the model's own modules.
         cache_pos.fill_(cur)
         hidden = embed(nxt[:, None])

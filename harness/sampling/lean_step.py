@@ -58,6 +58,13 @@ def linear_fn(mod) -> Callable:
     return _lora_fn(mod) or mod
 
 
+def select_mrope_sections(t: torch.Tensor, section) -> torch.Tensor:
+    """[3, rows, T, head_dim] -> [rows, 1, T, head_dim]: each M-RoPE section of the last dim taken from its axis
+    (temporal, height, width, repeated for both halves), as apply_multimodal_rotary_pos_emb selects them."""
+    parts = t.split(list(section) * 2, dim=-1)
+    return torch.cat([m[i % 3] for i, m in enumerate(parts)], dim=-1).unsqueeze(1)
+
+
 class DecodeStep:
     """The decoder layers of `lm` (a Qwen2_5_VLTextModel) for one new token per row, against a slot cache."""
 
@@ -79,12 +86,8 @@ class DecodeStep:
     def sections(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [3, rows, T, head_dim] -> [rows, 1, T, head_dim] with each M-RoPE section taken from its axis,
         as apply_multimodal_rotary_pos_emb selects them (a copy, no arithmetic), for all steps at once."""
-        section = self.layers[0]["section"] * 2
-
-        def pick(t):
-            return torch.cat([m[i % 3] for i, m in enumerate(t.split(section, dim=-1))], dim=-1).unsqueeze(1)
-
-        return pick(cos), pick(sin)
+        section = self.layers[0]["section"]
+        return select_mrope_sections(cos, section), select_mrope_sections(sin, section)
 
     def __call__(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask, cache) -> torch.Tensor:
         """cos/sin: this step's slices of `sections` ([rows, 1, 1, head_dim])."""
