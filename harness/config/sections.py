@@ -263,7 +263,7 @@ class GenerationConfig:
                                 "experiments/, eager and sdpa, fp32 and bf16; on CPU) without generate's per-step "
                                 "overhead; \"fused\" = lean, except that sampled decode steps (RL rollouts, "
                                 "analyses) run harness/sampling/fused_step.py: merged LoRA, fused matrix products, "
-                                "~1/3 of the ops per token, float rounding differs (the same distribution, "
+                                "about half the ops per decoded token, float rounding differs (the same distribution, "
                                 "tests/harness/sampling/test_fused_step.py; float32 weights only), greedy "
                                 "validation and test stay lean's exact tokens; \"vllm\" = "
                                 "harness/sampling/vllm_rollout.py, a colocated vLLM engine on a GPU (other tokens; "
