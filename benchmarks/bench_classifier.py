@@ -1,0 +1,68 @@
+"""One training batch of the tiny preset's classifier (`tiny_cnn`) at several input sides (issue 27).
+
+    python benchmarks/bench_classifier.py                       # 112 / 96 / 80 px, 32 images, 1 thread
+    python benchmarks/bench_classifier.py --sizes 112,80 --rounds 10
+
+A measured call is what `train_classifier` does per batch: forward, BCE-with-logits over the 14 observations,
+backward and one AdamW step, on a channels-last float batch. The sizes alternate round by round (112, 96, 80, 112,
+...) so all see the same machine load. Printed: median seconds per batch of each size and its ratio to the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="112,96,80", help="comma-separated input sides in pixels")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from harness.constants import NUM_OBSERVATIONS
+    from harness.models.classifier.tiny_cnn import TinyCNN
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    n_cls = NUM_OBSERVATIONS
+    nets = {s: TinyCNN(n_cls) for s in sizes}
+    opts = {s: torch.optim.AdamW(nets[s].parameters(), lr=1e-3) for s in sizes}
+    batches = {s: (torch.rand(args.batch_size, 3, s, s).contiguous(memory_format=torch.channels_last),
+                   (torch.rand(args.batch_size, n_cls) > 0.7).float()) for s in sizes}
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+
+    def step(s: int) -> float:
+        x, y = batches[s]
+        t0 = time.perf_counter()
+        opts[s].zero_grad(set_to_none=True)
+        loss_fn(nets[s](x), y).backward()
+        opts[s].step()
+        return time.perf_counter() - t0
+
+    for s in sizes:  # warm-up: oneDNN picks its kernels on the first call of each shape
+        step(s)
+    times: dict[int, list[float]] = {s: [] for s in sizes}
+    for _ in range(args.rounds):
+        for s in sizes:
+            times[s].append(step(s))
+    base = statistics.median(times[sizes[0]])
+    for s in sizes:
+        med = statistics.median(times[s])
+        print(f"{s} px: {med * 1000:.1f} ms per batch of {args.batch_size} (median of {args.rounds}), "
+              f"{med / base:.2f}x {sizes[0]} px", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
