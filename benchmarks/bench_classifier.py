@@ -2,10 +2,16 @@
 
     python benchmarks/bench_classifier.py                       # 112 / 96 / 80 px, 32 images, 1 thread
     python benchmarks/bench_classifier.py --sizes 112,80 --rounds 10
+    python benchmarks/bench_classifier.py --predict RUNS/stages/classifier-seed0-xxx/classifier \
+        --annotation RUNS/data/n20000-seed0-px128-g2-test/annotation.json --split test
 
 A measured call is what `train_classifier` does per batch: forward, BCE-with-logits over the 14 observations,
 backward and one AdamW step, on a channels-last float batch. The sizes alternate round by round (112, 96, 80, 112,
 ...) so all see the same machine load. Printed: median seconds per batch of each size and its ratio to the first.
+
+--predict: a trained classifier's predictions for a split of a phantom set (what harness/prompts.py asks it for the
+instructions), with 256 and with 32 images per forward pass (predict_proba's CPU batch, harness/models/classifier/
+training.py), alternating: the seconds of each and whether the probabilities are equal bit for bit.
 """
 
 from __future__ import annotations
@@ -25,7 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--predict", metavar="CLASSIFIER_DIR", help="time predictions of this classifier instead")
+    parser.add_argument("--annotation", help="--predict: the phantom set's annotation.json")
+    parser.add_argument("--split", default="test", help="--predict: the split to predict")
     args = parser.parse_args(argv)
+    if args.predict:
+        if not args.annotation:
+            parser.error("--predict needs --annotation")
+        return predict(args)
 
     import torch
 
@@ -61,6 +74,32 @@ def main(argv: list[str] | None = None) -> int:
         med = statistics.median(times[s])
         print(f"{s} px: {med * 1000:.1f} ms per batch of {args.batch_size} (median of {args.rounds}), "
               f"{med / base:.2f}x {sizes[0]} px", flush=True)
+    return 0
+
+
+def predict(args) -> int:
+    import numpy as np
+    import torch
+
+    from harness.data.datasets import load_annotation
+    from harness.models.classifier import load_classifier, predict_proba
+    from harness.prompts import classifier_inputs
+
+    torch.set_num_threads(args.threads)
+    samples = load_annotation(args.annotation, "phantom", splits=(args.split,))[args.split]
+    model, ccfg, _ = load_classifier(args.predict)
+    x = classifier_inputs(samples, ccfg.img_size, ccfg.normalization)
+    got: dict[int, list] = {256: [], 32: []}
+    for _ in range(args.rounds):
+        for batch in got:
+            t0 = time.perf_counter()
+            probs = predict_proba(model, x, batch_size=batch)
+            got[batch].append((time.perf_counter() - t0, probs))
+    for batch, runs in got.items():
+        print(f"{len(samples)} {args.split} images, {batch} a pass: "
+              f"{statistics.median(t for t, _ in runs):.2f} s (median of {args.rounds})", flush=True)
+    same = all(np.array_equal(p, got[256][0][1]) for runs in got.values() for _, p in runs)
+    print(f"probabilities equal bit for bit: {same}")
     return 0
 
 

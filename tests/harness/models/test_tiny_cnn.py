@@ -66,3 +66,21 @@ def test_tiny_cnn_runs_channels_last_and_matches_the_nchw_net_to_rounding():
     out.square().sum().backward()
     ref.square().sum().backward()
     torch.testing.assert_close(model.features[0].weight.grad, plain.features[0].weight.grad, rtol=1e-3, atol=1e-4)
+
+
+def test_predictions_on_the_cpu_go_32_images_a_pass_with_the_probabilities_of_any_batching():
+    """issue 27: on a CPU predict_proba passes 32 images at a time (faster than 256: the activations stay in the
+    caches); in eval mode an image's output is its own, so any batching gives its probabilities."""
+    from harness.models.classifier.training import PREDICT_BATCH
+
+    torch.manual_seed(3)
+    model = TinyCNN(len(OBSERVATIONS))
+    x = torch.rand(70, 3, 40, 40)
+    sizes = []
+    handle = model.features.register_forward_hook(lambda _m, inp, _out: sizes.append(len(inp[0])))
+    probs = predict_proba(model, x)
+    handle.remove()
+    assert PREDICT_BATCH["cpu"] == 32 and sizes == [32, 32, 6]
+    for batch_size in (256, 7):
+        np.testing.assert_allclose(predict_proba(model, x, batch_size=batch_size), probs, rtol=0, atol=1e-6)
+    assert model.training  # the mode it had is restored
