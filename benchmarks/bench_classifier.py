@@ -2,7 +2,7 @@
 
     python benchmarks/bench_classifier.py                       # 112 / 96 / 80 px, 32 images, 1 thread
     python benchmarks/bench_classifier.py --sizes 112,80 --rounds 10
-    python benchmarks/bench_classifier.py --predict RUNS/stages/classifier-seed0-xxx/classifier \
+    python benchmarks/bench_classifier.py --rounds 1 --predict RUNS/stages/classifier-seed0-xxx/classifier \
         --annotation RUNS/data/n20000-seed0-px128-g2-test/annotation.json --split test
 
 A measured call is what `train_classifier` does per batch: forward, BCE-with-logits over the 14 observations,
