@@ -21,7 +21,8 @@ reward BLEU-4 (rewards.registry, the same function for both); constant KL beta 0
 clip 0.2 / 0.28; token-mean (DAPO) aggregation; group-std advantages; AdamW, lr 3e-6, constant schedule; one
 optimizer step per generation (TRL num_iterations = 1; regbench rl.old_sync_every = 1, so old = current and neither
 side runs an old-policy pass); one torch thread. regbench decodes with its default generation.backend (lean;
---backend hf for transformers' generate, --backend fused for the faster sampler of issue 27); TRL uses
+--backend hf for transformers' generate, --backend fused for the faster sampler of issue 27; --lora-pass merged for
+its log-prob passes with each LoRA layer as one product, harness/models/merged_lora.py); TRL uses
 transformers' `generate` (its path without vLLM). The policy
 handed to TRL is a transformers model with LoRA layers injected (not a PeftModel), so TRL loads its reference as a
 second copy of the saved model (no LoRA); regbench's reference is a snapshot of the starting policy swapped into
@@ -89,7 +90,8 @@ def regbench_trainer(model_dir: Path, processor, prompts, args, run_dir: Path):
     rl = RLConfig(regularizer="constant", beta_base=BETA, reference="static", reward="bleu4",
                   group_size=args.group_size, prompts_per_step=args.prompts, max_new_tokens=args.max_new_tokens,
                   min_new_tokens=args.max_new_tokens, old_sync_every=1, old_sync="global", samples_every=0,
-                  eps_low=0.2, eps_high=0.28, aggregation="token_mean", advantage_scale="std")
+                  eps_low=0.2, eps_high=0.28, aggregation="token_mean", advantage_scale="std",
+                  lora_pass=args.lora_pass)
     tc = TrainConfig(epochs=1000, lr=3e-6, scheduler="constant", weight_decay=1e-3)
     trainer = GRPOTrainer(load_policy(model_dir), processor, rl, tc, RunDir(run_dir), prompts, None, seed=args.seed,
                           progress=False, generation=GenerationConfig(backend=args.backend))
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-prompts", type=int, default=32, help="size of the synthetic prompt set")
     parser.add_argument("--backend", default="lean", choices=["lean", "fused", "hf"],
                         help="regbench's generation.backend (fused: harness/sampling/fused_step.py, not token-exact)")
+    parser.add_argument("--lora-pass", default="peft", choices=["peft", "merged"],
+                        help="regbench's rl.lora_pass (merged: harness/models/merged_lora.py, not bit-identical)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
@@ -227,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"{args.prompts} prompts x G={args.group_size}, {args.max_new_tokens} new tokens, {args.steps} measured "
           f"steps each after {args.warmup} warm-up, interleaved; {args.threads} thread(s), {args.device}; "
-          f"torch {torch.__version__}, trl {trl.__version__}, {platform.machine()}; regbench backend {args.backend}")
+          f"torch {torch.__version__}, trl {trl.__version__}, {platform.machine()}; regbench backend {args.backend}, "
+          f"lora_pass {args.lora_pass}")
     print(f"{'system':9s} {'median':>8s} {'min':>8s} " + " ".join(f"{p:>10s}" for p in PARTS)
           + "   (ms; parts are medians)")
     med = {}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.batching import END, encode_repeated, suppressed_token_ids
+from harness.models.merged_lora import merged_lora
 from harness.models.precision import autocast_for
 from harness.sampling.decoding import decode_tokens
 from harness.sampling.lean_forward import sequence_logits
@@ -126,3 +127,11 @@ def response_logits(model, ro: Rollout) -> torch.Tensor:
     with autocast_for(model):
         logits = sequence_logits(model, ro.sequences, attn, ro.pixel_values, ro.image_grid_thw, logits_to_keep=L + 1)
     return logits[:, :-1]
+
+
+def merged_response_logits(model, ro: Rollout) -> torch.Tensor:
+    """`response_logits` with every LoRA layer as one product with W + s B A (rl.lora_pass = merged,
+    harness/models/merged_lora.py): equal to float rounding, not bit for bit."""
+    with merged_lora(model):
+        return response_logits(model, ro)
+

@@ -59,7 +59,13 @@ from harness.grpo.core import (
     zero_std_groups,
 )
 from harness.grpo.nonfinite import count_skipped, count_taken, frozen_problem, new_counts, reward_problem, stop_error
-from harness.grpo.rollout import Rollout, concat_rollouts, response_logits, sample_rollout
+from harness.grpo.rollout import (
+    Rollout,
+    concat_rollouts,
+    merged_response_logits,
+    response_logits,
+    sample_rollout,
+)
 from harness.grpo.selection import BestTracker
 from harness.grpo.step_log import loss_stats, run_summary, samples_record, step_row
 from harness.grpo.validation import (
@@ -84,6 +90,12 @@ from harness.token_weighting.registry import build_token_weighting
 from regularizers.registry import reference_from_config, regularizer_from_config
 from rewards.report_part import format_ok
 from rewards.spec import compute_reward
+
+
+def _pass_logits(lora_pass: str):
+    """The logits function of the old, reference and current log-prob passes for rl.lora_pass (peft: bit for bit
+    the model's own forward; merged: each LoRA layer one product, harness/models/merged_lora.py)."""
+    return merged_response_logits if lora_pass == "merged" else response_logits
 
 
 class StepLoss:
@@ -113,7 +125,7 @@ class StepLoss:
 
     def __call__(self, forward, rows: tuple[int, int]) -> torch.Tensor | str:
         (a, b), sub, rl, frozen = rows, self.ro.rows(*rows), self.rl, self.frozen
-        logits = forward(response_logits, sub)
+        logits = forward(_pass_logits(rl.lora_pass), sub)
         logp = token_logprobs(logits, sub.responses, self.lp_temp, rl.logprob_chunk_positions)
         ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=rl.entropy_coef != 0)
         del logits
@@ -247,7 +259,7 @@ class GRPOTrainer:
         with self.store.use(name) if name else contextlib.nullcontext():
             for a, b in chunks:
                 sub = ro.rows(a, b)
-                logits = response_logits(self.model, sub)
+                logits = _pass_logits(self.rl.lora_pass)(self.model, sub)
                 logps.append(token_logprobs(logits, sub.responses, self.lp_temp, chunk))
                 ents.append(token_entropy(logits, self.lp_temp, chunk) if want_entropy else None)
         return torch.cat(logps), (torch.cat(ents) if want_entropy else None)

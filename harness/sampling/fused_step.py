@@ -25,27 +25,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-
-def merged_weight(mod) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(weight, bias) of the linear map `mod` computes in eval: an nn.Linear, or a peft LoRA Linear with one
-    active vanilla adapter (W + scaling * B @ A, peft's delta weight). Anything else raises, naming the module."""
-    if type(mod) is nn.Linear:
-        return mod.weight, mod.bias
-    from peft.tuners.lora import Linear as LoraLinear
-
-    if isinstance(mod, LoraLinear) and not mod.disable_adapters and not mod.merged:
-        active = [a for a in mod.active_adapters if a in mod.lora_A.keys()]
-        if len(active) == 1:
-            name = active[0]
-            base, lora_a, lora_b = mod.get_base_layer(), mod.lora_A[name], mod.lora_B[name]
-            plain = all(type(m) is nn.Linear for m in (base, lora_a, lora_b))
-            if plain and name not in mod.lora_variant and not mod.lora_bias.get(name, False) \
-                    and not getattr(mod, "fan_in_fan_out", False):
-                return base.weight + mod.scaling[name] * (lora_b.weight @ lora_a.weight), base.bias
-    raise ValueError(f"generation.backend=fused: cannot merge {type(mod).__name__} into one weight (only nn.Linear "
-                     "and peft LoRA Linear with one vanilla adapter); use generation.backend=lean")
+from harness.models.merged_lora import merged_weight
 
 
 def _t(w: torch.Tensor) -> torch.Tensor:

@@ -285,6 +285,36 @@ def test_a_frozen_policy_equal_to_the_current_one_costs_no_forward_pass(tiny_mod
         assert rows[0][key] == rows[1][key], key
 
 
+def test_merged_lora_passes_give_the_peft_step_to_rounding(tiny_model, tiny_processor, tmp_path, prompt_set,
+                                                           monkeypatch):
+    """rl.lora_pass = merged (harness/models/merged_lora.py): the same rollouts, and log-probs, losses and updated
+    parameters equal to peft's passes to float rounding, over steps with an old and a reference pass."""
+    from harness.grpo import rollout as rollout_module
+
+    entered = []
+    real = rollout_module.merged_lora
+    monkeypatch.setattr(rollout_module, "merged_lora", lambda m: entered.append(1) or real(m))
+    runs = {}
+    for lora_pass in ("peft", "merged"):
+        tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / lora_pass, prompt_set,
+                      regularizer="rer", lora_pass=lora_pass)
+        tr.reference.on_start(tr.store)
+        tr.store.capture("old")
+        entered.clear()
+        rows = [tr.train_step() for _ in range(3)]
+        runs[lora_pass] = rows, _params(tr), len(entered)
+    (peft_rows, peft_params, peft_entered), (rows, params, entered_merged) = runs["peft"], runs["merged"]
+    # 3 current passes; old and ref passes at step 2, ref alone at step 3 (old synced after step 2)
+    assert peft_entered == 0 and entered_merged == 3 + 2 + 1
+    for a, b in zip(peft_rows, rows, strict=True):
+        for key in ("loss", "pg_loss", "kl_loss", "ratio_mean", "ref_entropy_mean", "beta_mean", "entropy_mean"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), key
+        assert b["reward_mean"] == a["reward_mean"]  # the same sampled responses
+    assert any(not torch.equal(p, q) for p, q in zip(params, peft_params, strict=True))
+    for p, q in zip(params, peft_params, strict=True):
+        assert float((p - q).abs().max()) <= 1e-5 * max(1.0, float(q.abs().max()))
+
+
 def test_validation_decodes_exactly_as_the_test(monkeypatch, tiny_processor):
     from harness.config import RunConfig
     from harness.sampling.decoding import greedy_settings

@@ -17,24 +17,13 @@ from scipy.stats import chi2_contingency, chisquare
 
 from harness.batching import END, encode_prompts, suppressed_token_ids
 from harness.config import ConfigError, load_config
+from harness.models.merged_lora import merged_weight
 from harness.models.trainable import unwrap
 from harness.sampling import lean_decode
 from harness.sampling.decoding import decode_tokens
-from harness.sampling.fused_step import FusedDecodeStep, merged_weight, rotate_sign
+from harness.sampling.fused_step import FusedDecodeStep, rotate_sign
 from harness.sampling.lean_decode import inverse_cdf_sample, lean_generate
 from tests.harness.sampling.test_lean_decode import INSTRUCTIONS, _lora_model
-
-
-@pytest.fixture(scope="module")
-def lora_model(tiny_tokenizer):
-    return _lora_model(tiny_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def batch(tiny_processor, xray_images):
-    b = encode_prompts(tiny_processor, [[im] for im in xray_images] * 2, INSTRUCTIONS * 2)
-    assert not bool(b["attention_mask"].all())  # left padding present
-    return b
 
 
 def _settings(tok, eos, **over):

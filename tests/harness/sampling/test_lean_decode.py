@@ -50,18 +50,6 @@ def _lora_model(tokenizer, attn: str = "eager", dtype=torch.float32):
     return model.eval()
 
 
-@pytest.fixture(scope="module")
-def lora_model(tiny_tokenizer):
-    return _lora_model(tiny_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def batch(tiny_processor, xray_images):
-    b = encode_prompts(tiny_processor, [[im] for im in xray_images] * 2, INSTRUCTIONS * 2)
-    assert not bool(b["attention_mask"].all())  # left padding present
-    return b
-
-
 def _both(model, batch, tok, setting, seed, eos, max_new=14, drop_finished=None):
     do_sample, temperature, top_p, top_k, rep, min_new = setting
     common = dict(max_new_tokens=max_new, min_new_tokens=min_new, repetition_penalty=rep, do_sample=do_sample,
