@@ -12,10 +12,6 @@ from collections.abc import Sequence
 
 import torch
 
-from harness.logprobs import token_logprobs
-from harness.models.logit_positions import last_positions
-from harness.models.precision import autocast_for
-
 IGNORE = -100
 END = "<|im_end|>"
 # Special tokens that a report must never contain; generation suppresses them (vision/control tokens).
@@ -114,29 +110,3 @@ def model_inputs(batch: dict) -> dict:
     """The keys Qwen2_5_VLForConditionalGeneration.forward takes (drops labels and processor extras)."""
     keep = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw")
     return {k: batch[k] for k in keep if k in batch}
-
-
-def lm_loss(model, batch: dict) -> tuple[torch.Tensor, int]:
-    """Eq. 1: mean negative log-likelihood over report tokens (token-mean over the batch).
-
-    Only the positions that predict a labelled token get logits: the model's `logits_to_keep` keeps the tail
-    from the first labelled position on (the report is the tail of every row, batching's left padding), and the
-    log-softmax is upcast to fp32 a chunk of positions at a time (harness/logprobs.py). A full
-    `[B, L, V]` fp32 copy would cost 134 MB per 220-token sample at Qwen2.5's 151,936-token vocabulary, most of
-    it on image and prompt positions that no label scores (benchmarks/RESULTS.md, issue 14).
-    """
-    labels = batch["labels"][:, 1:]
-    mask = labels != IGNORE
-    n = int(mask.sum())
-    if n == 0:
-        raise ValueError("lm_loss: the batch has no labelled token (every label is IGNORE)")
-    first = int(mask.any(dim=0).nonzero()[0])  # first shifted position any row scores
-    keep = labels.shape[1] - first + 1  # logits of positions first..L-1; the last one predicts nothing
-    with autocast_for(model):
-        # a loss: no KV cache to keep
-        out = model(**model_inputs(batch), use_cache=False,
-                    logits_to_keep=last_positions(keep, labels.shape[1] + 1, labels.device))
-    logits = out.logits[:, :-1]
-    labels, mask = labels[:, first:], mask[:, first:]
-    logp = token_logprobs(logits, labels.masked_fill(~mask, 0))
-    return -(logp * mask).sum() / n, n

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from harness.batching import IGNORE, encode_sft, lm_loss
+from harness.batching import IGNORE, encode_sft
 from harness.config import TrainConfig
 from harness.models.precision import base_dtype
 from harness.models.trainable import unwrap
@@ -30,6 +30,7 @@ from harness.runs.checkpoint_io import begin, commit, load_state, resume_folder,
 from harness.runs.records import RunDir
 from harness.schedule import make_scheduler
 from harness.stages.lm_batches import StepBatches, step_loader
+from harness.stages.lm_loss import lm_loss
 
 
 @dataclass

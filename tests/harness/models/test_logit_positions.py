@@ -57,11 +57,12 @@ def test_the_model_gives_the_same_logits_for_the_index_tensor(tiny_model, tiny_p
 def test_every_logit_pass_feeds_the_lm_head_a_contiguous_input(tiny_model, tiny_processor, xray_images):
     """The RL log-prob passes, the rollout's prefill and the SFT loss (failed before issue 14's fix: each gave
     the lm_head a [:, -k:] view)."""
-    from harness.batching import encode_repeated, encode_sft, lm_loss
+    from harness.batching import encode_repeated, encode_sft
     from harness.models.trainable import unwrap
     from harness.sampling.lean_decode import SlotCache
     from harness.sampling.lean_forward import sequence_logits
     from harness.sampling.lean_prefill import prefill
+    from harness.stages.lm_loss import lm_loss
 
     hf = unwrap(tiny_model)
     seen = []

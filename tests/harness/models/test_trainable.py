@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.batching import encode_sft, lm_loss
+from harness.batching import encode_sft
 from harness.models.checkpoint import load_stage_model, save_stage_model
 from harness.models.tiny import save_base
 from harness.models.trainable import MERGER, add_lora, set_trainable, unwrap
+from harness.stages.lm_loss import lm_loss
 
 
 def _steps(model, processor, images, n=2):
