@@ -2,7 +2,10 @@
 
 - NLG scoring of a stored evaluation's reports: `nlg_scores` + `nlg_report_scores` (each scorer run twice, as
   before) against `nlg_scores_and_reports` (once), alternating; both must return the same numbers;
-- the split's images: decoded from PNG every time against read back from the pixel cache (harness/data/pixel_cache.py).
+- the split's images: decoded from PNG every time against read back from the pixel cache (harness/data/pixel_cache.py);
+- METEOR alone (eighth session): pycocoevalcap's `Meteor.compute_score`, one round trip per report, against
+  `pipelined_meteor` (the same lines, a chunk written before its replies are read), alternating on one JVM; both
+  must return the same numbers.
 
     python benchmarks/bench_eval_scoring.py RUN/eval/predictions_final_test.jsonl --annotation DATA/annotation.json
     python benchmarks/bench_eval_scoring.py PRED.jsonl --rounds 5
@@ -58,6 +61,24 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     twice, once = (statistics.median(times[k]) for k in ("twice", "once"))
     print(f"NLG of {len(rows)} reports: each scorer twice {twice:.2f} s, once {once:.2f} s, ratio {once / twice:.3f}")
+    from harness.evaluation import _normalized, pipelined_meteor
+
+    gts, res = _normalized({k: [v] for k, v in refs.items()}), _normalized({k: [v] for k, v in hyps.items()})
+    scorer = meteor_scorer()
+    times = {"library": [], "pipelined": []}
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        want = scorer.compute_score(gts, res)
+        times["library"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        got = pipelined_meteor(scorer, gts, res)
+        times["pipelined"].append(time.perf_counter() - t0)
+        if got != want:
+            print("METEOR: the two differ; not timing", file=sys.stderr)
+            return 1
+    lib, piped = (statistics.median(times[k]) for k in ("library", "pipelined"))
+    print(f"METEOR of {len(rows)} reports: one round trip each {lib:.2f} s, pipelined {piped:.2f} s, "
+          f"ratio {piped / lib:.3f}")
     if args.annotation:
         from harness.data.datasets import load_annotation
         from harness.data.streaming import LazyViews

@@ -177,6 +177,38 @@ def _cider(gts: dict, res: dict) -> float:
     return float(score)
 
 
+# SCORE lines sent before their replies are read (a chunk's stat replies, ~150 bytes each, stay well inside a
+# 64 KiB pipe buffer, so the JVM never blocks on a full stdout while we are still writing).
+METEOR_CHUNK = 128
+
+
+def pipelined_meteor(scorer, gts: dict, res: dict, chunk: int = METEOR_CHUNK) -> tuple[float, list[float]]:
+    """pycocoevalcap `Meteor.compute_score(gts, res)` with its SCORE lines pipelined: the same lines to the same
+    JVM and the same EVAL line, so the same numbers (tests/harness/test_evaluation.py compares them bit for bit),
+    but `chunk` lines are written before their replies are read instead of one round trip per report. METEOR's
+    own work is unchanged; the saving is the 4,000 waits of a test evaluation (0.72-0.83x of METEOR's time on
+    4,000 reports: benchmarks/bench_eval_scoring.py)."""
+    assert gts.keys() == res.keys()
+    lines = []
+    for key in gts:
+        assert len(res[key]) == 1
+        hypothesis = res[key][0].replace("|||", "").replace("  ", " ")  # as Meteor._stat
+        lines.append(" ||| ".join(("SCORE", " ||| ".join(gts[key]), hypothesis)))
+    process = scorer.meteor_p
+    stats: list[str] = []
+    with scorer.lock:
+        for start in range(0, len(lines), chunk):
+            part = lines[start:start + chunk]
+            process.stdin.write("".join(f"{line}\n" for line in part).encode())
+            process.stdin.flush()
+            stats.extend(process.stdout.readline().decode().strip() for _ in part)
+        process.stdin.write(("EVAL" + "".join(f" ||| {stat}" for stat in stats) + "\n").encode())
+        process.stdin.flush()
+        per_segment = [float(process.stdout.readline().strip()) for _ in lines]
+        score = float(process.stdout.readline().strip())
+    return score, per_segment
+
+
 class _MeteorService:
     """The process's single pycocoevalcap `Meteor` (one JVM), made safe to call many times.
 
@@ -203,7 +235,7 @@ class _MeteorService:
             for attempt in range(2):
                 scorer = self._get()
                 try:
-                    score, per_segment = scorer.compute_score(gts, res)
+                    score, per_segment = pipelined_meteor(scorer, gts, res)
                     return (float(score), [float(x) for x in per_segment]) if segments else float(score)
                 except (OSError, ValueError) as error:  # broken pipe, dead JVM, unparsable reply
                     self._discard()

@@ -22,7 +22,7 @@ def lm_loss(model, batch: dict) -> tuple[torch.Tensor, int]:
     The forward is `sequence_logits` without image deduplication (harness/sampling/lean_forward.py): the logits and
     gradients of `model(input_ids, attention_mask, pixel_values, image_grid_thw)` bit for bit, dropout masks
     included, with the M-RoPE positions batched and the 4-D mask built directly (issue 27; transformers' per-row
-    position loop and vmapped mask cost ~7% of a training step of the tiny preset).
+    position loop and vmapped mask cost ~3% of a training step of the tiny preset: benchmarks/bench_lm_loss.py).
     """
     labels = batch["labels"][:, 1:]
     mask = labels != IGNORE

@@ -192,6 +192,28 @@ def test_mismatched_or_empty_ids_raise():
         nlg_scores({}, {})
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 128])
+def test_pipelined_meteor_equals_pycocoevalcap_bit_for_bit(chunk, reference_meteor):
+    """pipelined_meteor sends pycocoevalcap's own lines, several before reading their replies: the corpus and
+    every segment score equal Meteor.compute_score's on the same JVM protocol, for any chunk size (a corpus of
+    150 reports of varied length crosses several chunk boundaries; one pair has no overlap, one an empty
+    hypothesis, one a double space that METEOR's line builder removes)."""
+    from harness.evaluation import meteor_safe_text, pipelined_meteor
+
+    rng = np.random.default_rng(11)
+    words = "the heart size is normal lungs are clear mild small left right pleural effusion no pneumothorax .".split()
+    gts, res = {}, {}
+    for i in range(150):
+        gts[f"r{i}"] = [meteor_safe_text(" ".join(rng.choice(words, rng.integers(3, 40))))]
+        res[f"r{i}"] = [meteor_safe_text(" ".join(rng.choice(words, rng.integers(0, 40))))]
+    gts["x"], res["x"] = ["cardiomegaly ."], ["osseous structures intact"]
+    gts["y"], res["y"] = ["no acute disease ."], [""]
+    gts["z"], res["z"] = ["heart normal ."], ["heart  normal ."]
+    expected = reference_meteor.compute_score(gts, res)
+    assert pipelined_meteor(meteor_scorer(), gts, res, chunk=chunk) == expected
+    assert len(set(expected[1])) > 50  # the segments differ: a reply read out of order would show
+
+
 def test_meteor_jvm_is_reused_across_calls():
     refs, hyps = CORPORA[1]
     first = nlg_scores(refs, hyps, metrics=["METEOR"])
