@@ -25,22 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SETTINGS = {"pretrain": 32, "sft": 16}  # stage -> batch size (experiments/presets/tiny.yaml, PretrainConfig)
 
 
-def plain_call_loss(model, batch):
-    """lm_loss as it was before issue 27: transformers' forward call with the same tail of logits."""
-    from harness.batching import IGNORE, model_inputs
-    from harness.logprobs import token_logprobs
-    from harness.models.logit_positions import last_positions
-
-    labels = batch["labels"][:, 1:]
-    mask = labels != IGNORE
-    first = int(mask.any(dim=0).nonzero()[0])
-    keep = labels.shape[1] - first + 1
-    out = model(**model_inputs(batch), use_cache=False,
-                logits_to_keep=last_positions(keep, labels.shape[1] + 1, labels.device))
-    logits, labels, mask = out.logits[:, :-1], labels[:, first:], mask[:, first:]
-    return -(token_logprobs(logits, labels.masked_fill(~mask, 0)) * mask).sum() / int(mask.sum())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12, help="measured steps per form and stage")
@@ -56,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.data.phantom import sample_case, write_report
     from harness.models.patch_embed import use_patch_embed
     from harness.models.trainable import add_lora, set_trainable
-    from harness.stages.lm_loss import lm_loss
+    from harness.stages.lm_loss import lm_loss, plain_call_lm_loss
 
     torch.set_num_threads(1)
     for stage in [s for s in args.stages.split(",") if s]:
@@ -73,12 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         reports = [write_report(sample_case(rng), rng) for _ in range(bs)]
         batch = encode_sft(processor, prompts.images, prompts.instructions, reports, 120)
         params = [p for p in model.parameters() if p.requires_grad]
-        forms = {"plain call": plain_call_loss, "lean forward": lambda mod, b: lm_loss(mod, b)[0]}
+        forms = {"plain call": plain_call_lm_loss, "lean forward": lm_loss}
 
         def step(fn, model=model, batch=batch, params=params):
             torch.manual_seed(args.seed)  # the same dropout masks for both forms
             start = time.perf_counter()
-            loss = fn(model, batch)
+            loss, _ = fn(model, batch)
             grads = torch.autograd.grad(loss, params)
             return time.perf_counter() - start, loss.detach(), grads
 

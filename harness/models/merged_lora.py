@@ -5,9 +5,10 @@ peft's LoRA Linear computes base(x) + s * B(A(dropout(x))): three matrix product
 (x's gradient through W, A and B, and the gradients of A and B). `merged_lora(model)` makes each such layer
 compute F.linear(x, W + s B A, b) instead: the same linear map (the gradients of A and B flow through the merge),
 one product forward and two backward plus two [out, r] x [r, in] products, rounding differently in the last bits.
-At the tiny testbed's widths (64, LoRA r 32-64, thousands of positions a pass) that is 0.77x the time of a
-training pass (forward + backward) and 0.83x of a no-grad pass (benchmarks/bench_vs_trl.py --lora-pass merged).
-It is not bit-identical, so it is opt-in (`rl.lora_pass`), like `generation.backend = fused`.
+At the tiny testbed's widths (64, LoRA r 32-64, thousands of positions a pass) a training pass (forward +
+backward) took 0.78x the time and a no-grad pass 0.87x, and a whole GRPO step beside TRL's 0.315-0.322x instead
+of 0.326-0.366x (benchmarks/RESULTS.md; benchmarks/bench_vs_trl.py --lora-pass merged). It is not bit-identical,
+so it is opt-in (`rl.lora_pass`), like `generation.backend = fused`.
 
 Only where LoRA's dropout is off (eval mode, or p = 0): dropout acts on x before A alone, which one merged weight
 cannot express, so a layer whose dropout is active keeps peft's computation (config validation refuses

@@ -8,10 +8,8 @@ import pytest
 import torch
 
 from harness.batching import IGNORE, encode_sft, model_inputs
-from harness.logprobs import token_logprobs
-from harness.models.logit_positions import last_positions
 from harness.models.trainable import add_lora, set_trainable
-from harness.stages.lm_loss import lm_loss
+from harness.stages.lm_loss import lm_loss, plain_call_lm_loss
 
 
 def _full_logits_loss(model, batch):
@@ -65,18 +63,6 @@ def test_lm_loss_without_labels_names_the_problem(tiny_model, tiny_processor, xr
         lm_loss(tiny_model, batch)
 
 
-def _plain_call_loss(model, batch):
-    """lm_loss as it was before issue 27: the same steps around transformers' own forward call."""
-    labels = batch["labels"][:, 1:]
-    mask = labels != IGNORE
-    first = int(mask.any(dim=0).nonzero()[0])
-    keep = labels.shape[1] - first + 1
-    out = model(**model_inputs(batch), use_cache=False,
-                logits_to_keep=last_positions(keep, labels.shape[1] + 1, labels.device))
-    logits, labels, mask = out.logits[:, :-1], labels[:, first:], mask[:, first:]
-    return -(token_logprobs(logits, labels.masked_fill(~mask, 0)) * mask).sum() / int(mask.sum())
-
-
 @pytest.mark.parametrize("stage", ["pretrain", "sft"])
 def test_lm_loss_and_gradients_equal_the_plain_model_call_bit_for_bit(stage, tiny_model, tiny_processor, xray_images):
     model = tiny_model
@@ -94,9 +80,9 @@ def test_lm_loss_and_gradients_equal_the_plain_model_call_bit_for_bit(stage, tin
                        ["mild cardiomegaly .", "the heart size is normal . no pleural effusion .", "normal ."], 50)
     params = [p for p in model.parameters() if p.requires_grad]
     results = []
-    for fn in (_plain_call_loss, lambda m, b: lm_loss(m, b)[0]):
+    for fn in (plain_call_lm_loss, lm_loss):
         torch.manual_seed(7)
-        loss = fn(model, batch)
+        loss, _ = fn(model, batch)
         results.append((loss.detach(), torch.autograd.grad(loss, params)))
     (plain, plain_grads), (lean, lean_grads) = results
     assert torch.equal(lean, plain)
