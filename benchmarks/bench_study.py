@@ -2,6 +2,8 @@
 
     PYTHONPATH=$PWD python benchmarks/bench_study.py                       # tiny-power Table 4, seeds 0 then 1, 2
     PYTHONPATH=$PWD python benchmarks/bench_study.py --seeds 0,1 --workers 2 --out /tmp/bench-t4 --json t4.json
+    PYTHONPATH=$PWD python benchmarks/bench_study.py --seeds 2 --out /tmp/bench-t4 --cache CACHE \
+        --set stages.rl.generation.backend=fused --set stages.rl.rl.lora_pass=merged   # the inexact options
 
 Round 1 runs the first seed in a fresh output folder with a fresh per-machine cache ($REGBENCH_CACHE points at an
 empty folder, so the phantom sets and stage 0 are built from scratch, as on a fresh machine). Each later round
@@ -26,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FINISHED = re.compile(r"^\[experiment [^]]*\] finished (\S+) \((.*)\) in (\d+)s$")
 
 
-def run_round(study_path: Path, out: Path, seeds: list[int], workers: int) -> dict:
+def run_round(study_path: Path, out: Path, seeds: list[int], workers: int, sets: list[str] | None = None,
+              stages_dir: str | None = None) -> dict:
     """Run the study's `seeds` into `out`; returns {"wall_s", "nodes": [{"kind", "label", "elapsed_s"}]}."""
     from harness.experiments import load_study, run_experiment
 
@@ -39,7 +42,8 @@ def run_round(study_path: Path, out: Path, seeds: list[int], workers: int) -> di
             nodes.append({"kind": m.group(1), "label": m.group(2), "elapsed_s": int(m.group(3))})
 
     t0 = time.perf_counter()
-    result = run_experiment(load_study(study_path), out, workers=workers, seeds=seeds, log=log)
+    result = run_experiment(load_study(study_path, sets=sets), out, workers=workers, seeds=seeds, log=log,
+                            stages_dir=stages_dir)
     wall = time.perf_counter() - t0
     if not result.ok:
         raise SystemExit(f"bench_study: runs failed: {result.failed}; see {result.index_path}")
@@ -67,17 +71,21 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="output folder (default: a new temporary folder)")
     ap.add_argument("--cache", default=None, help="the per-machine cache to start from (default: a new, empty one)")
     ap.add_argument("--json", default=None, help="also write the rounds' timings here")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a key of the study, as `regbench experiment run --set` (repeatable)")
+    ap.add_argument("--stages-dir", default=None, help="keep stage runs here (default OUT/stages)")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-study-"))
     os.environ["REGBENCH_CACHE"] = args.cache or tempfile.mkdtemp(prefix="bench-study-cache-")
     print(f"[bench_study] {args.study}: seeds {seeds}, {args.workers} workers, out {out}, "
           f"cache {os.environ['REGBENCH_CACHE']}", flush=True)
-    rounds = [run_round(Path(args.study), out, [seed], args.workers) for seed in seeds]
+    rounds = [run_round(Path(args.study), out, [seed], args.workers, args.set, args.stages_dir) for seed in seeds]
     text = summary(rounds)
     print("\n" + text)
     if args.json:
-        Path(args.json).write_text(json.dumps({"study": args.study, "workers": args.workers, "rounds": rounds},
+        Path(args.json).write_text(json.dumps({"study": args.study, "workers": args.workers, "sets": args.set,
+                                               "rounds": rounds},
                                               indent=2) + "\n")
 
 
