@@ -37,6 +37,11 @@ class Rollout:
     def responses(self) -> torch.Tensor:
         return self.sequences[:, self.prompt_len:]
 
+    def logits(self, model) -> torch.Tensor:
+        """`response_logits(model, self)`: what a token weighter (harness/token_weighting/) reads the policy with,
+        without importing the engine."""
+        return response_logits(model, self)
+
     @property
     def lengths(self) -> torch.Tensor:
         return self.response_mask.sum(dim=1)

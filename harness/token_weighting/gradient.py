@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.grpo.core import token_logprobs
-from harness.grpo.rollout import response_logits
-from harness.grpo.token_weighter import rollout_words
+from harness.logprobs import token_logprobs
 from harness.token_weighting.registry import TokenWeighting, register_token_weighting
+from harness.token_weighting.words import rollout_words
 from rewards.ditpo_weights import default_diagnostic_terms, diagnostic_flags, token_gradient_weights
 
 
@@ -47,7 +46,7 @@ class GradientWeighting(TokenWeighting):
         handle = model.get_input_embeddings().register_forward_hook(hook)
         try:
             with torch.enable_grad():
-                logits = response_logits(model, rollout)
+                logits = rollout.logits(model)  # the engine's log-prob forward (Rollout.logits)
                 logp = token_logprobs(logits, rollout.responses, 1.0, self.logprob_chunk_positions)
                 return token_gradient_weights(
                     captured["embeds"], logp, diag, rollout.response_mask, rollout.prompt_len, self.token_weight_max

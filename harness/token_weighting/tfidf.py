@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.grpo.token_weighter import rollout_words
 from harness.token_weighting.registry import TokenWeighting, register_token_weighting
+from harness.token_weighting.words import rollout_words
 from rewards.ditpo_weights import (
     default_diagnostic_terms,
     fit_idf,

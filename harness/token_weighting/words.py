@@ -1,12 +1,11 @@
-"""The engine's side of token weighting (`rl.token_weighting`, DiTPO): a rollout's response tokens mapped onto the
-words of their decoded text, which the registered weighters (harness/token_weighting/) weigh with the formulas of
-rewards/ditpo_weights.py; the trainer builds the weighter with `build_token_weighting` and applies
-A[i, t] = w[i, t] * A[i].
+"""A rollout's response tokens mapped onto the words of their decoded text, which the registered weighters weigh with
+the formulas of rewards/ditpo_weights.py (`rl.token_weighting`, DiTPO). The rollout is any object with the engine's
+`responses` and `response_mask` ([N, L] tensors; harness/grpo/rollout.py's Rollout), so the weighters need no
+import of the engine, which builds them (`build_token_weighting`) and applies A[i, t] = w[i, t] * A[i].
 """
 
 from __future__ import annotations
 
-from harness.grpo.rollout import Rollout
 from rewards.ditpo_weights import word_ids_from_offsets
 
 __all__ = ["rollout_words", "token_texts_and_offsets"]
@@ -22,7 +21,7 @@ def token_texts_and_offsets(tokenizer, ids: list[int]) -> tuple[str, list[tuple[
     return text, offsets
 
 
-def rollout_words(tokenizer, ro: Rollout) -> list[tuple[list[str], list[int | None]]]:
+def rollout_words(tokenizer, ro) -> list[tuple[list[str], list[int | None]]]:
     """Per response: (its words, the word index of each masked token, None for a token of no word)."""
     out = []
     for row, m in zip(ro.responses.tolist(), ro.response_mask.tolist(), strict=True):
