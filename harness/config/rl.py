@@ -85,7 +85,7 @@ class RLConfig:
                                   "project, issue 27): peft = base(x) + s B(A(x)), peft's own layers; merged = one "
                                   "product with W + s B A (harness/models/merged_lora.py): the same linear map and "
                                   "gradients to float rounding, not bit for bit, a training pass in ~0.8x the time "
-                                  "at the tiny testbed's widths. Needs rl.policy_dropout false.")
+                                  "at the tiny testbed's widths. Needs rl.policy_dropout false and float32 weights.")
     advantage_scale: str = knob("std", 'Advantage scale (Eq. 2): "std" divides by the group\'s std (+1e-6); '
                                        '"none" keeps R - mean (Dr. GRPO).')
     entropy_coef: float = knob(0.0, "Entropy bonus, >= 0 (0 for MIMIC-CXR, 0.001 for IU-Xray).")

@@ -139,4 +139,3 @@ def merged_response_logits(model, ro: Rollout) -> torch.Tensor:
     harness/models/merged_lora.py): equal to float rounding, not bit for bit."""
     with merged_lora(model):
         return response_logits(model, ro)
-

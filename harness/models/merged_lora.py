@@ -12,7 +12,9 @@ so it is opt-in (`rl.lora_pass`), like `generation.backend = fused`.
 
 Only where LoRA's dropout is off (eval mode, or p = 0): dropout acts on x before A alone, which one merged weight
 cannot express, so a layer whose dropout is active keeps peft's computation (config validation refuses
-`rl.lora_pass = merged` with `rl.policy_dropout`).
+`rl.lora_pass = merged` with `rl.policy_dropout`). Float32 weights only, as the fused sampler: in a bf16 base the
+merged weight would round the small LoRA delta away (at lr 3e-6 it is below bf16's resolution), so other dtypes
+raise.
 """
 
 from __future__ import annotations
@@ -76,12 +78,17 @@ def merged_lora(model):
     """Within the block, every peft LoRA Linear of `model` with one active vanilla adapter and its dropout off
     computes x @ (W + s B A)^T + b (see the module docstring); other modules are untouched. The layers' own
     forward is restored on exit, also after an error."""
+    layers = [(mod, name) for mod in model.modules()
+              if (name := _vanilla_adapter(mod)) is not None and not _dropout_active(mod, name)]
+    bad = sorted({str(mod.get_base_layer().weight.dtype) for mod, _ in layers
+                  if mod.get_base_layer().weight.dtype != torch.float32})
+    if bad:
+        raise ValueError(f"rl.lora_pass=merged: float32 weights only, the LoRA layers' base weights are "
+                         f"{', '.join(bad)} (the merged weight would round the LoRA delta away); use "
+                         "rl.lora_pass=peft")
     patched = []
     try:
-        for mod in model.modules():
-            name = _vanilla_adapter(mod)
-            if name is None or _dropout_active(mod, name):
-                continue
+        for mod, name in layers:
             # An instance-level forward (accelerate's hooks set one) is put back as it was.
             patched.append((mod, mod.__dict__.get("forward")))
             mod.forward = _merged_forward(mod, name)

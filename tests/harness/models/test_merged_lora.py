@@ -4,7 +4,8 @@ Not bit-identical, so the checks are to float rounding: the merged weight is pef
 model's logits, and the gradients of every LoRA A and B through a loss on them, equal peft's own computation; a
 GRPO step with lora_pass merged gives the peft step's log-probs, loss and updated parameters; every layer's own
 forward comes back on exit (also after an error, and an instance-level forward set by a hook); a layer whose
-dropout is active keeps peft's computation; and the config refuses merged passes with rl.policy_dropout.
+dropout is active keeps peft's computation; a bf16 base is refused; and the config refuses merged passes with
+rl.policy_dropout.
 """
 
 from __future__ import annotations
@@ -86,6 +87,14 @@ def test_a_layer_with_active_dropout_keeps_peft(model):
     model.eval()
     with merged_lora(model):
         assert all("forward" in m.__dict__ for m in layers)
+
+
+def test_a_low_precision_base_is_refused_and_nothing_is_patched(tiny_tokenizer):
+    model = _lora_model(tiny_tokenizer, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="rl.lora_pass=merged: float32 weights only.*torch.bfloat16"):
+        with merged_lora(model):
+            pass
+    assert all("forward" not in m.__dict__ for m in _lora_layers(model))
 
 
 def test_config_refuses_merged_passes_with_policy_dropout():
