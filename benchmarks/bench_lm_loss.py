@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default="pretrain,sft", help="comma-separated: pretrain, sft")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    stages = [s for s in args.stages.split(",") if s]
+    unknown = sorted(set(stages) - set(SETTINGS))
+    if unknown or not stages:
+        parser.error(f"--stages: {', '.join(unknown) or 'none given'}; choose from {', '.join(SETTINGS)}")
 
     import numpy as np
     import torch
@@ -43,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.stages.lm_loss import lm_loss, plain_call_lm_loss
 
     torch.set_num_threads(1)
-    for stage in [s for s in args.stages.split(",") if s]:
+    for stage in stages:
         bs = SETTINGS[stage]
         model, processor, m = build_model_and_processor(args.seed)
         model.set_attn_implementation("sdpa")
