@@ -48,6 +48,9 @@ class SnapshotStore:
         self.dtype = dtype
         self.master_sync = master_sync
         self._snapshots: dict[str, dict[str, torch.Tensor]] = {}
+        # Bumped by every write into a snapshot, so that what was computed from one (the vision features of
+        # harness/sampling/feature_memo.py) knows when it is stale.
+        self._versions: dict[str, int] = {}
 
     # -- introspection -------------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -56,6 +59,15 @@ class SnapshotStore:
 
     def __contains__(self, name: object) -> bool:
         return name in self._snapshots
+
+    def version(self, name: str) -> int:
+        """How many times snapshot ``name`` has been written (created, captured, copied into, averaged into,
+        loaded); equal versions mean equal values."""
+        self._get(name)
+        return self._versions[name]
+
+    def _written(self, name: str) -> None:
+        self._versions[name] = self._versions.get(name, 0) + 1
 
     def param_names(self) -> list[str]:
         return list(self._params)
@@ -86,6 +98,7 @@ class SnapshotStore:
             self._snapshots[name] = snap
         for pname, p in self._params.items():
             snap[pname].copy_(p.detach())
+        self._written(name)
 
     @torch.no_grad()
     def restore(self, name: str) -> None:
@@ -127,6 +140,7 @@ class SnapshotStore:
         for pname, t in dst.items():
             s = src[pname].detach().to(device=t.device, dtype=t.dtype)
             t.mul_(1.0 - rate).add_(s, alpha=rate)
+        self._written(target)
 
     @torch.no_grad()
     def copy(self, src: str, dst: str) -> None:
@@ -136,11 +150,13 @@ class SnapshotStore:
             self._snapshots[dst] = {pname: torch.empty_like(t) for pname, t in s.items()}
         for pname, t in self._snapshots[dst].items():
             t.copy_(s[pname])
+        self._written(dst)
 
     def drop(self, name: str) -> None:
         """Forget snapshot ``name`` (frees its memory)."""
         self._get(name)
         del self._snapshots[name]
+        self._written(name)
 
     @torch.no_grad()
     def equal_to_live(self, name: str) -> bool:
@@ -184,6 +200,8 @@ class SnapshotStore:
                 buf.copy_(t)
                 loaded[name][pname] = buf
         self._snapshots = loaded
+        for name in loaded:
+            self._written(name)
 
 
 def reset_optimizer_state(

@@ -15,6 +15,7 @@ from harness.batching import END, encode_repeated, suppressed_token_ids
 from harness.models.merged_lora import merged_lora
 from harness.models.precision import autocast_for
 from harness.sampling.decoding import decode_tokens
+from harness.sampling.feature_memo import FeatureMemo
 from harness.sampling.lean_forward import sequence_logits
 
 
@@ -28,6 +29,9 @@ class Rollout:
     texts: list[str]  # N decoded responses, special tokens stripped
     # Images (views) of each row, in the order of image_grid_thw; None = one per row. Needed to cut rows out.
     images_per_row: list[int] | None = None
+    # One key per image (order of image_grid_thw), equal keys = equal images: the trainer's (prompt index, view),
+    # which the frozen passes' feature memos read (harness/sampling/feature_memo.py). None = not known.
+    image_keys: list | None = None
 
     @property
     def prompt_len(self) -> int:
@@ -62,7 +66,7 @@ class Rollout:
         p0, p1 = sum(patches[:img0]), sum(patches[:img1])
         return Rollout(self.sequences[start:stop], self.prompt_mask[start:stop], self.response_mask[start:stop],
                        self.pixel_values[p0:p1], self.image_grid_thw[img0:img1], self.texts[start:stop],
-                       per_row[start:stop])
+                       per_row[start:stop], None if self.image_keys is None else self.image_keys[img0:img1])
 
 
 def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
@@ -83,8 +87,9 @@ def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
         rm[:, :ln] = r.response_mask
         seqs.append(seq), pmasks.append(pm), rmasks.append(rm)
     per_row = [k for r in parts for k in (r.images_per_row or [1] * len(r))]
+    keys = None if any(r.image_keys is None for r in parts) else [k for r in parts for k in r.image_keys]
     return Rollout(torch.cat(seqs), torch.cat(pmasks), torch.cat(rmasks), torch.cat([r.pixel_values for r in parts]),
-                   torch.cat([r.image_grid_thw for r in parts]), [t for r in parts for t in r.texts], per_row)
+                   torch.cat([r.image_grid_thw for r in parts]), [t for r in parts for t in r.texts], per_row, keys)
 
 
 def response_mask_from(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:
@@ -124,18 +129,20 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
                    [len(views) for views in images for _ in range(group_size)])
 
 
-def response_logits(model, ro: Rollout) -> torch.Tensor:
-    """Logits [N, L, V] that predict the response tokens, computed only for the response positions."""
+def response_logits(model, ro: Rollout, memo: FeatureMemo | None = None) -> torch.Tensor:
+    """Logits [N, L, V] that predict the response tokens, computed only for the response positions. `memo`: a
+    frozen pass's vision features by `ro.image_keys` (harness/sampling/feature_memo.py; same numbers)."""
     L = ro.response_mask.shape[1]
     attn = torch.cat([ro.prompt_mask, ro.response_mask.to(ro.prompt_mask.dtype)], dim=1)
     # model(input_ids=..., pixel_values=...).logits, bit for bit (harness/sampling/lean_forward.py)
     with autocast_for(model):
-        logits = sequence_logits(model, ro.sequences, attn, ro.pixel_values, ro.image_grid_thw, logits_to_keep=L + 1)
+        logits = sequence_logits(model, ro.sequences, attn, ro.pixel_values, ro.image_grid_thw, logits_to_keep=L + 1,
+                                 image_keys=ro.image_keys, memo=memo if ro.image_keys is not None else None)
     return logits[:, :-1]
 
 
-def merged_response_logits(model, ro: Rollout) -> torch.Tensor:
+def merged_response_logits(model, ro: Rollout, memo: FeatureMemo | None = None) -> torch.Tensor:
     """`response_logits` with every LoRA layer as one product with W + s B A (rl.lora_pass = merged,
     harness/models/merged_lora.py): equal to float rounding, not bit for bit."""
     with merged_lora(model):
-        return response_logits(model, ro)
+        return response_logits(model, ro, memo)

@@ -84,6 +84,7 @@ from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, 
 from harness.runs import preemption
 from harness.runs.checkpoint_io import load_state
 from harness.runs.records import RunDir
+from harness.sampling.feature_memo import SnapshotFeatures
 from harness.schedule import epoch_order, make_scheduler
 from harness.snapshots import SnapshotStore
 from harness.token_weighting.registry import build_token_weighting
@@ -183,6 +184,7 @@ class GRPOTrainer:
         self.updater = Updater(model, self.params, self.dist, fp16_scaler=needs_scaler(base_dtype(model)))
         # Snapshots live beside the model (GPU memory holds them easily; swaps then never cross PCIe).
         self.store = SnapshotStore(model, device=self.params[0].device)
+        self.frozen_features = SnapshotFeatures()  # the frozen passes' vision features (feature_memo.py)
         self.regularizer = regularizer_from_config(rl)
         self.reference = reference_from_config(rl)
         if rl.regularizer == "none" and rl.reference != "static":
@@ -237,12 +239,16 @@ class GRPOTrainer:
         with self.store.use("old"):
             for s in range(0, len(idx), per):
                 sub = idx[s:s + per]
-                parts.append(sample_rollout(
+                part = sample_rollout(
                     self.model, self.processor, [self.train_set.images[i] for i in sub],
                     [self.train_set.instructions[i] for i in sub], group_size=rl.group_size,
                     temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k, max_new_tokens=rl.max_new_tokens,
                     min_new_tokens=rl.min_new_tokens, repetition_penalty=rl.repetition_penalty,
-                    backend=self.generation_backend))
+                    backend=self.generation_backend)
+                # (prompt index, view) per image, rows group-major: what the frozen passes' memos key on.
+                part.image_keys = [(i, v) for i in sub for _ in range(rl.group_size)
+                                   for v in range(len(self.train_set.images[i]))]
+                parts.append(part)
         return concat_rollouts(parts, self.processor.tokenizer.pad_token_id)
 
     def _chunks(self, n: int) -> list[tuple[int, int]]:
@@ -256,10 +262,12 @@ class GRPOTrainer:
         no swap), micro-batch by micro-batch. Called before the policy's own forward: swapping a snapshot in
         writes the live parameters, which no live graph may have saved."""
         logps, ents, chunk = [], [], self.rl.logprob_chunk_positions
+        # A snapshot's vision features stay valid until it is written (a static reference: the whole run).
+        memo = self.frozen_features.memo(name, self.store.version(name)) if name else None
         with self.store.use(name) if name else contextlib.nullcontext():
             for a, b in chunks:
                 sub = ro.rows(a, b)
-                logits = _pass_logits(self.rl.lora_pass)(self.model, sub)
+                logits = _pass_logits(self.rl.lora_pass)(self.model, sub, memo)
                 logps.append(token_logprobs(logits, sub.responses, self.lp_temp, chunk))
                 ents.append(token_entropy(logits, self.lp_temp, chunk) if want_entropy else None)
         return torch.cat(logps), (torch.cat(ents) if want_entropy else None)

@@ -12,9 +12,12 @@ dropout mask, which one shared encoding would not). tests/harness/sampling/test_
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+
 import torch
 
 from harness.models.logit_positions import last_positions
+from harness.sampling.feature_memo import FeatureMemo
 from harness.sampling.lean_prefill import image_features, prefill_mask
 from harness.sampling.mrope_index import mrope_positions
 
@@ -25,10 +28,12 @@ def _supported(hf) -> bool:
 
 
 def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor,
-                    image_grid_thw: torch.Tensor, *, logits_to_keep: int, dedupe_images: bool | None = None):
+                    image_grid_thw: torch.Tensor, *, logits_to_keep: int, dedupe_images: bool | None = None,
+                    image_keys: Sequence[Hashable] | None = None, memo: FeatureMemo | None = None):
     """`model(input_ids, attention_mask, pixel_values, image_grid_thw, logits_to_keep, use_cache=False).logits`.
-    `dedupe_images` None = on the CPU (with grad or without) unless the model is in train mode (dropout). Runs
-    under the caller's autocast."""
+    `dedupe_images` None = on the CPU (with grad or without) unless the model is in train mode (dropout).
+    `memo` + `image_keys` (a frozen pass, no grad): features of images the memo holds are read from it, where
+    images are deduplicated (harness/sampling/feature_memo.py). Runs under the caller's autocast."""
     from harness.models.trainable import unwrap
 
     hf = unwrap(model)
@@ -42,7 +47,10 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
         dedupe_images = input_ids.device.type == "cpu" and not hf.training
     inner = hf.model
     embeds = inner.get_input_embeddings()(input_ids)
-    feats = image_features(hf, pixel_values, image_grid_thw, dedupe_images).to(embeds.device, embeds.dtype)
+    if memo is not None and torch.is_grad_enabled():
+        raise ValueError("a feature memo holds no graph: pass one only to a pass without grad")
+    feats = image_features(hf, pixel_values, image_grid_thw, dedupe_images, keys=image_keys, memo=memo)
+    feats = feats.to(embeds.device, embeds.dtype)
     image_mask, _ = inner.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=feats)
     embeds = embeds.masked_scatter(image_mask, feats)
     positions, rope_deltas = mrope_positions(inner, input_ids, image_grid_thw, attention_mask)

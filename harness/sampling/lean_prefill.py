@@ -22,9 +22,12 @@ not handled here: `prefill_supported` says so and the caller runs generate's own
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+
 import torch
 
 from harness.models.logit_positions import last_hidden
+from harness.sampling.feature_memo import FeatureMemo
 from harness.sampling.mrope_index import mrope_positions
 
 HANDLED = frozenset({"input_ids", "attention_mask", "pixel_values", "image_grid_thw"})
@@ -58,10 +61,15 @@ def unique_images(pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> tuple[l
     return firsts, inverse
 
 
-def image_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor, dedupe: bool) -> torch.Tensor:
-    """Features of every image in order (torch.cat of get_image_features), each distinct image encoded once."""
+def image_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor, dedupe: bool, *,
+                   keys: Sequence[Hashable] | None = None, memo: FeatureMemo | None = None) -> torch.Tensor:
+    """Features of every image in order (torch.cat of get_image_features), each distinct image encoded once.
+    With `memo` and `keys` (one per image, equal keys = equal images) and `dedupe`: images whose key the memo
+    holds are not encoded again (harness/sampling/feature_memo.py)."""
     if not dedupe:
         return torch.cat(hf.model.get_image_features(pixel_values, grid_thw), dim=0)
+    if memo is not None and keys is not None:
+        return _memo_features(hf, pixel_values, grid_thw, keys, memo)
     firsts, inverse = unique_images(pixel_values, grid_thw)
     if len(firsts) == len(inverse):
         return torch.cat(hf.model.get_image_features(pixel_values, grid_thw), dim=0)
@@ -69,6 +77,23 @@ def image_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor, dedup
     blocks = torch.split(pixel_values, sizes)
     feats = hf.model.get_image_features(torch.cat([blocks[i] for i in firsts]), grid_thw[firsts])
     return torch.cat([feats[u] for u in inverse], dim=0)
+
+
+def _memo_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor, keys: Sequence[Hashable],
+                   memo: FeatureMemo) -> torch.Tensor:
+    if len(keys) != grid_thw.shape[0]:
+        raise ValueError(f"{len(keys)} image keys for {grid_thw.shape[0]} images")
+    found = {key: memo.get(key) for key in dict.fromkeys(keys)}
+    missing = [key for key, feats in found.items() if feats is None]
+    if missing:
+        first = {key: keys.index(key) for key in missing}
+        blocks = torch.split(pixel_values, grid_thw.prod(-1).tolist())
+        order = [first[key] for key in missing]
+        feats = hf.model.get_image_features(torch.cat([blocks[i] for i in order]), grid_thw[order])
+        for key, f in zip(missing, feats, strict=True):
+            found[key] = f
+            memo.put(key, f)
+    return torch.cat([found[key] for key in keys], dim=0)
 
 
 def prefill_mask(attention_mask: torch.Tensor, attn: str, dtype: torch.dtype) -> torch.Tensor | None:

@@ -148,8 +148,8 @@ def test_frozen_passes_never_swap_parameters_under_a_live_graph(tiny_model, tiny
 
     events = []
     real = trainer_module.response_logits
-    monkeypatch.setattr(trainer_module, "response_logits",
-                        lambda m, ro: events.append(("fwd", torch.is_grad_enabled(), len(ro))) or real(m, ro))
+    monkeypatch.setattr(trainer_module, "response_logits", lambda m, ro, *memo: events.append(
+        ("fwd", torch.is_grad_enabled(), len(ro))) or real(m, ro, *memo))
     for perturb, expected in ((False, [("fwd", False, 2)] * 3 + [("fwd", True, 2)] * 3),  # RER h_ref pass, no swap
                               (True, [("swap",)] + [("fwd", False, 2)] * 3 + [("swap",)] + [("fwd", False, 2)] * 3
                                + [("fwd", True, 2)] * 3)):

@@ -271,7 +271,7 @@ def test_a_frozen_policy_equal_to_the_current_one_costs_no_forward_pass(tiny_mod
 
     calls = []
     real = trainer_module.response_logits
-    monkeypatch.setattr(trainer_module, "response_logits", lambda m, ro: calls.append(1) or real(m, ro))
+    monkeypatch.setattr(trainer_module, "response_logits", lambda m, ro, *memo: calls.append(1) or real(m, ro, *memo))
     rows = []
     for skip in (True, False):
         tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / str(skip), prompt_set, regularizer="rer")
@@ -495,3 +495,34 @@ def test_rollout_backend_comes_from_the_generation_config(generation, expected, 
     with pytest.raises(RuntimeError, match="sampled"):
         tr.train_step()
     assert seen == [expected]
+
+
+@pytest.mark.parametrize("reference", ["static", "ema"])
+def test_frozen_feature_memo_changes_no_number(reference, tiny_model, tiny_processor, tmp_path, prompt_set,
+                                               monkeypatch):
+    """The frozen passes read the vision features of a snapshot they have encoded before from a memo
+    (harness/sampling/feature_memo.py): two epochs with it are bit for bit the run without it. Under a static
+    reference the second epoch's reference passes encode nothing; an EMA reference changes every step, so its
+    memo never hits."""
+    from harness.sampling.feature_memo import SnapshotFeatures
+
+    runs = {}
+    for memo_on in (True, False):
+        if not memo_on:
+            monkeypatch.setattr(SnapshotFeatures, "memo", lambda self, name, version: None)
+        tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / str(memo_on), prompt_set, epochs=2,
+                      regularizer="rer", reference=reference, ema_rate=0.5, select="final")
+        tr.train()
+        runs[memo_on] = tr.run.steps(), _params(tr), tr.frozen_features
+    (rows, params, features), (plain_rows, plain_params, _) = runs[True], runs[False]
+    assert len(rows) == 4
+    for a, b in zip(rows, plain_rows, strict=True):
+        for key in ("loss", "pg_loss", "kl_loss", "kl_mean", "ratio_mean", "ref_entropy_mean", "beta_mean",
+                    "entropy_mean", "reward_mean"):
+            assert a[key] == b[key], key
+    assert all(torch.equal(p, q) for p, q in zip(params, plain_params, strict=True))
+    hits, misses = features.counts()["ref"]
+    if reference == "static":  # 4 prompts: each image encoded once under the reference, then read
+        assert misses <= 4 and hits > 0
+    else:
+        assert hits == 0 and misses > 0
