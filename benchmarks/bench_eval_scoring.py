@@ -5,7 +5,10 @@
 - the split's images: decoded from PNG every time against read back from the pixel cache (harness/data/pixel_cache.py);
 - METEOR alone (eighth session): pycocoevalcap's `Meteor.compute_score`, one round trip per report, against
   `pipelined_meteor` (the same lines, a chunk written before its replies are read), alternating on one JVM; both
-  must return the same numbers.
+  must return the same numbers;
+- BLEU and ROUGE-L alone (tenth session): pycocoevalcap (`Bleu(4).compute_score`, each report's statistics cooked
+  again with `cook_test` for the per-report rows, `Rouge().compute_score`) against harness/coco_scores.py
+  (`bleu_statistics` once, `corpus_bleu`, `rouge_l`), alternating; both must return the same numbers.
 
     python benchmarks/bench_eval_scoring.py RUN/eval/predictions_final_test.jsonl --annotation DATA/annotation.json
     python benchmarks/bench_eval_scoring.py PRED.jsonl --rounds 5
@@ -61,6 +64,21 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     twice, once = (statistics.median(times[k]) for k in ("twice", "once"))
     print(f"NLG of {len(rows)} reports: each scorer twice {twice:.2f} s, once {once:.2f} s, ratio {once / twice:.3f}")
+    gts, res = {k: [v] for k, v in refs.items()}, {k: [v] for k, v in hyps.items()}
+    times = {"library": [], "coco_scores": []}
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        want = _pycocoevalcap_bleu_rouge(gts, res)
+        times["library"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        got = _coco_scores_bleu_rouge(gts, res)
+        times["coco_scores"].append(time.perf_counter() - t0)
+        if got != want:
+            print("BLEU/ROUGE-L: the two differ; not timing", file=sys.stderr)
+            return 1
+    lib, fast = (statistics.median(times[k]) for k in ("library", "coco_scores"))
+    print(f"BLEU + ROUGE-L of {len(rows)} reports: pycocoevalcap {lib:.2f} s, harness/coco_scores.py {fast:.2f} s, "
+          f"ratio {fast / lib:.3f}")
     from harness.evaluation import _normalized, pipelined_meteor
 
     gts, res = _normalized({k: [v] for k, v in refs.items()}), _normalized({k: [v] for k, v in hyps.items()})
@@ -100,6 +118,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(samples)} test images: from PNG {png:.2f} s, from the pixel cache {cache:.2f} s, "
               f"ratio {cache / png:.3f}")
     return 0
+
+
+def _pycocoevalcap_bleu_rouge(gts: dict, res: dict) -> tuple:
+    """What a test evaluation computed before coco_scores.py: corpus BLEU, every report's cooked statistics,
+    ROUGE-L corpus and per report."""
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
+    rows = []
+    for key in gts:
+        c = cook_test(res[key][0], cook_refs(gts[key]), eff="closest")
+        rows.append([*c["correct"], *c["guess"], c["testlen"], c["reflen"]])
+    rouge, rouge_each = Rouge().compute_score(gts, res)
+    return list(bleu), rows, float(rouge), rouge_each.tolist()
+
+
+def _coco_scores_bleu_rouge(gts: dict, res: dict) -> tuple:
+    from harness.coco_scores import bleu_statistics, corpus_bleu, rouge_l
+
+    stats = bleu_statistics(gts, res)
+    rouge, rouge_each = rouge_l(gts, res)
+    return corpus_bleu(stats), stats.tolist(), float(rouge), rouge_each.tolist()
 
 
 if __name__ == "__main__":

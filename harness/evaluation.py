@@ -1,7 +1,9 @@
 """Evaluation metrics: NLG scores (pycocoevalcap) and clinical-efficacy (CE) scores over CheXpert labels.
 
 NLG (`nlg_scores`): BLEU-1..4 (corpus BLEU, "closest" reference length), METEOR 1.5, ROUGE-L and CIDEr,
-computed by pycocoevalcap's own scorers. BLEU, ROUGE-L and CIDEr see the raw strings, exactly as the standard
+as pycocoevalcap computes them: CIDEr and METEOR by its own scorers, BLEU and ROUGE-L by harness/coco_scores.py,
+which gives pycocoevalcap's numbers bit for bit without its pure-Python loops. BLEU, ROUGE-L and CIDEr see the
+raw strings, exactly as the standard
 (R2Gen-style) evaluation passes them, so they equal pycocoevalcap's numbers on the same texts (ROUGE-L splits on
 single spaces, so double spaces and tabs change it; BLEU and CIDEr split on any whitespace). Only METEOR's input
 is normalised (`meteor_safe_text`), because its Java pipe breaks on what the raw text may hold:
@@ -34,6 +36,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from harness.coco_scores import bleu_statistics, corpus_bleu, rouge_l
 from harness.constants import BLEU_COUNT_KEYS, NUM_OBSERVATIONS, OBSERVATIONS
 
 NLG_METRICS: tuple[str, ...] = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
@@ -90,18 +93,15 @@ def nlg_report_scores(refs: Mapping[str, str], hyps: Mapping[str, str]) -> dict[
 def nlg_scores_and_reports(refs: Mapping[str, str], hyps: Mapping[str, str]
                            ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """`nlg_scores` (every metric) and `nlg_report_scores` from one run of each scorer, as a test evaluation needs
-    both: pycocoevalcap's ROUGE-L and CIDEr return the corpus score with the per-report ones, METEOR's one call
-    its corpus and segment scores, so nothing is scored twice (the same calls, the same numbers)."""
-    from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
-    from pycocoevalcap.rouge.rouge import Rouge
-
+    both: BLEU's integer statistics are cooked once for the corpus score and the per-report rows, ROUGE-L and
+    CIDEr return the corpus score with the per-report ones, METEOR's one call its corpus and segment scores, so
+    nothing is scored twice (the same numbers)."""
     gts, res = _prepare(refs, hyps)
-    corpus = _bleu(gts, res)
-    rouge, rouge_each = Rouge().compute_score(gts, res)
+    statistics = bleu_statistics(gts, res)  # BLEU's integer statistics, cooked once for both halves
+    corpus = _bleu_scores(corpus_bleu(statistics))
+    rouge, rouge_each = rouge_l(gts, res)
     out: dict[str, dict[str, float]] = {}
-    for key, r in zip(gts, rouge_each, strict=True):
-        cooked = cook_test(res[key][0], cook_refs(gts[key]), eff="closest")
-        counts = [*cooked["correct"], *cooked["guess"], cooked["testlen"], cooked["reflen"]]
+    for key, counts, r in zip(gts, statistics.tolist(), rouge_each, strict=True):
         out[key] = {**dict(zip(BLEU_COUNT_KEYS, map(float, counts), strict=True)), "ROUGE_L": float(r)}
     if any(text.split() for texts in gts.values() for text in texts):
         from pycocoevalcap.cider.cider import Cider
@@ -154,18 +154,16 @@ def _normalized(texts: dict) -> dict:
 
 
 def _bleu(gts: dict, res: dict) -> dict[str, float]:
-    from pycocoevalcap.bleu.bleu import Bleu
+    # pycocoevalcap's Bleu(4).compute_score with the "closest" reference length (harness/coco_scores.py).
+    return _bleu_scores(corpus_bleu(bleu_statistics(gts, res)))
 
-    # Bleu(4).compute_score uses the "closest" reference length; verbose=0 only silences its prints.
-    score, _ = Bleu(4).compute_score(gts, res, verbose=0)
-    return {f"BLEU_{n}": float(value) for n, value in enumerate(score, start=1)}
+
+def _bleu_scores(values: list[float]) -> dict[str, float]:
+    return {f"BLEU_{n}": float(value) for n, value in enumerate(values, start=1)}
 
 
 def _rouge(gts: dict, res: dict) -> float:
-    from pycocoevalcap.rouge.rouge import Rouge
-
-    score, _ = Rouge().compute_score(gts, res)
-    return float(score)
+    return float(rouge_l(gts, res)[0])
 
 
 def _cider(gts: dict, res: dict) -> float:

@@ -75,6 +75,14 @@ _LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 
 def bleu4(candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
     """Per-pair smoothed BLEU-4 (NLTK method1, whitespace tokens, one reference per candidate)."""
+    return _combine(*bleu_counts(candidates, references))
+
+
+def bleu_counts(candidates: Sequence[str], references: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BLEU's integer statistics of each (candidate, reference) pair, whitespace tokens (`str.split()`):
+    clipped n-gram matches [MAX_ORDER, n_pairs] (row k: n = k + 1), candidate lengths and reference lengths.
+    Every BLEU variant with one reference per candidate is a function of these (NLTK's sentence BLEU here,
+    pycocoevalcap's corpus BLEU in harness/coco_scores.py)."""
     if len(candidates) != len(references):
         raise ValueError(
             f"bleu4: {len(candidates)} candidates but {len(references)} references; they are scored in pairs"
@@ -85,7 +93,7 @@ def bleu4(candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
     for start, stop in _blocks(candidates, references):
         block = slice(start, stop)
         matches[:, block], cand_len[block], ref_len[block] = _count_block(candidates[block], references[block])
-    return _combine(matches, cand_len, ref_len)
+    return matches, cand_len, ref_len
 
 
 def _blocks(candidates: Sequence[str], references: Sequence[str]) -> list[tuple[int, int]]:
