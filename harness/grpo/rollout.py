@@ -102,9 +102,12 @@ def response_mask_from(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:
 @torch.no_grad()
 def sample_rollout(model, processor, images: Sequence[Sequence], instructions: Sequence[str], *, group_size: int,
                    temperature: float, top_p: float, top_k: int, max_new_tokens: int, min_new_tokens: int,
-                   repetition_penalty: float, backend: str = "hf") -> Rollout:
+                   repetition_penalty: float, backend: str = "hf", image_keys: list | None = None,
+                   memo: FeatureMemo | None = None) -> Rollout:
     """Sample `group_size` candidates per prompt with whatever parameters are live in `model` (`backend`:
-    generation.backend, harness/sampling/decoding.py)."""
+    generation.backend, harness/sampling/decoding.py). `image_keys` (one per image of the repeated rows, group
+    major) become the rollout's; `memo`: the snapshot's vision features the prefill reads and fills (the lean
+    backends), for the frozen pass of the same snapshot to read them back."""
     tok = processor.tokenizer
     batch = encode_repeated(processor, images, instructions, group_size)
     device = next(model.parameters()).device
@@ -117,7 +120,7 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
             model, batch, backend=backend, do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
             max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty,
             suppress_tokens=suppressed_token_ids(tok), pad_token_id=tok.pad_token_id, eos_token_id=eos,
-            prompts=(processor, images, instructions),
+            prompts=(processor, images, instructions), image_keys=image_keys, memo=memo,
         )
     model.train(was)
     P = batch["input_ids"].shape[1]
@@ -126,7 +129,7 @@ def sample_rollout(model, processor, images: Sequence[Sequence], instructions: S
     texts = [t.strip() for t in tok.batch_decode(resp * mask + tok.pad_token_id * (1 - mask),
                                                  skip_special_tokens=True)]
     return Rollout(seqs, batch["attention_mask"], mask, batch["pixel_values"], batch["image_grid_thw"], texts,
-                   [len(views) for views in images for _ in range(group_size)])
+                   [len(views) for views in images for _ in range(group_size)], image_keys)
 
 
 def response_logits(model, ro: Rollout, memo: FeatureMemo | None = None) -> torch.Tensor:

@@ -236,19 +236,19 @@ class GRPOTrainer:
         torch.manual_seed(self.seed * 1_000_003 + self.step + 7_919 * self.dist.rank)
         per = max(1, (rl.micro_batch_size or len(idx) * rl.group_size) // rl.group_size)  # prompts per pass
         parts = []
+        # The rollout encodes its images under "old": the old pass of this step reads them back from the memo.
+        memo = self.frozen_features.memo("old", self.store.version("old"))
         with self.store.use("old"):
             for s in range(0, len(idx), per):
                 sub = idx[s:s + per]
-                part = sample_rollout(
+                # (prompt index, view) per image, rows group-major: what the frozen passes' memos key on.
+                keys = [(i, v) for i in sub for _ in range(rl.group_size) for v in range(len(self.train_set.images[i]))]
+                parts.append(sample_rollout(
                     self.model, self.processor, [self.train_set.images[i] for i in sub],
                     [self.train_set.instructions[i] for i in sub], group_size=rl.group_size,
                     temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k, max_new_tokens=rl.max_new_tokens,
                     min_new_tokens=rl.min_new_tokens, repetition_penalty=rl.repetition_penalty,
-                    backend=self.generation_backend)
-                # (prompt index, view) per image, rows group-major: what the frozen passes' memos key on.
-                part.image_keys = [(i, v) for i in sub for _ in range(rl.group_size)
-                                   for v in range(len(self.train_set.images[i]))]
-                parts.append(part)
+                    backend=self.generation_backend, image_keys=keys, memo=memo))
         return concat_rollouts(parts, self.processor.tokenizer.pad_token_id)
 
     def _chunks(self, n: int) -> list[tuple[int, int]]:

@@ -22,9 +22,12 @@ REPEATING = ("lean", "fused", "vllm")
 def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: int, min_new_tokens: int,
                   repetition_penalty: float, do_sample: bool, temperature: float, top_p: float, top_k: int,
                   suppress_tokens: list[int], pad_token_id: int, eos_token_id: int,
-                  num_return_sequences: int = 1, prompts: tuple | None = None) -> torch.Tensor:
+                  num_return_sequences: int = 1, prompts: tuple | None = None,
+                  image_keys: list | None = None, memo=None) -> torch.Tensor:
     """Prompt + new tokens [rows * num_return_sequences, P + L] for processor inputs `batch` (top_k 0 = off).
-    `prompts` = (processor, images, instructions) that `batch` encodes (repeated rows in groups): vllm needs them."""
+    `prompts` = (processor, images, instructions) that `batch` encodes (repeated rows in groups): vllm needs them.
+    `image_keys`, `memo`: the lean prefill's vision features by image (harness/sampling/feature_memo.py); the
+    other backends encode their images themselves and ignore them."""
     if backend == "hf":
         kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                       repetition_penalty=repetition_penalty, do_sample=do_sample, suppress_tokens=suppress_tokens,
@@ -43,7 +46,8 @@ def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: in
         return lean_generate(model, batch, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                              repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
                              top_p=top_p, top_k=top_k, suppress_tokens=suppress_tokens, pad_token_id=pad_token_id,
-                             eos_token_id=eos_token_id, fused=backend == "fused" and do_sample)
+                             eos_token_id=eos_token_id, fused=backend == "fused" and do_sample,
+                             image_keys=image_keys, memo=memo if image_keys is not None else None)
     if backend == "vllm":
         from harness.sampling.vllm_rollout import require_vllm, vllm_sequences
 

@@ -25,7 +25,7 @@ Attention implementations: eager (the tiny preset) and sdpa (the real presets). 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 from transformers import (
@@ -40,6 +40,7 @@ from transformers import (
 )
 
 from harness.models.logit_positions import last_positions
+from harness.sampling.feature_memo import FeatureMemo
 from harness.sampling.lean_prefill import prefill, prefill_supported
 from harness.sampling.lean_topp import SortFreeTopP
 
@@ -174,7 +175,8 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
                   min_new_tokens: int = 0, repetition_penalty: float = 1.0, do_sample: bool = False,
                   temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                   suppress_tokens: Sequence[int] | None = None, drop_finished: bool | None = None,
-                  dedupe_images: bool | None = None, fused: bool = False) -> torch.Tensor:
+                  dedupe_images: bool | None = None, fused: bool = False,
+                  image_keys: Sequence[Hashable] | None = None, memo: FeatureMemo | None = None) -> torch.Tensor:
     """Prompt + new tokens [rows, P + steps], as `model.generate(**batch, ...)` returns them with the same
     settings (pad after each row's end token; steps = until every row ended, at most max_new_tokens).
 
@@ -184,7 +186,9 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     `dedupe_images` (encode each distinct image once, harness/sampling/lean_prefill.py) None = on the CPU only,
     likewise. `fused` (do_sample only): decode steps 2.. with harness/sampling/fused_step.py and tokens drawn by
     `inverse_cdf_sample` (generation.backend = "fused": fewer ops, other random draws, float rounding differs;
-    the prefill and the logits processors stay these).
+    the prefill and the logits processors stay these). `image_keys` and `memo` (with `dedupe_images`): the
+    prefill reads and stores the images' vision features there (harness/sampling/feature_memo.py; the same
+    numbers).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens = {max_new_tokens} must be >= 1")
@@ -208,7 +212,7 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     layers = list(lm.layers)
     slots = SlotCache(len(layers), capacity)
     if prefill_supported(hf, batch):
-        logits = prefill(hf, batch, slots, dedupe_images=dedupe_images)
+        logits = prefill(hf, batch, slots, dedupe_images=dedupe_images, image_keys=image_keys, memo=memo)
     else:  # generate's first step, verbatim (positions, rope_deltas, vision features, logits of the last position)
         cache = DynamicCache(config=hf.config.get_text_config())
         extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}

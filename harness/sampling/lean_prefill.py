@@ -109,9 +109,10 @@ def prefill_mask(attention_mask: torch.Tensor, attn: str, dtype: torch.dtype) ->
     return torch.where(keep, torch.tensor(0.0, device=keep.device, dtype=dtype), torch.finfo(dtype).min)
 
 
-def prefill(hf, batch: dict, cache, *, dedupe_images: bool) -> torch.Tensor:
+def prefill(hf, batch: dict, cache, *, dedupe_images: bool, image_keys: Sequence[Hashable] | None = None,
+            memo: FeatureMemo | None = None) -> torch.Tensor:
     """Logits [rows, vocab] (float32) of the last prompt position; fills `cache` with the prompt's K/V and sets
-    hf.model.rope_deltas, as generate's first step does."""
+    hf.model.rope_deltas, as generate's first step does. `image_keys`, `memo`: as `image_features`."""
     input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
     P = input_ids.shape[1]
     model = hf.model
@@ -119,7 +120,7 @@ def prefill(hf, batch: dict, cache, *, dedupe_images: bool) -> torch.Tensor:
     pixel_values = batch.get("pixel_values")
     grid = batch.get("image_grid_thw")
     if pixel_values is not None:
-        feats = image_features(hf, pixel_values, grid, dedupe_images)
+        feats = image_features(hf, pixel_values, grid, dedupe_images, keys=image_keys, memo=memo)
         feats = feats.to(embeds.device, embeds.dtype)
         image_mask, _ = model.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=feats)
         embeds = embeds.masked_scatter(image_mask, feats)

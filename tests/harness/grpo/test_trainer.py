@@ -503,15 +503,26 @@ def test_frozen_feature_memo_changes_no_number(reference, tiny_model, tiny_proce
     """The frozen passes read the vision features of a snapshot they have encoded before from a memo
     (harness/sampling/feature_memo.py): two epochs with it are bit for bit the run without it. Under a static
     reference the second epoch's reference passes encode nothing; an EMA reference changes every step, so its
-    memo never hits."""
+    memo never hits. The rollout, sampled under "old", fills the old memo: the old passes encode no image."""
     from harness.sampling.feature_memo import SnapshotFeatures
 
-    runs = {}
+    runs, old_pass_misses = {}, []
     for memo_on in (True, False):
         if not memo_on:
             monkeypatch.setattr(SnapshotFeatures, "memo", lambda self, name, version: None)
         tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / str(memo_on), prompt_set, epochs=2,
                       regularizer="rer", reference=reference, ema_rate=0.5, select="final")
+        if memo_on:
+            frozen_pass = tr._frozen_pass
+
+            def counted(name, *args, _pass=frozen_pass, _tr=tr):
+                before = _tr.frozen_features.counts().get("old", (0, 0))[1]
+                out = _pass(name, *args)
+                if name == "old":
+                    old_pass_misses.append(_tr.frozen_features.counts()["old"][1] - before)
+                return out
+
+            tr._frozen_pass = counted
         tr.train()
         runs[memo_on] = tr.run.steps(), _params(tr), tr.frozen_features
     (rows, params, features), (plain_rows, plain_params, _) = runs[True], runs[False]
@@ -526,3 +537,6 @@ def test_frozen_feature_memo_changes_no_number(reference, tiny_model, tiny_proce
         assert misses <= 4 and hits > 0
     else:
         assert hits == 0 and misses > 0
+    # old_sync_every = 2: an old pass on every second step, each reading all its images from the rollout's.
+    assert len(old_pass_misses) == 2 and old_pass_misses == [0, 0]
+    assert features.counts()["old"][0] > 0
