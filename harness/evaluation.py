@@ -1,8 +1,8 @@
 """Evaluation metrics: NLG scores (pycocoevalcap) and clinical-efficacy (CE) scores over CheXpert labels.
 
 NLG (`nlg_scores`): BLEU-1..4 (corpus BLEU, "closest" reference length), METEOR 1.5, ROUGE-L and CIDEr,
-as pycocoevalcap computes them: CIDEr and METEOR by its own scorers, BLEU and ROUGE-L by harness/coco_scores.py,
-which gives pycocoevalcap's numbers bit for bit without its pure-Python loops. BLEU, ROUGE-L and CIDEr see the
+as pycocoevalcap computes them: METEOR by its own scorer, BLEU, ROUGE-L and CIDEr-D by harness/coco_scores.py, which
+gives pycocoevalcap's numbers bit for bit without its pure-Python loops. BLEU, ROUGE-L and CIDEr see the
 raw strings, exactly as the standard
 (R2Gen-style) evaluation passes them, so they equal pycocoevalcap's numbers on the same texts (ROUGE-L splits on
 single spaces, so double spaces and tabs change it; BLEU and CIDEr split on any whitespace). Only METEOR's input
@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from harness.coco_scores import bleu_statistics, corpus_bleu, rouge_l
+from harness.coco_scores import bleu_statistics, cider_d, corpus_bleu, rouge_l
 from harness.constants import BLEU_COUNT_KEYS, NUM_OBSERVATIONS, OBSERVATIONS
 
 NLG_METRICS: tuple[str, ...] = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
@@ -104,9 +104,7 @@ def nlg_scores_and_reports(refs: Mapping[str, str], hyps: Mapping[str, str]
     for key, counts, r in zip(gts, statistics.tolist(), rouge_each, strict=True):
         out[key] = {**dict(zip(BLEU_COUNT_KEYS, map(float, counts), strict=True)), "ROUGE_L": float(r)}
     if any(text.split() for texts in gts.values() for text in texts):
-        from pycocoevalcap.cider.cider import Cider
-
-        cider, cider_each = Cider().compute_score(gts, res)
+        cider, cider_each = cider_d(gts, res)
     else:
         cider, cider_each = 0.0, np.zeros(len(gts))  # see the module docstring
     meteor, meteor_each = _METEOR.score(_normalized(gts), _normalized(res), segments=True)
@@ -167,12 +165,9 @@ def _rouge(gts: dict, res: dict) -> float:
 
 
 def _cider(gts: dict, res: dict) -> float:
-    from pycocoevalcap.cider.cider import Cider
-
     if not any(text.split() for texts in gts.values() for text in texts):
         return 0.0  # pycocoevalcap raises here (empty document frequencies); see the module docstring
-    score, _ = Cider().compute_score(gts, res)
-    return float(score)
+    return float(cider_d(gts, res)[0])
 
 
 # SCORE lines sent before their replies are read (a chunk's stat replies, ~150 bytes each, stay well inside a

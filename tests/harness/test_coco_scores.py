@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
+from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge, my_lcs
 
-from harness.coco_scores import bleu_statistics, corpus_bleu, lcs_length, rouge_l
+from harness import coco_scores
+from harness.coco_scores import bleu_statistics, cider_d, corpus_bleu, lcs_length, rouge_l
 
 WORDS = "the heart lungs are clear mild small left right effusion pneumothorax opacity . , no size normal".split()
 
@@ -147,6 +149,59 @@ def test_brevity_penalty_branch_hand_computed():
     assert bleu[3] == pytest.approx(1e-12 ** 0.25 * bp, rel=1e-8)
 
 
+@pytest.mark.parametrize("case", ["random", "separators", "short", "awkward", "long", "several_refs", "one"])
+def test_cider_d_equals_pycocoevalcap_bit_for_bit(case):
+    if case == "random":
+        gts, res = corpus(12, 300)
+    elif case == "separators":
+        gts, res = corpus(13, 200, separators=(" ", "  ", "\t", "\n", "\u2003"))
+    elif case == "short":
+        gts, res = corpus(14, 300, max_words=3)
+    elif case == "awkward":
+        gts = {f"k{i}": [ref] for i, (ref, _) in enumerate(AWKWARD)}
+        res = {f"k{i}": [hyp] for i, (_, hyp) in enumerate(AWKWARD)}
+    elif case == "long":
+        gts, res = corpus(15, 50, max_words=400)
+    elif case == "several_refs":
+        gts, res = corpus(16, 150)
+        rng = np.random.default_rng(17)
+        gts = {k: [v[0], random_text(rng, 25), random_text(rng, 5)] for k, v in gts.items()}
+    else:
+        gts, res = {"only": ["no acute process ."]}, {"only": ["no acute cardiopulmonary process ."]}
+    coco_scores._CIDER_CACHE.clear()
+    want_mean, want_each = Cider().compute_score(gts, res)
+    mean, each = cider_d(gts, res)
+    assert mean == want_mean
+    assert np.array_equal(each, want_each) and each.dtype == want_each.dtype
+
+
+def test_cider_d_reuses_a_splits_references_and_only_that_split():
+    """Several arms' evaluations on one split compute the reference side once; another split replaces it."""
+    gts, res = corpus(18, 200)
+    _, other_res = corpus(19, 200)
+    other_res = dict(zip(gts, other_res.values(), strict=True))
+    coco_scores._CIDER_CACHE.clear()
+    first = cider_d(gts, res)
+    cached = coco_scores._CIDER_CACHE[0][1]
+    second = cider_d(gts, other_res)
+    assert coco_scores._CIDER_CACHE[0][1] is cached  # read, not rebuilt
+    assert second[0] == Cider().compute_score(gts, other_res)[0] and first[0] == Cider().compute_score(gts, res)[0]
+    new_gts, new_res = corpus(20, 200)
+    assert cider_d(new_gts, new_res)[0] == Cider().compute_score(new_gts, new_res)[0]
+    assert coco_scores._CIDER_CACHE[0][1] is not cached
+    assert len(coco_scores._CIDER_CACHE) == 1
+
+
+def test_cider_d_hand_computed():
+    """Two images, hypothesis = reference on the first: its unigram..4-gram cosines are 1, no length penalty,
+    so its CIDEr-D is 10 * mean(1, 1, 1, 1) = 10 (up to the float rounding of the cosines)."""
+    gts = {"a": ["no acute process ."], "b": ["mild cardiomegaly ."]}
+    res = {"a": ["no acute process ."], "b": ["lungs clear"]}
+    mean, each = cider_d(gts, res)
+    assert each[0] == pytest.approx(10.0, rel=1e-12) and each[1] == 0.0
+    assert mean == pytest.approx(5.0, rel=1e-12)
+
+
 def test_mismatched_inputs_are_named():
     with pytest.raises(ValueError, match="same ids"):
         rouge_l({"a": ["x"]}, {"b": ["x"]})
@@ -154,3 +209,5 @@ def test_mismatched_inputs_are_named():
         rouge_l({"a": ["x"]}, {"a": ["x", "y"]})
     with pytest.raises(ValueError, match="one reference"):
         bleu_statistics({"a": ["x", "y"]}, {"a": ["x"]})
+    with pytest.raises(ValueError, match="at least one reference with a word"):
+        cider_d({"a": [" "]}, {"a": ["x"]})
