@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.config import ModelConfig
 
     torch.set_num_threads(1)
-    args.backend, args.lora_pass = "lean", "peft"
+    args.backend, args.lora_pass, args.prompt_pass = "lean", "peft", "per_row"
     prompts = build_prompts(args.prompts, ModelConfig().image_size, args.seed)
     model, processor, _ = build_model_and_processor(args.seed)
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,7 +22,8 @@ clip 0.2 / 0.28; token-mean (DAPO) aggregation; group-std advantages; AdamW, lr 
 optimizer step per generation (TRL num_iterations = 1; regbench rl.old_sync_every = 1, so old = current and neither
 side runs an old-policy pass); one torch thread. regbench decodes with its default generation.backend (lean;
 --backend hf for transformers' generate, --backend fused for the faster sampler of issue 27; --lora-pass merged for
-its log-prob passes with each LoRA layer as one product, harness/models/merged_lora.py; --no-feature-memo: its
+its log-prob passes with each LoRA layer as one product, harness/models/merged_lora.py; --prompt-pass shared for
+its log-prob passes with each group's prompt computed once, harness/grpo/shared_prompt.py; --no-feature-memo: its
 reference passes encode every image again, as before the frozen passes' feature memo); TRL uses
 transformers' `generate` (its path without vLLM). The policy
 handed to TRL is a transformers model with LoRA layers injected (not a PeftModel), so TRL loads its reference as a
@@ -92,7 +93,7 @@ def regbench_trainer(model_dir: Path, processor, prompts, args, run_dir: Path):
                   group_size=args.group_size, prompts_per_step=args.prompts, max_new_tokens=args.max_new_tokens,
                   min_new_tokens=args.max_new_tokens, old_sync_every=1, old_sync="global", samples_every=0,
                   eps_low=0.2, eps_high=0.28, aggregation="token_mean", advantage_scale="std",
-                  lora_pass=args.lora_pass)
+                  lora_pass=args.lora_pass, prompt_pass=args.prompt_pass)
     tc = TrainConfig(epochs=1000, lr=3e-6, scheduler="constant", weight_decay=1e-3)
     trainer = GRPOTrainer(load_policy(model_dir), processor, rl, tc, RunDir(run_dir), prompts, None, seed=args.seed,
                           progress=False, generation=GenerationConfig(backend=args.backend))
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="regbench's generation.backend (fused: harness/sampling/fused_step.py, not token-exact)")
     parser.add_argument("--lora-pass", default="peft", choices=["peft", "merged"],
                         help="regbench's rl.lora_pass (merged: harness/models/merged_lora.py, not bit-identical)")
+    parser.add_argument("--prompt-pass", default="per_row", choices=["per_row", "shared"],
+                        help="regbench's rl.prompt_pass (shared: harness/grpo/shared_prompt.py, not bit-identical)")
     parser.add_argument("--no-feature-memo", action="store_true",
                         help="regbench's reference passes encode every image (harness/sampling/feature_memo.py off)")
     parser.add_argument("--threads", type=int, default=1)
@@ -237,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.prompts} prompts x G={args.group_size}, {args.max_new_tokens} new tokens, {args.steps} measured "
           f"steps each after {args.warmup} warm-up, interleaved; {args.threads} thread(s), {args.device}; "
           f"torch {torch.__version__}, trl {trl.__version__}, {platform.machine()}; regbench backend {args.backend}, "
-          f"lora_pass {args.lora_pass}, feature memo {'off' if args.no_feature_memo else 'on'}")
+          f"lora_pass {args.lora_pass}, prompt_pass {args.prompt_pass}, "
+          f"feature memo {'off' if args.no_feature_memo else 'on'}")
     print(f"{'system':9s} {'median':>8s} {'min':>8s} " + " ".join(f"{p:>10s}" for p in PARTS)
           + "   (ms; parts are medians)")
     med = {}

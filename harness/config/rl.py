@@ -86,6 +86,12 @@ class RLConfig:
                                   "product with W + s B A (harness/models/merged_lora.py): the same linear map and "
                                   "gradients to float rounding, not bit for bit, a training pass in ~0.8x the time "
                                   "at the tiny testbed's widths. Needs rl.policy_dropout false and float32 weights.")
+    prompt_pass: str = knob("per_row", "How the GRPO log-prob passes (old, reference, current) compute the "
+                                       "prompt (this project, issue 27): per_row = every row's whole sequence, "
+                                       "the model's own forward; shared = each group's prompt once, its keys and "
+                                       "values shared by the G responses (harness/grpo/shared_prompt.py): the "
+                                       "same logits and gradients to float rounding, not bit for bit, a pass in "
+                                       "~0.7x the time at 8 prompts x 4. Needs rl.policy_dropout false.")
     advantage_scale: str = knob("std", 'Advantage scale (Eq. 2): "std" divides by the group\'s std (+1e-6); '
                                        '"none" keeps R - mean (Dr. GRPO).')
     entropy_coef: float = knob(0.0, "Entropy bonus, >= 0 (0 for MIMIC-CXR, 0.001 for IU-Xray).")

@@ -6,7 +6,7 @@ Rows are group-major: row b*G + g is candidate g of prompt b.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -144,8 +144,9 @@ def response_logits(model, ro: Rollout, memo: FeatureMemo | None = None) -> torc
     return logits[:, :-1]
 
 
-def merged_response_logits(model, ro: Rollout, memo: FeatureMemo | None = None) -> torch.Tensor:
-    """`response_logits` with every LoRA layer as one product with W + s B A (rl.lora_pass = merged,
-    harness/models/merged_lora.py): equal to float rounding, not bit for bit."""
+def merged_response_logits(model, ro: Rollout, memo: FeatureMemo | None = None, *,
+                           logits_fn: Callable | None = None) -> torch.Tensor:
+    """`response_logits` (or `logits_fn`, the same contract) with every LoRA layer as one product with W + s B A
+    (rl.lora_pass = merged, harness/models/merged_lora.py): equal to float rounding, not bit for bit."""
     with merged_lora(model):
-        return response_logits(model, ro, memo)
+        return (logits_fn or response_logits)(model, ro, memo)

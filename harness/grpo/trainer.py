@@ -36,6 +36,7 @@ modules off, as transformers recomputes activations only in train mode (harness/
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 import warnings
@@ -67,6 +68,7 @@ from harness.grpo.rollout import (
     sample_rollout,
 )
 from harness.grpo.selection import BestTracker
+from harness.grpo.shared_prompt import shared_prompt_logits
 from harness.grpo.step_log import loss_stats, run_summary, samples_record, step_row
 from harness.grpo.validation import (
     COMPLETION_COLUMNS,
@@ -93,10 +95,14 @@ from rewards.report_part import format_ok
 from rewards.spec import compute_reward
 
 
-def _pass_logits(lora_pass: str):
-    """The logits function of the old, reference and current log-prob passes for rl.lora_pass (peft: bit for bit
-    the model's own forward; merged: each LoRA layer one product, harness/models/merged_lora.py)."""
-    return merged_response_logits if lora_pass == "merged" else response_logits
+def _pass_logits(rl: RLConfig):
+    """The logits function of the old, reference and current log-prob passes: rl.lora_pass (peft: bit for bit
+    the model's own forward; merged: each LoRA layer one product, harness/models/merged_lora.py) and rl.prompt_pass
+    (per_row: every row's prompt computed; shared: once per group, harness/grpo/shared_prompt.py)."""
+    logits_fn = shared_prompt_logits if rl.prompt_pass == "shared" else response_logits
+    if rl.lora_pass == "merged":
+        return functools.partial(merged_response_logits, logits_fn=logits_fn)
+    return logits_fn
 
 
 class StepLoss:
@@ -126,7 +132,7 @@ class StepLoss:
 
     def __call__(self, forward, rows: tuple[int, int]) -> torch.Tensor | str:
         (a, b), sub, rl, frozen = rows, self.ro.rows(*rows), self.rl, self.frozen
-        logits = forward(_pass_logits(rl.lora_pass), sub)
+        logits = forward(_pass_logits(rl), sub)
         logp = token_logprobs(logits, sub.responses, self.lp_temp, rl.logprob_chunk_positions)
         ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=rl.entropy_coef != 0)
         del logits
@@ -267,7 +273,7 @@ class GRPOTrainer:
         with self.store.use(name) if name else contextlib.nullcontext():
             for a, b in chunks:
                 sub = ro.rows(a, b)
-                logits = _pass_logits(self.rl.lora_pass)(self.model, sub, memo)
+                logits = _pass_logits(self.rl)(self.model, sub, memo)
                 logps.append(token_logprobs(logits, sub.responses, self.lp_temp, chunk))
                 ents.append(token_entropy(logits, self.lp_temp, chunk) if want_entropy else None)
         return torch.cat(logps), (torch.cat(ents) if want_entropy else None)

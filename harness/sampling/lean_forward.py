@@ -22,7 +22,8 @@ from harness.sampling.lean_prefill import image_features, prefill_mask
 from harness.sampling.mrope_index import mrope_positions
 
 
-def _supported(hf) -> bool:
+def lean_pass_supported(hf) -> bool:
+    """Whether `sequence_logits` runs its own forward for this model (else the model's own call)."""
     text = hf.config.get_text_config()
     return hf.config._attn_implementation in ("eager", "sdpa") and not getattr(text, "use_sliding_window", False)
 
@@ -39,7 +40,7 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     hf = unwrap(model)
     # An index tensor, not the int: see harness/models/logit_positions.py (one lm_head copy per row otherwise).
     keep = last_positions(logits_to_keep, input_ids.shape[1], input_ids.device)
-    if not _supported(hf):
+    if not lean_pass_supported(hf):
         return model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
                      image_grid_thw=image_grid_thw, logits_to_keep=keep, use_cache=False).logits
     if dedupe_images is None:

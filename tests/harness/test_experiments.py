@@ -855,6 +855,8 @@ def test_stage_keys_of_the_tiny_power_preset_are_pinned():
     # rl.lora_pass (issue 27): peft is what every run computed before; a warm-up keeps its key either way
     ([], "rl", {"init": "abc"}, "rl.lora_pass", "merged"),
     ([], "warmup", {}, "rl.lora_pass", None),
+    # rl.prompt_pass (issue 27): per_row is what every run computed before
+    ([], "rl", {"init": "abc"}, "rl.prompt_pass", "shared"),
 ])
 def test_later_model_fields_are_keyed_only_when_they_change_what_runs(monkeypatch, overrides, kind, inputs, field,
                                                                       keyed_value):

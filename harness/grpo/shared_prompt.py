@@ -1,0 +1,141 @@
+"""The GRPO log-prob passes with each group's prompt computed once (rl.prompt_pass = shared; issue 27).
+
+The G responses of a group share their prompt (text and images), and a causal model computes the prompt's
+positions from the prompt alone; yet a full-sequence pass computes them G times, and the prompt is most of a
+sequence (78 of 126 positions in bench_vs_trl.py's step). Here the language model runs twice: once over one row
+per group up to the end of the prompt, keeping its keys and values, then over the responses of all rows, which
+attend to their group's prompt keys and values (repeated G times, `repeat_interleave`, so the backward sums the G
+rows' gradients into the one prompt computation). The M-RoPE positions and the masks are those of the full pass.
+
+The same function, not the same arithmetic: the prompt's matrix products run over fewer rows and the attention's
+products over shorter key ranges, so the logits and gradients equal the full pass's to float rounding (~1e-7 on
+the logits of the tiny model), not bit for bit. Opt-in, like rl.lora_pass = merged; `per_row` (the default) keeps
+the exact pass. Needs rl.policy_dropout false (one dropout draw per group would be shared by its G rows).
+tests/harness/grpo/test_shared_prompt.py.
+
+Rows that share a prompt are found, not assumed: runs of consecutive rows with equal prompt tokens, prompt mask
+and images (the trainer's image keys, else the pixels). A micro-batch that cuts a group, or a rollout whose
+groups are not consecutive, still gets the full pass's values (each run is computed once).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from harness.grpo.rollout import Rollout, response_logits
+from harness.models.precision import autocast_for
+from harness.models.trainable import unwrap
+from harness.sampling.feature_memo import FeatureMemo
+from harness.sampling.lean_forward import lean_pass_supported
+from harness.sampling.lean_prefill import image_features, prefill_mask
+from harness.sampling.mrope_index import mrope_positions
+
+
+def _starts(counts) -> list[int]:
+    """[0, c0, c0 + c1, ...]: where each of consecutive blocks of the given sizes starts, and the end."""
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + int(c))
+    return out
+
+
+def prompt_runs(ro: Rollout) -> list[int]:
+    """Sizes of the runs of consecutive rows that share their prompt tokens, prompt mask and images."""
+    n = len(ro)
+    if n == 0:
+        return []
+    images = _starts(ro.images_per_row or [1] * n)  # row i's images: images[i]..images[i + 1] - 1
+    patches = _starts(ro.image_grid_thw.prod(-1).tolist())  # image k's patches: patches[k]..patches[k + 1] - 1
+
+    def image(k: int) -> torch.Tensor:
+        return ro.pixel_values[patches[k]:patches[k + 1]]
+
+    def same_images(i: int, j: int) -> bool:
+        a, b = range(images[i], images[i + 1]), range(images[j], images[j + 1])
+        if len(a) != len(b):
+            return False
+        if ro.image_keys is not None:
+            return [ro.image_keys[k] for k in a] == [ro.image_keys[k] for k in b]
+        return all(torch.equal(ro.image_grid_thw[x], ro.image_grid_thw[y]) and torch.equal(image(x), image(y))
+                   for x, y in zip(a, b, strict=True))
+
+    P = ro.prompt_len
+    prompts, masks = ro.sequences[:, :P], ro.prompt_mask
+    same_text = ((prompts[1:] == prompts[:-1]).all(dim=1) & (masks[1:] == masks[:-1]).all(dim=1)).tolist()
+    sizes = [1]
+    for i in range(1, n):
+        if same_text[i - 1] and same_images(i - 1, i):
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+    return sizes
+
+
+def _first_rows(ro: Rollout, sizes: list[int]) -> tuple[list[int], torch.Tensor, torch.Tensor, list | None]:
+    """The first row of each run, and its images: (rows, pixel_values, image_grid_thw, image keys)."""
+    rows = _starts(sizes)[:-1]
+    images = _starts(ro.images_per_row or [1] * len(ro))
+    patches = _starts(ro.image_grid_thw.prod(-1).tolist())
+    picked = [k for i in rows for k in range(images[i], images[i + 1])]
+    pixels = torch.cat([ro.pixel_values[patches[k]:patches[k + 1]] for k in picked])
+    keys = None if ro.image_keys is None else [ro.image_keys[k] for k in picked]
+    return rows, pixels, ro.image_grid_thw[picked], keys
+
+
+def _attention_mask(keep: torch.Tensor, attn: str, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean keep-mask [rows, 1, queries, keys] as the attention implementation takes it (prefill_mask's
+    two forms)."""
+    if attn == "sdpa":
+        return keep
+    return torch.where(keep, torch.tensor(0.0, device=keep.device, dtype=dtype), torch.finfo(dtype).min)
+
+
+def shared_prompt_logits(model, ro: Rollout, memo: FeatureMemo | None = None) -> torch.Tensor:
+    """`response_logits(model, ro)` (logits [N, L, V] predicting the response tokens) with the prompt of each run
+    of rows that share it computed once (see the module docstring). `memo`: a frozen pass's vision features, as
+    in `response_logits`."""
+    hf = unwrap(model)
+    sizes = prompt_runs(ro)
+    if not lean_pass_supported(hf) or len(sizes) == len(ro):
+        return response_logits(model, ro, memo)
+    inner, lm = hf.model, hf.model.language_model
+    attn_impl = hf.config._attn_implementation
+    P, L = ro.prompt_len, ro.response_mask.shape[1]
+    device = ro.sequences.device
+    counts = torch.tensor(sizes, device=device)
+    attention = torch.cat([ro.prompt_mask, ro.response_mask.to(ro.prompt_mask.dtype)], dim=1)
+    positions, rope_deltas = mrope_positions(inner, ro.sequences, ro.image_grid_thw, attention)
+    inner.rope_deltas = rope_deltas
+    first, pixels, grid, keys = _first_rows(ro, sizes)
+    if memo is not None and torch.is_grad_enabled():
+        raise ValueError("a feature memo holds no graph: pass one only to a pass without grad")
+    with autocast_for(model):
+        ids = ro.sequences[first, :P]
+        embeds = inner.get_input_embeddings()(ids)
+        # Each distinct image once, as in the full pass (not in train mode: dropout draws per copy).
+        dedupe = device.type == "cpu" and not hf.training
+        feats = image_features(hf, pixels, grid, dedupe, keys=keys, memo=memo if keys is not None else None)
+        feats = feats.to(embeds.device, embeds.dtype)
+        image_mask, _ = inner.get_placeholder_mask(ids, inputs_embeds=embeds, image_features=feats)
+        embeds = embeds.masked_scatter(image_mask, feats)
+        cache = DynamicCache(config=hf.config.get_text_config())
+        prompt_mask = prefill_mask(ro.prompt_mask[first], attn_impl, embeds.dtype)
+        out = lm(inputs_embeds=embeds, position_ids=positions[:, first, :P],
+                 attention_mask={"full_attention": prompt_mask}, past_key_values=cache, use_cache=True,
+                 cache_position=torch.arange(P, device=device), return_dict=True)
+        hidden = out.last_hidden_state[:, -1:, :].repeat_interleave(counts, dim=0)  # predicts response token 0
+        T = L - 1  # the last response token predicts nothing that is scored
+        if T > 0:
+            for layer in cache.layers:
+                layer.keys = layer.keys.repeat_interleave(counts, dim=0)
+                layer.values = layer.values.repeat_interleave(counts, dim=0)
+            query = torch.arange(P, P + T, device=device)[:, None]
+            key = torch.arange(P + T, device=device)[None, :]
+            keep = (key <= query)[None, None] & attention[:, None, None, :P + T].to(torch.bool)
+            responses = inner.get_input_embeddings()(ro.sequences[:, P:P + T])
+            out = lm(inputs_embeds=responses, position_ids=positions[:, :, P:P + T],
+                     attention_mask={"full_attention": _attention_mask(keep, attn_impl, responses.dtype)},
+                     past_key_values=cache, use_cache=True, cache_position=query[:, 0], return_dict=True)
+            hidden = torch.cat([hidden, out.last_hidden_state], dim=1)
+        return hf.lm_head(hidden)
