@@ -14,10 +14,8 @@ largest difference). Printed: the median time of each pass and side, and the rat
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,33 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per step (B)")
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--rounds", type=int, default=10, help="measured passes per side")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if min(args.prompts, args.group_size, args.max_new_tokens, args.rounds) < 1:
-        parser.error("--prompts, --group-size, --max-new-tokens and --rounds must be >= 1")
+    from bench_vs_trl import pass_bench_args, saved_regbench_trainer
 
-    import torch
-    from bench_rl_step import build_model_and_processor, build_prompts
-    from bench_vs_trl import regbench_trainer
+    args = pass_bench_args(__doc__.splitlines()[0], 10, argv)
 
-    from harness.config import ModelConfig
     from harness.logprobs import token_logprobs
 
-    torch.set_num_threads(1)
-    args.backend, args.lora_pass, args.prompt_pass = "lean", "peft", "per_row"
-    prompts = build_prompts(args.prompts, ModelConfig().image_size, args.seed)
-    model, processor, _ = build_model_and_processor(args.seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp) / "tiny"
-        model.save_pretrained(model_dir)
-        processor.save_pretrained(model_dir)
-        trainer = regbench_trainer(model_dir, processor, prompts, args, Path(tmp) / "run")
-        trainer.model.eval()
+    with saved_regbench_trainer(args) as trainer:
         trainer.frozen_features.memo = lambda name, version: None
         ro = trainer._rollout(list(range(args.prompts)))
         chunks = trainer._chunks(len(ro))

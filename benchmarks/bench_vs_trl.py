@@ -40,6 +40,7 @@ rest = current forward + loss + backward + optimizer + bookkeeping).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import statistics
 import sys
@@ -82,6 +83,43 @@ def load_policy(model_dir: Path):
     model = add_lora(model, r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout)
     set_trainable(model, "rl")
     return model
+
+
+def pass_bench_args(description: str, rounds: int, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments of the benchmarks that time one pass on one rollout of this trainer (bench_feature_memo.py,
+    bench_shared_prompt.py): the step's shape, the measured passes per side, the seed."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per step (B)")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=rounds, help="measured passes per side")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if min(args.prompts, args.group_size, args.max_new_tokens, args.rounds) < 1:
+        parser.error("--prompts, --group-size, --max-new-tokens and --rounds must be >= 1")
+    args.backend, args.lora_pass, args.prompt_pass = "lean", "peft", "per_row"
+    return args
+
+
+@contextlib.contextmanager
+def saved_regbench_trainer(args: argparse.Namespace):
+    """regbench's trainer of this benchmark on the tiny model saved to and loaded from a temporary folder, one
+    torch thread, in eval mode (what the log-prob passes run in)."""
+    import torch
+    from bench_rl_step import build_model_and_processor, build_prompts
+
+    from harness.config import ModelConfig
+
+    torch.set_num_threads(1)
+    prompts = build_prompts(args.prompts, ModelConfig().image_size, args.seed)
+    model, processor, _ = build_model_and_processor(args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "tiny"
+        model.save_pretrained(model_dir)
+        processor.save_pretrained(model_dir)
+        trainer = regbench_trainer(model_dir, processor, prompts, args, Path(tmp) / "run")
+        trainer.model.eval()
+        yield trainer
 
 
 def regbench_trainer(model_dir: Path, processor, prompts, args, run_dir: Path):

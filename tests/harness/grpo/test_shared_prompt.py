@@ -18,7 +18,13 @@ from harness.config import ConfigError, load_config
 from harness.grpo.rollout import Rollout, response_logits
 from harness.grpo.shared_prompt import prompt_runs, shared_prompt_logits
 from harness.models.trainable import unwrap
-from tests.harness.grpo.test_trainer import _fresh_copy, _params, _trainer, prompt_set  # noqa: F401 (fixture)
+from tests.harness.grpo.test_trainer import (  # noqa: F401 (prompt_set: a fixture)
+    _fresh_copy,
+    _params,
+    _trainer,
+    assert_steps_match_to_rounding,
+    prompt_set,
+)
 
 
 @pytest.fixture
@@ -135,13 +141,7 @@ def test_shared_prompt_passes_give_the_per_row_step_to_rounding(tiny_model, tiny
     (base_rows, base_params, base_entered), (rows, params, shared_entered) = runs["per_row"], runs["shared"]
     # 3 current passes; old and ref passes at step 2, ref alone at step 3 (old synced after step 2)
     assert base_entered == 0 and shared_entered == 3 + 2 + 1
-    for a, b in zip(base_rows, rows, strict=True):
-        for key in ("loss", "pg_loss", "kl_loss", "ratio_mean", "ref_entropy_mean", "beta_mean", "entropy_mean"):
-            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), key
-        assert b["reward_mean"] == a["reward_mean"]  # the same sampled responses
-    assert any(not torch.equal(p, q) for p, q in zip(params, base_params, strict=True))
-    for p, q in zip(params, base_params, strict=True):
-        assert float((p - q).abs().max()) <= 1e-5 * max(1.0, float(q.abs().max()))
+    assert_steps_match_to_rounding(base_rows, base_params, rows, params)
 
 
 def test_config_refuses_the_shared_pass_with_policy_dropout():
