@@ -1,7 +1,10 @@
 """Which selected policy each arm was tested at, and whether two arms were scored the same way.
 
 A comparison is only fair when both arms' test models were chosen by the same rule (`rl.select`: best_val or
-final, issue 9) and decoded with the same greedy settings. Both are read from the run records:
+final, issue 9), decoded with the same greedy settings, and trained by the same RL computation (the rollout
+sampler `generation.backend` and the log-prob passes `rl.lora_pass` / `rl.prompt_pass`: the inexact options of
+issue 27 compute other last bits, so one arm with them and one without differ by more than the regularizer). All
+are read from the run records:
 - the rule: the RL run's manifest (`config.rl.select`), else the `select` its metrics.json records;
 - the checkpoint: the RL run's metrics.json `selected_step` / `final_step` (arms without RL: the end of their
   last stage);
@@ -19,6 +22,8 @@ from reports.experiment import Experiment, Run
 # Settings that change the decoded tokens (batch size and backend do not: decoding is per row and the lean
 # backend equals transformers' generate, tests/harness/sampling/test_lean_decode.py).
 DECODING_KEYS = ("greedy", "max_new_tokens", "min_new_tokens", "repetition_penalty")
+# How the RL stage computes (section, key, the value of records written before the key existed; None = unknown).
+RL_COMPUTATION_KEYS = (("generation", "backend", None), ("rl", "lora_pass", "peft"), ("rl", "prompt_pass", "per_row"))
 
 
 def select_rule(run: Run) -> str | None:
@@ -77,6 +82,19 @@ def decoding(run: Run) -> dict | None:
     return {k: d.get(k) for k in DECODING_KEYS}
 
 
+def rl_computation(run: Run) -> dict | None:
+    """{"generation.backend": ..., "rl.lora_pass": ..., "rl.prompt_pass": ...} of the run's RL stage (keys whose
+    value the record does not tell left out); None when the arm has no RL stage."""
+    if run.rl_dir is None:
+        return None
+    out = {}
+    for section, key, before in RL_COMPUTATION_KEYS:
+        value = (run.config.get(section) or {}).get(key, before)
+        if value is not None:
+            out[f"{section}.{key}"] = value
+    return out
+
+
 def tested_at(run: Run) -> str:
     """e.g. "rl step 24/30 (best_val)", "sft: end", "base model"."""
     if run.rl_dir is not None:
@@ -106,11 +124,21 @@ def arm_tested_at(exp: Experiment, arm: str) -> str:
 
 
 def protocol_issue(exp: Experiment, arm: str, ref: str) -> str | None:
-    """Why `arm` and `ref` may not be compared (different rl.select rules or test decoding), or None."""
+    """Why `arm` and `ref` may not be compared (different rl.select rules, RL computation or test decoding), or
+    None."""
     issues = []
     rules = {a: {select_rule(r) for r in exp.runs_of(a)} - {None} for a in (arm, ref)}
     if rules[arm] and rules[ref] and rules[arm] != rules[ref]:
         issues.append(f"rl.select {'/'.join(sorted(rules[arm]))} vs {'/'.join(sorted(rules[ref]))}")
+    comps = {a: [c for c in (rl_computation(r) for r in exp.runs_of(a)) if c is not None] for a in (arm, ref)}
+    if comps[arm] and comps[ref]:
+        keys = [k for k in dict.fromkeys(k for c in comps[arm] + comps[ref] for k in c)
+                if {repr(c.get(k)) for c in comps[arm]} != {repr(c.get(k)) for c in comps[ref]}]
+        if keys:
+            def values(a: str, k: str) -> str:  # every value of the arm's seeds
+                return "/".join(sorted({str(c.get(k)) for c in comps[a]}))
+
+            issues.append("RL computation " + ", ".join(f"{k} {values(arm, k)} vs {values(ref, k)}" for k in keys))
     decs = {a: [d for d in (decoding(r) for r in exp.runs_of(a)) if d is not None] for a in (arm, ref)}
     if decs[arm] and decs[ref]:
         keys = [k for k in DECODING_KEYS

@@ -106,3 +106,24 @@ def test_tables_state_the_validation_score_that_selected_the_checkpoint(root):
     note = selection_score_note(exp, ["no_vapr", "rer_vapr", "no_kl"])
     assert note.endswith("Eq. 10, (sum(M) + 0.1 RG) / (|M| + 1) (RG: radgraph), every RL arm that selects by it "
                          "(docs/paper_vs_code.md).")
+
+
+def test_a_different_rl_computation_is_refused(root):
+    """An arm trained with an inexact option (issue 27: the fused sampler, merged LoRA or shared-prompt passes) is
+    not compared with one trained without it; records written before the options existed count as the exact
+    passes, and every arm with the same options compares."""
+    assert protocol_issue(load_experiment(root), "ckl", "rer_vapr") is None
+    for seed in (0, 1, 2):
+        _edit(root / "stages" / f"rl-seed{seed}-ckl" / "manifest.json", lambda d: d["config"]["rl"].update(
+            prompt_pass="shared"))
+    exp = load_experiment(root)
+    assert protocol_issue(exp, "ckl", "rer_vapr") == "RL computation rl.prompt_pass shared vs per_row"
+    _edit(root / "stages" / "rl-seed0-rer_vapr" / "manifest.json", lambda d: d["config"]["rl"].update(
+        lora_pass="merged"))
+    exp = load_experiment(root)
+    assert protocol_issue(exp, "no_kl", "rer_vapr") == "RL computation rl.lora_pass peft vs merged/peft"
+    for arm in ("ckl", "rer_vapr"):
+        for seed in (0, 1, 2):
+            _edit(root / "stages" / f"rl-seed{seed}-{arm}" / "manifest.json", lambda d: d["config"]["rl"].update(
+                prompt_pass="shared", lora_pass="merged"))
+    assert protocol_issue(load_experiment(root), "ckl", "rer_vapr") is None
