@@ -68,6 +68,30 @@ class Rollout:
                        self.pixel_values[p0:p1], self.image_grid_thw[img0:img1], self.texts[start:stop],
                        per_row[start:stop], None if self.image_keys is None else self.image_keys[img0:img1])
 
+    def image_starts(self) -> tuple[list[int], list[int]]:
+        """(row_images, image_patches): row i's images are image_grid_thw[row_images[i]:row_images[i + 1]], image
+        k's patches pixel_values[image_patches[k]:image_patches[k + 1]]."""
+        return _cumulative(self.images_per_row or [1] * len(self)), _cumulative(self.image_grid_thw.prod(-1).tolist())
+
+    def pick(self, rows: Sequence[int]) -> Rollout:
+        """The given rows, in that order, with their images' patches (same widths, as `rows`)."""
+        row_images, image_patches = self.image_starts()
+        images = [k for i in rows for k in range(row_images[i], row_images[i + 1])]
+        pixels = torch.cat([self.pixel_values[image_patches[k]:image_patches[k + 1]] for k in images])
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.sequences.device)
+        return Rollout(self.sequences[index], self.prompt_mask[index], self.response_mask[index], pixels,
+                       self.image_grid_thw[images], [self.texts[i] for i in rows],
+                       [row_images[i + 1] - row_images[i] for i in rows],
+                       None if self.image_keys is None else [self.image_keys[k] for k in images])
+
+
+def _cumulative(counts) -> list[int]:
+    """[0, c0, c0 + c1, ...]: where each of consecutive blocks of the given sizes starts, and the end."""
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + int(c))
+    return out
+
 
 def concat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
     """One rollout from rollouts of consecutive prompt micro-batches: prompts left-padded and responses

@@ -20,6 +20,8 @@ groups are not consecutive, still gets the full pass's values (each run is compu
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from transformers import DynamicCache
 
@@ -27,17 +29,9 @@ from harness.grpo.rollout import Rollout, response_logits
 from harness.models.precision import autocast_for
 from harness.models.trainable import unwrap
 from harness.sampling.feature_memo import FeatureMemo
-from harness.sampling.lean_forward import lean_pass_supported
-from harness.sampling.lean_prefill import image_features, prefill_mask
+from harness.sampling.lean_forward import dedupe_by_default, lean_pass_supported
+from harness.sampling.lean_prefill import attention_mask_from_keep, image_features, prefill_mask
 from harness.sampling.mrope_index import mrope_positions
-
-
-def _starts(counts) -> list[int]:
-    """[0, c0, c0 + c1, ...]: where each of consecutive blocks of the given sizes starts, and the end."""
-    out = [0]
-    for c in counts:
-        out.append(out[-1] + int(c))
-    return out
 
 
 def prompt_runs(ro: Rollout) -> list[int]:
@@ -45,14 +39,13 @@ def prompt_runs(ro: Rollout) -> list[int]:
     n = len(ro)
     if n == 0:
         return []
-    images = _starts(ro.images_per_row or [1] * n)  # row i's images: images[i]..images[i + 1] - 1
-    patches = _starts(ro.image_grid_thw.prod(-1).tolist())  # image k's patches: patches[k]..patches[k + 1] - 1
+    row_images, image_patches = ro.image_starts()
 
     def image(k: int) -> torch.Tensor:
-        return ro.pixel_values[patches[k]:patches[k + 1]]
+        return ro.pixel_values[image_patches[k]:image_patches[k + 1]]
 
     def same_images(i: int, j: int) -> bool:
-        a, b = range(images[i], images[i + 1]), range(images[j], images[j + 1])
+        a, b = range(row_images[i], row_images[i + 1]), range(row_images[j], row_images[j + 1])
         if len(a) != len(b):
             return False
         if ro.image_keys is not None:
@@ -72,25 +65,6 @@ def prompt_runs(ro: Rollout) -> list[int]:
     return sizes
 
 
-def _first_rows(ro: Rollout, sizes: list[int]) -> tuple[list[int], torch.Tensor, torch.Tensor, list | None]:
-    """The first row of each run, and its images: (rows, pixel_values, image_grid_thw, image keys)."""
-    rows = _starts(sizes)[:-1]
-    images = _starts(ro.images_per_row or [1] * len(ro))
-    patches = _starts(ro.image_grid_thw.prod(-1).tolist())
-    picked = [k for i in rows for k in range(images[i], images[i + 1])]
-    pixels = torch.cat([ro.pixel_values[patches[k]:patches[k + 1]] for k in picked])
-    keys = None if ro.image_keys is None else [ro.image_keys[k] for k in picked]
-    return rows, pixels, ro.image_grid_thw[picked], keys
-
-
-def _attention_mask(keep: torch.Tensor, attn: str, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean keep-mask [rows, 1, queries, keys] as the attention implementation takes it (prefill_mask's
-    two forms)."""
-    if attn == "sdpa":
-        return keep
-    return torch.where(keep, torch.tensor(0.0, device=keep.device, dtype=dtype), torch.finfo(dtype).min)
-
-
 def shared_prompt_logits(model, ro: Rollout, memo: FeatureMemo | None = None) -> torch.Tensor:
     """`response_logits(model, ro)` (logits [N, L, V] predicting the response tokens) with the prompt of each run
     of rows that share it computed once (see the module docstring). `memo`: a frozen pass's vision features, as
@@ -107,20 +81,18 @@ def shared_prompt_logits(model, ro: Rollout, memo: FeatureMemo | None = None) ->
     attention = torch.cat([ro.prompt_mask, ro.response_mask.to(ro.prompt_mask.dtype)], dim=1)
     positions, rope_deltas = mrope_positions(inner, ro.sequences, ro.image_grid_thw, attention)
     inner.rope_deltas = rope_deltas
-    first, pixels, grid, keys = _first_rows(ro, sizes)
-    if memo is not None and torch.is_grad_enabled():
-        raise ValueError("a feature memo holds no graph: pass one only to a pass without grad")
+    first = [0, *itertools.accumulate(sizes[:-1])]
+    prompts = ro.pick(first)
     with autocast_for(model):
-        ids = ro.sequences[first, :P]
+        ids = prompts.sequences[:, :P]
         embeds = inner.get_input_embeddings()(ids)
-        # Each distinct image once, as in the full pass (not in train mode: dropout draws per copy).
-        dedupe = device.type == "cpu" and not hf.training
-        feats = image_features(hf, pixels, grid, dedupe, keys=keys, memo=memo if keys is not None else None)
+        feats = image_features(hf, prompts.pixel_values, prompts.image_grid_thw, dedupe_by_default(hf, device),
+                               keys=prompts.image_keys, memo=memo)
         feats = feats.to(embeds.device, embeds.dtype)
         image_mask, _ = inner.get_placeholder_mask(ids, inputs_embeds=embeds, image_features=feats)
         embeds = embeds.masked_scatter(image_mask, feats)
         cache = DynamicCache(config=hf.config.get_text_config())
-        prompt_mask = prefill_mask(ro.prompt_mask[first], attn_impl, embeds.dtype)
+        prompt_mask = prefill_mask(prompts.prompt_mask, attn_impl, embeds.dtype)
         out = lm(inputs_embeds=embeds, position_ids=positions[:, first, :P],
                  attention_mask={"full_attention": prompt_mask}, past_key_values=cache, use_cache=True,
                  cache_position=torch.arange(P, device=device), return_dict=True)
@@ -135,7 +107,7 @@ def shared_prompt_logits(model, ro: Rollout, memo: FeatureMemo | None = None) ->
             keep = (key <= query)[None, None] & attention[:, None, None, :P + T].to(torch.bool)
             responses = inner.get_input_embeddings()(ro.sequences[:, P:P + T])
             out = lm(inputs_embeds=responses, position_ids=positions[:, :, P:P + T],
-                     attention_mask={"full_attention": _attention_mask(keep, attn_impl, responses.dtype)},
+                     attention_mask={"full_attention": attention_mask_from_keep(keep, attn_impl, responses.dtype)},
                      past_key_values=cache, use_cache=True, cache_position=query[:, 0], return_dict=True)
             hidden = torch.cat([hidden, out.last_hidden_state], dim=1)
         return hf.lm_head(hidden)

@@ -28,6 +28,12 @@ def lean_pass_supported(hf) -> bool:
     return hf.config._attn_implementation in ("eager", "sdpa") and not getattr(text, "use_sliding_window", False)
 
 
+def dedupe_by_default(hf, device: torch.device) -> bool:
+    """Whether a log-prob pass encodes each distinct image once: on the CPU (batch-invariant there, see
+    lean_prefill.py), and not in train mode, where dropout (rl.policy_dropout) draws a mask per copy."""
+    return device.type == "cpu" and not hf.training
+
+
 def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor,
                     image_grid_thw: torch.Tensor, *, logits_to_keep: int, dedupe_images: bool | None = None,
                     image_keys: Sequence[Hashable] | None = None, memo: FeatureMemo | None = None):
@@ -44,12 +50,9 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
         return model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
                      image_grid_thw=image_grid_thw, logits_to_keep=keep, use_cache=False).logits
     if dedupe_images is None:
-        # Not in train mode: dropout (rl.policy_dropout) draws a mask per copy, which one encoding would share.
-        dedupe_images = input_ids.device.type == "cpu" and not hf.training
+        dedupe_images = dedupe_by_default(hf, input_ids.device)
     inner = hf.model
     embeds = inner.get_input_embeddings()(input_ids)
-    if memo is not None and torch.is_grad_enabled():
-        raise ValueError("a feature memo holds no graph: pass one only to a pass without grad")
     feats = image_features(hf, pixel_values, image_grid_thw, dedupe_images, keys=image_keys, memo=memo)
     feats = feats.to(embeds.device, embeds.dtype)
     image_mask, _ = inner.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=feats)

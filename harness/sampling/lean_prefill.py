@@ -66,6 +66,8 @@ def image_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor, dedup
     """Features of every image in order (torch.cat of get_image_features), each distinct image encoded once.
     With `memo` and `keys` (one per image, equal keys = equal images) and `dedupe`: images whose key the memo
     holds are not encoded again (harness/sampling/feature_memo.py)."""
+    if memo is not None and torch.is_grad_enabled():
+        raise ValueError("a feature memo holds no graph: pass one only to a pass without grad")
     if not dedupe:
         return torch.cat(hf.model.get_image_features(pixel_values, grid_thw), dim=0)
     if memo is not None and keys is not None:
@@ -104,6 +106,12 @@ def prefill_mask(attention_mask: torch.Tensor, attn: str, dtype: torch.dtype) ->
         return None
     pos = torch.arange(P, device=attention_mask.device)
     keep = (pos[None, :] <= pos[:, None])[None, None] & pad[:, None, None, :]  # [rows, 1, P, P]
+    return attention_mask_from_keep(keep, attn, dtype)
+
+
+def attention_mask_from_keep(keep: torch.Tensor, attn: str, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean keep-mask [rows, 1, queries, keys] in the form the attention implementation takes: sdpa the
+    booleans, eager an additive float mask (0 kept, the dtype's minimum masked)."""
     if attn == "sdpa":
         return keep
     return torch.where(keep, torch.tensor(0.0, device=keep.device, dtype=dtype), torch.finfo(dtype).min)

@@ -75,6 +75,20 @@ def test_runs_are_found_from_tokens_and_images(rollout):
     assert prompt_runs(swapped) == [1, 1, 1, 3, 3, 3]
 
 
+def test_pick_takes_rows_with_their_images(rollout):
+    """Rollout.pick (the first row of each run): a contiguous pick equals `rows`; any pick keeps each row's
+    images and keys with it."""
+    a, b = rollout.pick([2, 3, 4]), rollout.rows(2, 5)
+    for name in ("sequences", "prompt_mask", "response_mask", "pixel_values", "image_grid_thw"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert (a.texts, a.images_per_row, a.image_keys) == (b.texts, b.images_per_row, b.image_keys)
+    picked = rollout.pick([9, 0])
+    for got, row in zip((picked.rows(0, 1), picked.rows(1, 2)), (9, 0), strict=True):
+        want = rollout.rows(row, row + 1)
+        assert torch.equal(got.pixel_values, want.pixel_values) and got.image_keys == want.image_keys
+        assert torch.equal(got.sequences, want.sequences)
+
+
 @pytest.mark.parametrize("rows", [(0, 12), (2, 8)])
 @pytest.mark.parametrize("keys", [True, False])
 def test_logits_equal_the_full_pass_to_rounding(trainer, rollout, rows, keys):
