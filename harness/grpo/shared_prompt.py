@@ -15,7 +15,9 @@ tests/harness/grpo/test_shared_prompt.py.
 
 Rows that share a prompt are found, not assumed: runs of consecutive rows with equal prompt tokens, prompt mask
 and images (the trainer's image keys, else the pixels). A micro-batch that cuts a group, or a rollout whose
-groups are not consecutive, still gets the full pass's values (each run is computed once).
+groups are not consecutive, still gets the full pass's values (each run is computed once). Two cases take the
+per-row pass itself, which gives the same values: no run longer than one row, and a model the lean passes do not
+run (attention other than eager or sdpa, a sliding window: `lean_pass_supported`).
 """
 
 from __future__ import annotations
