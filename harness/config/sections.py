@@ -132,6 +132,13 @@ class StepConfig:
     warmup_steps: int = knob(0, "Linear learning-rate warm-up, in optimizer steps.")
     vision_lr_mult: float = knob(1.0, "Learning-rate multiplier for the vision tower and merger (1 = the paper's "
                                       "single lr).")
+    group_by_length: bool = knob(False, "Batches of samples of similar length (transformers' Trainer "
+                                        "`group_by_length`: harness.schedule.length_grouped_order), so fewer pad "
+                                        "positions are computed: a tiny-preset stage-0 step in about 0.8x the time "
+                                        "(benchmarks/bench_group_by_length.py). Other batches, so other weights; and "
+                                        "the loss is a token mean per batch, so a batch of short answers weighs "
+                                        "each of its tokens more than a mixed batch would. Off = the seeded random "
+                                        "order (this project, every preset); keyed only when on.")
 
 
 @dataclass

@@ -53,6 +53,11 @@ class LazyViews(Dataset):
     def __iter__(self) -> Iterator[list]:
         return (self[i] for i in range(len(self)))
 
+    def view_count(self, i: int) -> int:
+        """How many views sample i has, without decoding them."""
+        item = self.items[i]
+        return len(item.image_paths) if isinstance(item, Sample) else len(item)
+
     def __add__(self, other) -> LazyViews:
         if isinstance(other, LazyViews):
             if other.size != self.size:

@@ -65,7 +65,8 @@ _NOT_KEYED = ("train.preempt_signals", "train.report_to", "train.wandb_project")
 # Fields added later, left out of the key while at the value that computes what runs computed before them, so
 # the stage runs of earlier studies keep their keys.
 _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementation": "eager",
-                   "pretrain.patch_embed": "conv", "rl.lora_pass": "peft", "rl.prompt_pass": "per_row"}
+                   "pretrain.patch_embed": "conv", "rl.lora_pass": "peft", "rl.prompt_pass": "per_row",
+                   "train.group_by_length": False, "pretrain.group_by_length": False}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

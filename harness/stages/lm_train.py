@@ -29,7 +29,7 @@ from harness.runs import preemption
 from harness.runs.checkpoint_io import begin, commit, load_state, resume_folder, staging_dir, write_state
 from harness.runs.records import RunDir
 from harness.schedule import make_scheduler
-from harness.stages.lm_batches import StepBatches, step_loader
+from harness.stages.lm_batches import StepBatches, sample_lengths, step_loader
 from harness.stages.lm_loss import lm_loss
 
 
@@ -199,10 +199,11 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
     device = next(model.parameters()).device
     # Steps step..total-1, each this process's encoded micro-batches, decoded by train.num_workers workers.
+    lengths = sample_lengths(processor, train, max_report_tokens) if cfg.group_by_length else None
     loader = iter(step_loader(StepBatches(train, processor, batch_size=cfg.batch_size,
                                           micro_batch_size=cfg.micro_batch_size, seed=seed, first_step=step,
                                           total_steps=total, steps_per_epoch=steps_per_epoch,
-                                          max_report_tokens=max_report_tokens, dist=dist),
+                                          max_report_tokens=max_report_tokens, dist=dist, lengths=lengths),
                               cfg.num_workers, device, seed))
     model.train()
     t_start = time.time()

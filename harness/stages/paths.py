@@ -76,8 +76,8 @@ def pretrain_key(cfg: RunConfig) -> str:
     payload = {
         "recipe": RECIPE_VERSION,
         "pretrain": {k: v for k, v in dataclasses.asdict(cfg.pretrain).items()
-                     # bases built before the knob existed (the Conv3d) keep their key
-                     if not (k == "patch_embed" and v == "conv")},
+                     # bases built before these knobs existed (the Conv3d, random batches) keep their key
+                     if (k, v) not in (("patch_embed", "conv"), ("group_by_length", False))},
         "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
                   m.tiny_vocab_size, m.image_size],
         "image_px": cfg.data.synth_image_size,

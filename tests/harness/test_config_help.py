@@ -58,8 +58,8 @@ def test_pretrain_shares_step_fields_and_keeps_its_serialized_form():
     # The section dict that stage 0's cache key and every config hash read: same keys and values as before.
     assert to_dict(PretrainConfig()) == {"n": 2000, "data_seed": 1000, "epochs": 8.0, "batch_size": 32, "lr": 3e-3,
                                          "weight_decay": 0.01, "warmup_steps": 20, "vision_lr_mult": 1.0,
-                                         "findings_task_fraction": 1.0, "hint_task_fraction": 1.0,
-                                         "patch_embed": "conv"}
+                                         "group_by_length": False, "findings_task_fraction": 1.0,
+                                         "hint_task_fraction": 1.0, "patch_embed": "conv"}
     # Stage 0's cache key: the config split (main at 9946e26) kept it ("1170436f98e8"); RECIPE_VERSION 2 (the LM
     # loss of issue 14) and phantom generator 2 (issue 12) changed it on purpose. (config_hash / config_key change
     # with every new config field, so they are not pinned here.) An eager base keeps its key; the tiny preset files
@@ -70,6 +70,10 @@ def test_pretrain_shares_step_fields_and_keeps_its_serialized_form():
     sdpa.model.attn_implementation = "sdpa"
     assert pretrain_key(sdpa) == "aa8e59ec41fd"
     assert pretrain_key(load_config(EXPERIMENTS / "presets" / "tiny-bench.yaml", stage="rl")) == "a1be11db5fe2"
+    # pretrain.group_by_length (issue 27) off keeps every key; on, other batches train another base
+    grouped = load_config(EXPERIMENTS / "presets" / "tiny-bench.yaml", ["pretrain.group_by_length=true"], stage="rl")
+    assert grouped.pretrain.train_config().group_by_length
+    assert pretrain_key(grouped) not in {"bfd14309fc33", "aa8e59ec41fd", "a1be11db5fe2"}
 
 @settings(max_examples=30, deadline=None)
 @given(epochs=st.floats(0.01, 50, allow_nan=False), batch=st.integers(1, 512), lr=st.floats(1e-7, 1.0),

@@ -857,6 +857,9 @@ def test_stage_keys_of_the_tiny_power_preset_are_pinned():
     ([], "warmup", {}, "rl.lora_pass", None),
     # rl.prompt_pass (issue 27): per_row is what every run computed before
     ([], "rl", {"init": "abc"}, "rl.prompt_pass", "shared"),
+    # train.group_by_length / pretrain.group_by_length (issue 27): off is the random order every run trained on
+    ([], "sft", {"warmup": "abc"}, "train.group_by_length", True),
+    ([], "warmup", {}, "pretrain.group_by_length", True),
 ])
 def test_later_model_fields_are_keyed_only_when_they_change_what_runs(monkeypatch, overrides, kind, inputs, field,
                                                                       keyed_value):

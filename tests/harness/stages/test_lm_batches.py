@@ -129,3 +129,50 @@ def test_train_num_workers_is_validated(tmp_path):
 
     with pytest.raises(ConfigError, match="train.num_workers"):
         load_config(None, ["train.num_workers=-2"])
+
+
+def test_sample_lengths_are_the_encoded_lengths_up_to_one_constant(streamed, tiny_processor):
+    """train.group_by_length sorts by sample_lengths: each sample encoded alone (no padding) is that many tokens
+    plus the chat template's, the same for all; a report longer than max_report_tokens counts as truncated."""
+    from harness.stages.lm_batches import sample_lengths
+
+    for max_tokens in (20, 4):
+        lengths = sample_lengths(tiny_processor, streamed, max_tokens)
+        encoded = [encode_sft(tiny_processor, [streamed.images[i]], [streamed.instructions[i]],
+                              [streamed.reports[i]], max_tokens)["input_ids"].shape[1] for i in range(len(REPORTS))]
+        offsets = {e - n for e, n in zip(encoded, lengths, strict=True)}
+        assert len(offsets) == 1, (encoded, lengths)
+        # unequal reports; cut to 4 tokens, every one is as long as the others
+        assert (len(set(lengths)) > 1) == (max_tokens == 20)
+    two_views = LMData([[Image.new("RGB", (56, 56))] * 2, [Image.new("RGB", (56, 56))]], ["a", "a"], ["b", "b"])
+    one, two = sample_lengths(tiny_processor, two_views, 20)[::-1]
+    grid = tiny_processor.image_processor(images=[two_views.images[1][0]], return_tensors="pt")["image_grid_thw"]
+    assert two - one == int(grid.prod()) // tiny_processor.image_processor.merge_size ** 2
+
+
+def test_length_grouped_batches_follow_the_grouped_order_and_resume(streamed, tiny_processor):
+    """With lengths, step k's samples are the slice of length_grouped_order for its epoch (not epoch_order's);
+    workers and a resumed loader give the same items, as without."""
+    from harness.schedule import length_grouped_order
+    from harness.stages.lm_batches import sample_lengths
+
+    lengths = sample_lengths(tiny_processor, streamed, 20)
+
+    def items(workers, first=0):
+        batches = StepBatches(streamed, tiny_processor, batch_size=3, micro_batch_size=None, seed=5,
+                              first_step=first, total_steps=6, steps_per_epoch=3, max_report_tokens=20,
+                              lengths=lengths)
+        return list(step_loader(batches, workers, torch.device("cpu"), seed=5))
+
+    plain = items(0)
+    grouped = [length_grouped_order(lengths, 3, 5, epoch) for epoch in (0, 1)]
+    assert grouped != [epoch_order(7, 5, epoch) for epoch in (0, 1)]
+    for step, got in enumerate(plain):
+        epoch, pos = divmod(step, 3)
+        part = streamed.take(grouped[epoch][pos * 3:(pos + 1) * 3])
+        _assert_same([got], [[encode_sft(tiny_processor, part.images, part.instructions, part.reports, 20)]])
+    _assert_same(items(2), plain)
+    _assert_same(items(0, first=4), plain[4:])
+    with pytest.raises(ValueError, match="lengths: 2 values for 7 samples"):
+        StepBatches(streamed, tiny_processor, batch_size=3, micro_batch_size=None, seed=5, first_step=0,
+                    total_steps=6, steps_per_epoch=3, max_report_tokens=20, lengths=[1, 2])

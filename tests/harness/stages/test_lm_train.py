@@ -177,3 +177,44 @@ def test_a_restart_without_checkpoint_keeps_no_rows_of_the_earlier_try(tiny_toke
     assert [r["step"] for r in run.steps()] == [1, 2]
     assert run.steps()[0]["loss"] != 9.25
     assert [r["step"] for r in run.evals()] == [2]
+
+
+def test_group_by_length_trains_on_the_grouped_batches_and_resumes(tiny_tokenizer, tiny_processor, xray_images,
+                                                                   tmp_path):
+    """train.group_by_length: each step's labelled tokens are those of harness.schedule.length_grouped_order's
+    batch (16 samples, batches of 2: two mega-batches of 4 per epoch), not of the random order's; a run killed
+    after its step-4 checkpoint and resumed ends where an uninterrupted one does."""
+    from harness.schedule import length_grouped_order
+    from harness.stages.lm_batches import sample_lengths
+
+    words = "the heart size is normal and the lungs are clear without effusion or focal consolidation".split()
+    reports = [" ".join(words[:2 + (7 * i) % 13]) + " ." for i in range(16)]
+    data = LMData([[xray_images[i % 4]] for i in range(16)], ["write"] * 16, reports)
+    cfg = TrainConfig(epochs=1, batch_size=2, lr=1e-2, scheduler="cosine", checkpoint_every=4, group_by_length=True)
+    full = _model(tiny_tokenizer)
+    train_lm(full, tiny_processor, data, None, cfg, RunDir(tmp_path / "full"), seed=3, max_report_tokens=30,
+             progress=False)
+    targets = [len(tiny_tokenizer(r, add_special_tokens=False)["input_ids"]) + 1 for r in reports]  # + <|im_end|>
+
+    def tokens(order):
+        return [targets[order[k]] + targets[order[k + 1]] for k in range(0, 16, 2)]
+
+    grouped = length_grouped_order(sample_lengths(tiny_processor, data, 30), 2, 3, 0)
+    logged = [r["tokens"] for r in RunDir(tmp_path / "full").steps()]
+    assert logged == tokens(grouped) != tokens(epoch_order(16, 3, 0))
+
+    class Interrupted(RunDir):
+        def log_step(self, row):
+            if row["step"] == 6:
+                raise KeyboardInterrupt
+            super().log_step(row)
+
+    with pytest.raises(KeyboardInterrupt):
+        train_lm(_model(tiny_tokenizer), tiny_processor, data, None, cfg, Interrupted(tmp_path / "part"), seed=3,
+                 max_report_tokens=30, progress=False)
+    resumed = _model(tiny_tokenizer)
+    train_lm(resumed, tiny_processor, data, None, cfg, RunDir(tmp_path / "part"), seed=3, max_report_tokens=30,
+             progress=False)
+    assert [r["tokens"] for r in RunDir(tmp_path / "part").steps()] == logged
+    a, b = dict(full.named_parameters()), dict(resumed.named_parameters())
+    assert all(torch.allclose(a[n], b[n], atol=1e-6) for n in a)

@@ -24,8 +24,10 @@ def _cfg(tmp_path, *extra):
 def _old_key(cfg, seed: int) -> str:
     """The key as it was computed when the run seed was part of it (before `STAGE0_SEED`)."""
     m = cfg.model
-    assert cfg.pretrain.patch_embed == "conv"  # the field came later; a conv base keeps the key it had without it
-    pretrain = {k: v for k, v in dataclasses.asdict(cfg.pretrain).items() if k != "patch_embed"}
+    # these fields came later; a conv base trained on random batches keeps the key it had without them
+    assert cfg.pretrain.patch_embed == "conv" and not cfg.pretrain.group_by_length
+    pretrain = {k: v for k, v in dataclasses.asdict(cfg.pretrain).items()
+                if k not in ("patch_embed", "group_by_length")}
     payload = {"recipe": RECIPE_VERSION, "pretrain": pretrain,
                "sizes": [m.tiny_text_hidden, m.tiny_text_layers, m.tiny_vision_hidden, m.tiny_vision_depth,
                          m.tiny_vocab_size, m.image_size],
