@@ -72,7 +72,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     fns = {**DEFAULT_FUNCTIONS, **(functions or {})}
     for a in arms or []:
         study.arm(a)  # unknown names are errors
-    plan = build_plan(study, out, seeds, stages_dir)
+    plan = build_plan(study, out, with_recorded_seeds(out, seeds), stages_dir)
     if runs is not None:
         missing = [r for r in runs if tuple(r) not in plan.runs]
         if missing:
@@ -86,6 +86,19 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
         return SlurmExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks,
                                   slurm or SlurmOptions()).run()
     return LocalExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks, max_requeues).run()
+
+
+def with_recorded_seeds(out: Path, seeds: list[int] | None) -> list[int] | None:
+    """`seeds` plus the seeds that out/index.json already lists: a study run into the same folder seed by seed
+    (`--seeds 3`, then `--seeds 4`) keeps every earlier seed's runs in its index and its report, not only the
+    study's own seeds and the last call's. None (the study's seeds) when there is nothing to add."""
+    recorded: list[int] = []
+    try:
+        recorded = [s for s in read_json(out / INDEX_FILE).get(IndexKey.SEEDS, []) if isinstance(s, int)]
+    except (OSError, ValueError, AttributeError):
+        pass  # no index yet, or one that cannot be read: rebuilt from the plan
+    merged = sorted(set(seeds or []) | set(recorded))
+    return merged or seeds
 
 
 def check_workers(workers: object, option: str = "--workers") -> None:
@@ -106,7 +119,7 @@ def rebuild_index(study: Study, out: str | Path, *, stages_dir: str | Path | Non
     as its storage records them)."""
     from harness.runs.lock import LOCK_NAME, holder_alive, read_holders
 
-    plan = build_plan(study, Path(out), None, stages_dir)
+    plan = build_plan(study, Path(out), with_recorded_seeds(Path(out), None), stages_dir)
     for n in plan.nodes.values():
         if node_done(n):
             n.status = "complete"

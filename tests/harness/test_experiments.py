@@ -614,6 +614,25 @@ def test_exact_runs_are_selected_in_one_pool(tmp_path, calls):
         run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None, runs=[("a", 5)])
 
 
+def test_seeds_added_one_call_at_a_time_all_stay_in_the_index(tmp_path, calls):
+    """`--seeds 3`, then `--seeds 4` into one folder (a study grown seed by seed, as benchmarks/bench_study.py
+    does): the index, and so the report, keeps seed 3's runs beside the study's seeds and the last call's; the
+    second call runs only seed 4. Before, each call indexed the study's seeds and its own, and seed 3 vanished."""
+    from harness.experiments.run import rebuild_index
+
+    study = load_study(write_study(tmp_path, ARMS, seeds="[0]"))
+    out = tmp_path / "out"
+    for seed in (3, 4):
+        res = run_experiment(study, out, workers=1, functions=FAKES, log=lambda s: None, seeds=[seed])
+        assert res.ok and sorted(res.ran) == [(a, seed) for a in ("a", "b", "c")]
+    index = read_json(out / "index.json")
+    assert index["seeds"] == [0, 3, 4]
+    done = sorted((r["arm"], r["seed"]) for r in index["runs"] if r["status"] == "complete")
+    assert done == [(a, s) for a in ("a", "b", "c") for s in (3, 4)]
+    assert rebuild_index(study, out)["seeds"] == [0, 3, 4]
+    assert _count(calls(), "rl") == 6
+
+
 def test_progress_lines_name_only_the_selected_runs_that_need_a_node(tmp_path, calls):
     """A node shared by runs that are not selected (the demo selects 10 of its 18) is labelled with the selected
     ones: the data set serves all six runs of the study, the seed-0 warm-up serves a, b and c."""
