@@ -134,11 +134,14 @@ class StepConfig:
                                       "single lr).")
     group_by_length: bool = knob(False, "Batches of samples of similar length (transformers' Trainer "
                                         "`group_by_length`: harness.schedule.length_grouped_order), so fewer pad "
-                                        "positions are computed: a tiny-preset stage-0 step in about 0.8x the time "
-                                        "(benchmarks/bench_group_by_length.py). Other batches, so other weights; and "
-                                        "the loss is a token mean per batch, so a batch of short answers weighs "
-                                        "each of its tokens more than a mixed batch would. Off = the seeded random "
-                                        "order (this project, every preset); keyed only when on.")
+                                        "positions are computed: a tiny-preset stage-0 step in 0.83x the time, an "
+                                        "SFT step in 0.93x (benchmarks/bench_group_by_length.py). Other batches, so "
+                                        "other weights, and the loss stays a token mean per batch, so a batch of "
+                                        "short answers weighs each of its tokens more than a mixed batch would. "
+                                        "Measured on tiny-power Table 4 (stage 0, warm-up and SFT grouped, 3 "
+                                        "seeds): test gold findings F1 0.66-0.71 per arm instead of 0.80-0.81, so "
+                                        "no preset turns it on (benchmarks/RESULTS.md, issue 27). Off = the seeded "
+                                        "random order; keyed only when on.")
 
 
 @dataclass
