@@ -41,12 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--mixes: choose from {', '.join(MIXES)}")
 
     import torch
+    from bench_lm_loss import training_model
     from bench_rl_step import build_model_and_processor
 
     from harness.config import PromptConfig
     from harness.data.datasets import load_annotation
-    from harness.models.patch_embed import use_patch_embed
-    from harness.models.trainable import add_lora, set_trainable
     from harness.prompts import load_images
     from harness.stages.common import ensure_phantom
     from harness.stages.lm_batches import StepBatches, sample_lengths
@@ -70,13 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         data = {"stage0": stage0, "sft": hinted}
         for mix in mixes:
             bs = MIXES[mix]
-            model, _, _ = build_model_and_processor(args.seed)
-            model.set_attn_implementation("sdpa")
-            use_patch_embed(model, "matmul")
-            if mix == "sft":
-                model = add_lora(model, r=64, alpha=128, dropout=m.lora_dropout)
-            set_trainable(model, "pretrain" if mix == "stage0" else "sft")
-            model.train()
+            model, _, _ = training_model(args.seed, "pretrain" if mix == "stage0" else "sft")
             optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
             lengths = sample_lengths(processor, data[mix], prompt.max_report_tokens)
             per_epoch = -(-len(data[mix]) // bs)

@@ -25,6 +25,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SETTINGS = {"pretrain": 32, "sft": 16}  # stage -> batch size (experiments/presets/tiny.yaml, PretrainConfig)
 
 
+def training_model(seed: int, stage: str):
+    """The tiny preset's model as a stage trains it (sdpa, the matmul patch embedding; SFT: LoRA r 64), in train
+    mode, with its processor and ModelConfig."""
+    from bench_rl_step import build_model_and_processor
+
+    from harness.models.patch_embed import use_patch_embed
+    from harness.models.trainable import add_lora, set_trainable
+
+    model, processor, m = build_model_and_processor(seed)
+    model.set_attn_implementation("sdpa")
+    use_patch_embed(model, "matmul")
+    if stage == "sft":
+        model = add_lora(model, r=64, alpha=128, dropout=m.lora_dropout)
+    set_trainable(model, stage)
+    model.train()
+    return model, processor, m
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12, help="measured steps per form and stage")
@@ -38,24 +56,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
     import torch
-    from bench_rl_step import build_model_and_processor, build_prompts
+    from bench_rl_step import build_prompts
 
     from harness.batching import encode_sft
     from harness.data.phantom import sample_case, write_report
-    from harness.models.patch_embed import use_patch_embed
-    from harness.models.trainable import add_lora, set_trainable
     from harness.stages.lm_loss import lm_loss, plain_call_lm_loss
 
     torch.set_num_threads(1)
     for stage in stages:
         bs = SETTINGS[stage]
-        model, processor, m = build_model_and_processor(args.seed)
-        model.set_attn_implementation("sdpa")
-        use_patch_embed(model, "matmul")
-        if stage == "sft":
-            model = add_lora(model, r=64, alpha=128, dropout=m.lora_dropout)
-        set_trainable(model, stage)
-        model.train()
+        model, processor, m = training_model(args.seed, stage)
         prompts = build_prompts(bs, m.image_size, args.seed)
         rng = np.random.default_rng(args.seed)
         reports = [write_report(sample_case(rng), rng) for _ in range(bs)]
