@@ -120,9 +120,10 @@ def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
 
 def test_rl_runs_print_progress_lines(study_dir):
     lines = [ln for ln in (study_dir / "stdout.txt").read_text().splitlines() if ln.startswith("[rl ")]
-    # One line per validation of each of the 6 RL runs (steps 0, 2, 4), with step, reward, KL, gold and ETA.
-    pat = re.compile(r"^\[rl rl-seed\d-\w+\] step (\d)/4 reward (n/a|[\d.]+) kl (n/a|[\d.]+) gold_f1 [\d.]+ "
-                     r"kl_sft [\d.]+ val [\d.]+ ETA ([\d.]+ min|\?)$")
+    # One line per validation of each of the 6 RL runs (steps 0, 2, 4), with step, reward, KL, gold and ETA. A KL of
+    # two nearly equal policies, summed in float, can land a hair below 0 and print as -0.0000 (on some CPUs).
+    pat = re.compile(r"^\[rl rl-seed\d-\w+\] step (\d)/4 reward (n/a|-?[\d.]+) kl (n/a|-?[\d.]+) gold_f1 [\d.]+ "
+                     r"kl_sft -?[\d.]+ val [\d.]+ ETA ([\d.]+ min|\?)$")
     assert len(lines) == 18 and all(pat.match(ln) for ln in lines), lines[:3]
     assert sorted(int(pat.match(ln).group(1)) for ln in lines) == [0] * 6 + [2] * 6 + [4] * 6
 
