@@ -20,10 +20,10 @@ from harness.grpo.shared_prompt import prompt_runs, shared_prompt_logits
 from harness.models.trainable import unwrap
 from tests.harness.grpo.test_trainer import (  # noqa: F401 (prompt_set: a fixture)
     _fresh_copy,
-    _params,
     _trainer,
     assert_steps_match_to_rounding,
     prompt_set,
+    three_steps_from_start,
 )
 
 
@@ -147,11 +147,8 @@ def test_shared_prompt_passes_give_the_per_row_step_to_rounding(tiny_model, tiny
     for prompt_pass in ("per_row", "shared"):
         tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / prompt_pass, prompt_set,
                       regularizer="rer", prompt_pass=prompt_pass, lora_pass=lora_pass)
-        tr.reference.on_start(tr.store)
-        tr.store.capture("old")
         entered.clear()
-        rows = [tr.train_step() for _ in range(3)]
-        runs[prompt_pass] = rows, _params(tr), len(entered)
+        runs[prompt_pass] = *three_steps_from_start(tr), len(entered)
     (base_rows, base_params, base_entered), (rows, params, shared_entered) = runs["per_row"], runs["shared"]
     # 3 current passes; old and ref passes at step 2, ref alone at step 3 (old synced after step 2)
     assert base_entered == 0 and shared_entered == 3 + 2 + 1

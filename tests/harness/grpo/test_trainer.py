@@ -298,15 +298,21 @@ def test_merged_lora_passes_give_the_peft_step_to_rounding(tiny_model, tiny_proc
     for lora_pass in ("peft", "merged"):
         tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / lora_pass, prompt_set,
                       regularizer="rer", lora_pass=lora_pass)
-        tr.reference.on_start(tr.store)
-        tr.store.capture("old")
         entered.clear()
-        rows = [tr.train_step() for _ in range(3)]
-        runs[lora_pass] = rows, _params(tr), len(entered)
+        runs[lora_pass] = *three_steps_from_start(tr), len(entered)
     (peft_rows, peft_params, peft_entered), (rows, params, entered_merged) = runs["peft"], runs["merged"]
     # 3 current passes; old and ref passes at step 2, ref alone at step 3 (old synced after step 2)
     assert peft_entered == 0 and entered_merged == 3 + 2 + 1
     assert_steps_match_to_rounding(peft_rows, peft_params, rows, params)
+
+
+def three_steps_from_start(tr) -> tuple[list[dict], dict]:
+    """Three GRPO steps of a fresh trainer (reference and old snapshots taken as a run starts): their step rows
+    and the updated trainable parameters."""
+    tr.reference.on_start(tr.store)
+    tr.store.capture("old")
+    rows = [tr.train_step() for _ in range(3)]
+    return rows, _params(tr)
 
 
 def assert_steps_match_to_rounding(base_rows, base_params, rows, params):

@@ -236,6 +236,7 @@ def test_warmup_resumes_with_the_loss_scale(tiny_tokenizer, tiny_processor, xray
     from harness.runs.records import RunDir
     from harness.stages import lm_train
     from tests.harness.stages.test_lm_train import _data, _model
+    from tests.killed_runs import KilledAt
 
     monkeypatch.setattr(lm_train, "needs_scaler", lambda dtype: True)  # as a float16 base gets (fp32 here)
     data = _data(xray_images)
@@ -256,14 +257,8 @@ def test_warmup_resumes_with_the_loss_scale(tiny_tokenizer, tiny_processor, xray
     lm_train.train_lm(full, tiny_processor, data, None, cfg, RunDir(tmp_path / "full"), seed=3,
                       max_report_tokens=10, progress=False)
 
-    class Interrupted(RunDir):
-        def log_step(self, row):
-            if row["step"] == 3:
-                raise KeyboardInterrupt
-            super().log_step(row)
-
     with pytest.raises(KeyboardInterrupt):
-        lm_train.train_lm(overflowing_model(), tiny_processor, data, None, cfg, Interrupted(tmp_path / "part"),
+        lm_train.train_lm(overflowing_model(), tiny_processor, data, None, cfg, KilledAt(tmp_path / "part", 3),
                           seed=3, max_report_tokens=10, progress=False)
     resumed = _model(tiny_tokenizer)  # a fresh process
     run = RunDir(tmp_path / "part")

@@ -12,6 +12,7 @@ from harness.models.trainable import set_trainable
 from harness.runs.records import RunDir
 from harness.schedule import epoch_order
 from harness.stages.lm_train import LMData, train_lm
+from tests.killed_runs import KilledAt
 
 
 def _data(images):
@@ -33,15 +34,9 @@ def test_resume_equals_uninterrupted(tiny_tokenizer, tiny_processor, xray_images
     train_lm(full, tiny_processor, data, None, cfg, RunDir(tmp_path / "full"), seed=3, max_report_tokens=10,
              progress=False)
 
-    class Interrupted(RunDir):
-        def log_step(self, row):
-            if row["step"] == 3:  # killed after the step-2 checkpoint, during step 3
-                raise KeyboardInterrupt
-            super().log_step(row)
-
     part = _model(tiny_tokenizer)
-    try:
-        train_lm(part, tiny_processor, data, None, cfg, Interrupted(tmp_path / "part"), seed=3,
+    try:  # killed after the step-2 checkpoint, during step 3
+        train_lm(part, tiny_processor, data, None, cfg, KilledAt(tmp_path / "part", 3), seed=3,
                  max_report_tokens=10, progress=False)
     except KeyboardInterrupt:
         pass
@@ -203,14 +198,8 @@ def test_group_by_length_trains_on_the_grouped_batches_and_resumes(tiny_tokenize
     logged = [r["tokens"] for r in RunDir(tmp_path / "full").steps()]
     assert logged == tokens(grouped) != tokens(epoch_order(16, 3, 0))
 
-    class Interrupted(RunDir):
-        def log_step(self, row):
-            if row["step"] == 6:
-                raise KeyboardInterrupt
-            super().log_step(row)
-
     with pytest.raises(KeyboardInterrupt):
-        train_lm(_model(tiny_tokenizer), tiny_processor, data, None, cfg, Interrupted(tmp_path / "part"), seed=3,
+        train_lm(_model(tiny_tokenizer), tiny_processor, data, None, cfg, KilledAt(tmp_path / "part", 6), seed=3,
                  max_report_tokens=30, progress=False)
     resumed = _model(tiny_tokenizer)
     train_lm(resumed, tiny_processor, data, None, cfg, RunDir(tmp_path / "part"), seed=3, max_report_tokens=30,
