@@ -103,7 +103,8 @@ def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
 
     def predict() -> list[list[str]]:
         model, ccfg, thresholds = load_classifier(classifier_dir)
-        probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size, ccfg.normalization))
+        probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size, ccfg.normalization),
+                              amp_bf16=ccfg.amp_bf16)
         return [positive_names(row) for row in predict_labels(probs, thresholds)]
 
     return kept_result(root / PREDICTIONS_FOLDER / f"{h.hexdigest()[:24]}.json", "names", predict)

@@ -224,6 +224,12 @@ class ClassifierConfigSection:
                                           "on every channel: the official REVA-PO classifier transform and "
                                           "Medical-MAE's chest X-ray fine-tuning; the real presets set it) or "
                                           "imagenet (this project's tiny preset, trained from scratch).")
+    amp_bf16: bool = knob(False, "Mixed precision (Micikevicius et al. 2018, in bf16; not in the paper, which trained "
+                                 "in fp16 on V100s): the classifier's convolutions and matrix products run in bf16 "
+                                 "under autocast, weights, optimizer, batch norm and loss in fp32; in training, "
+                                 "validation and its predictions. On CUDA, or a CPU with native bf16 (AVX512-BF16 or "
+                                 "AMX; refused on other CPUs, where it is slower). Not exact: see benchmarks/"
+                                 "RESULTS.md (issue 27) for its time and the downstream SFT quality.")
 
 
 @dataclass

@@ -22,8 +22,10 @@ phantom_splits = stage_paths.phantom.SPLITS
 
 # The order ready nodes start in. The longer kinds first: an RL run's Supp. A analysis (minutes at the paper's
 # settings) before the test evaluations, which then fill the workers at the end of a study instead of one
-# analysis running alone after them.
-NODE_ORDER = ("data", "test_data", "pretrain", *STAGES, "analysis", "eval")
+# analysis running alone after them. The test split's own phantom set (`test_data`) is only read by the test
+# evaluations, so it waits for a worker that no stage can use: drawn first, it held a worker while stage 0 (the
+# head of the longest path of a study from an empty cache) waited for it (issue 27).
+NODE_ORDER = ("data", "pretrain", *STAGES, "test_data", "analysis", "eval")
 
 
 @dataclass

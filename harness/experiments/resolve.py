@@ -66,7 +66,8 @@ _NOT_KEYED = ("train.preempt_signals", "train.report_to", "train.wandb_project")
 # the stage runs of earlier studies keep their keys.
 _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementation": "eager",
                    "pretrain.patch_embed": "conv", "rl.lora_pass": "peft", "rl.prompt_pass": "per_row",
-                   "train.group_by_length": False, "pretrain.group_by_length": False}
+                   "train.group_by_length": False, "pretrain.group_by_length": False,
+                   "classifier.amp_bf16": False}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

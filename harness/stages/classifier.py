@@ -34,7 +34,8 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
     return ClassifierConfig(arch=c.arch, img_size=c.img_size, global_pool=c.global_pool, epochs=c.epochs,
                             batch_size=c.batch_size, lr=c.lr,
                             weight_decay=c.weight_decay, adam_beta2=c.adam_beta2, pretrained_path=c.pretrained_path,
-                            seed=cfg.seed, normalization=c.normalization)
+                            seed=cfg.seed, normalization=c.normalization,
+                            amp_bf16=c.amp_bf16)
 
 
 @preemption.preemptible
@@ -79,14 +80,14 @@ def _train(cfg: RunConfig, run, ccfg: ClassifierConfig, model, splits: dict, out
     except preemption.Preempted as e:
         preemption.record(run.path, "classifier", e.step, run.path / "checkpoint")
         raise
-    probs = predict_proba(model, x_va)
+    probs = predict_proba(model, x_va, amp_bf16=ccfg.amp_bf16)
     thresholds = choose_thresholds(probs, y_va.numpy())
     save_classifier(model, ccfg, thresholds, out)
     metrics = {"thresholds": dict(zip(OBSERVATIONS, thresholds.tolist(), strict=True))}
     for split in ("val", "test"):
         x = x_va if split == "val" else classifier_inputs(splits["test"], ccfg.img_size, ccfg.normalization)
         y = y_va.numpy() if split == "val" else classifier_targets(reference_labels(splits["test"]))
-        pred = predict_labels(predict_proba(model, x), thresholds)
+        pred = predict_labels(predict_proba(model, x, amp_bf16=ccfg.amp_bf16), thresholds)
         metrics[f"{split}_micro_f1"] = _micro_f1(pred, y)
         run.log_eval({"step": ccfg.epochs, "split": split, "micro_f1": metrics[f"{split}_micro_f1"]})
     metrics["history"] = {k: v for k, v in history.items() if k != "state"} if isinstance(history, dict) else {}

@@ -361,6 +361,22 @@ def test_a_larger_test_set_of_the_same_seed_keeps_every_stage_run(tmp_path):
         build_plan(smaller, tmp_path / "out")
 
 
+def test_the_test_split_is_drawn_after_every_stage_that_could_use_the_worker(tmp_path):
+    """issue 27: ready nodes start in needed_order's order. The test split's own set is read only by the test
+    evaluations, so every stage kind comes before it: from an empty cache stage 0 starts beside the training set's
+    draw instead of waiting for a worker the test split held (a study's longest path starts with stage 0)."""
+    from harness.experiments.local import needed_order
+    from harness.experiments.plan import STAGES
+
+    study = load_study(write_study(tmp_path, ARMS, extra="stages: {eval: {data: {synth_n: 20000}}}\n"))
+    plan = build_plan(study, tmp_path / "out")
+    order = [plan.nodes[nid].kind for nid in needed_order(plan, sorted(plan.runs))]
+    assert order[0] == "data" and "test_data" in order and "eval" in order
+    first_test_data = order.index("test_data")
+    assert all(kind not in order[first_test_data:] for kind in ("data", "pretrain", *STAGES))
+    assert set(order[first_test_data:]) <= {"test_data", "analysis", "eval"}
+
+
 def test_an_evaluation_reads_the_whole_set_its_stages_draw_and_draws_only_the_test_split_of_any_other(tmp_path):
     """issue 27: the test split of a set no stage trains on (a larger test set, or test_reports: per_seed) is drawn
     alone; an evaluation on the training stages' own set reads that set (no second draw)."""
@@ -879,6 +895,8 @@ def test_stage_keys_of_the_tiny_power_preset_are_pinned():
     # train.group_by_length / pretrain.group_by_length (issue 27): off is the random order every run trained on
     ([], "sft", {"warmup": "abc"}, "train.group_by_length", True),
     ([], "warmup", {}, "pretrain.group_by_length", True),
+    # classifier.amp_bf16 (issue 27): fp32, what every classifier trained before the field reached the stage config
+    ([], "classifier", {"data": "abc"}, "classifier.amp_bf16", True),
 ])
 def test_later_model_fields_are_keyed_only_when_they_change_what_runs(monkeypatch, overrides, kind, inputs, field,
                                                                       keyed_value):

@@ -38,7 +38,7 @@ def test_predictions_are_made_once_and_read_back(classifier, tmp_path, monkeypat
     samples = _samples(tmp_path)
     calls = []
     real = prompts.predict_proba
-    monkeypatch.setattr(prompts, "predict_proba", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(prompts, "predict_proba", lambda *a, **k: calls.append(1) or real(*a, **k))
     first = predicted_diseases(classifier, samples)
     assert len(calls) == 1 and len(list((classifier / PREDICTIONS_FOLDER).glob("*.json"))) == 1
     assert len(first) == len(samples) and any(first) and not all(len(n) == 14 for n in first)
@@ -61,3 +61,17 @@ def test_a_folder_that_cannot_be_written_still_gets_its_predictions(classifier, 
     monkeypatch.setattr(records, "atomic_write_text", refuse)
     assert len(predicted_diseases(classifier, samples)) == len(samples)
     assert not list((classifier / PREDICTIONS_FOLDER).glob("*.json"))
+
+
+@pytest.mark.parametrize("amp", [False, True])
+def test_predictions_use_the_precision_the_classifier_was_trained_in(tmp_path, monkeypatch, amp):
+    """issue 27: a classifier saved with amp_bf16 predicts the prompts' diseases under bf16 autocast, as it was
+    validated and its thresholds chosen; one saved without it predicts in fp32."""
+    cfg = ClassifierConfig.preset("tiny", img_size=32, seed=1, amp_bf16=amp)
+    save_classifier(build_classifier(cfg), cfg, np.linspace(0.2, 0.8, 14), tmp_path / "clf")
+    seen = []
+    real = prompts.predict_proba
+    monkeypatch.setattr("harness.models.classifier.training.native_cpu_bf16", lambda: True)
+    monkeypatch.setattr(prompts, "predict_proba", lambda *a, **k: seen.append(k.get("amp_bf16")) or real(*a, **k))
+    predicted_diseases(tmp_path / "clf", _samples(tmp_path))
+    assert seen == [amp]

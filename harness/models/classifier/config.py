@@ -50,7 +50,11 @@ class ClassifierConfig:
     seed: int = 0
     # DataLoader workers over the in-memory tensors; 0 keeps everything in the main process.
     num_workers: int = 0
-    # Not in the paper (it trained in fp16 on V100s): autocast to bf16 on CUDA for speed. Off on CPU.
+    # Not in the paper (it trained in fp16 on V100s): mixed precision (Micikevicius et al. 2018, with bf16): the
+    # forward's convolutions and matrix products autocast to bf16 while the weights, the optimizer, batch norm and
+    # the loss stay fp32; in training, validation and predictions. On CUDA, or on a CPU with native bf16
+    # (AVX512-BF16 or AMX; refused on others, where oneDNN emulates bf16 more slowly than fp32). The tiny CNN's
+    # training step takes ~0.5x the time on such a CPU; not exact (issue 27: measured in benchmarks/RESULTS.md).
     amp_bf16: bool = False
     # Pixel statistics of the input (harness/models/classifier/inputs.py NORMALIZATIONS): "cxr" as the official
     # REVA-PO classifier transform and Medical-MAE's chest X-ray fine-tuning; "imagenet" for the tiny preset.

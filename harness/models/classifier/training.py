@@ -80,9 +80,17 @@ def _device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _autocast(cfg: ClassifierConfig, device: torch.device) -> Any:
-    enabled = cfg.amp_bf16 and device.type == "cuda"
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+def native_cpu_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX tiles)."""
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def _autocast(amp_bf16: bool, device: torch.device) -> Any:
+    """bf16 autocast for the forward when `amp_bf16` (ClassifierConfig.amp_bf16), else a no-op context."""
+    if amp_bf16 and device.type == "cpu" and not native_cpu_bf16():
+        raise ValueError("classifier.amp_bf16 = true needs a CUDA device or a CPU with native bf16 (AVX512-BF16 "
+                         "or AMX); this CPU has neither, and emulated bf16 is slower than fp32: set it to false")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp_bf16)
 
 
 @torch.no_grad()
@@ -93,7 +101,7 @@ def _mean_bce(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Classifie
     for start in range(0, len(x), step):
         xb = x[start:start + step].to(device)
         yb = y[start:start + step].to(device, dtype=torch.float32)
-        with _autocast(cfg, device):
+        with _autocast(cfg.amp_bf16, device):
             logits = model(xb)
         total += nn.functional.binary_cross_entropy_with_logits(logits.float(), yb, reduction="sum").item()
     return total / max(1, y.numel())
@@ -195,7 +203,7 @@ def train_classifier(
             for start in range(0, len(xb), chunk):
                 xc = xb[start:start + chunk].to(device, non_blocking=True)
                 yc = yb[start:start + chunk].to(device, non_blocking=True)
-                with _autocast(cfg, device):
+                with _autocast(cfg.amp_bf16, device):
                     logits = model(xc)
                 loss = criterion(logits.float(), yc) / denom
                 loss.backward()
@@ -247,9 +255,11 @@ PREDICT_BATCH = {"cpu": 32, "accelerator": 256}
 
 
 @torch.no_grad()
-def predict_proba(model: nn.Module, x: torch.Tensor, batch_size: int | None = None) -> np.ndarray:
+def predict_proba(model: nn.Module, x: torch.Tensor, batch_size: int | None = None,
+                  amp_bf16: bool = False) -> np.ndarray:
     """Sigmoid probabilities [N, 14] (float64) in eval mode without gradients; restores the previous mode.
-    batch_size: images per forward pass (None: PREDICT_BATCH for the model's device)."""
+    batch_size: images per forward pass (None: PREDICT_BATCH for the model's device). amp_bf16: the forward under
+    bf16 autocast, as a classifier trained with ClassifierConfig.amp_bf16 was validated."""
     was_training = model.training
     model.eval()
     device = _device_of(model)
@@ -258,7 +268,9 @@ def predict_proba(model: nn.Module, x: torch.Tensor, batch_size: int | None = No
     out = []
     try:
         for start in range(0, len(x), batch_size):
-            out.append(torch.sigmoid(model(x[start:start + batch_size].to(device)).float()).cpu())
+            with _autocast(amp_bf16, device):
+                logits = model(x[start:start + batch_size].to(device))
+            out.append(torch.sigmoid(logits.float()).cpu())
     finally:
         model.train(was_training)
     if not out:

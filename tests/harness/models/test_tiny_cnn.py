@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from harness.constants import OBSERVATIONS
@@ -84,3 +85,47 @@ def test_predictions_on_the_cpu_go_32_images_a_pass_with_the_probabilities_of_an
     for batch_size in (256, 7):
         np.testing.assert_allclose(predict_proba(model, x, batch_size=batch_size), probs, rtol=0, atol=1e-6)
     assert model.training  # the mode it had is restored
+
+
+def test_amp_bf16_trains_and_predicts_under_bf16_autocast(monkeypatch):
+    """issue 27: classifier.amp_bf16 reaches a CPU too (it used to apply on CUDA only): training, validation and
+    predictions run the convolutions in bf16 under autocast, weights and batch norm in fp32. The CPU's native-bf16
+    check is patched on so the test runs anywhere (emulated bf16 computes the same, only slower)."""
+    from harness.models.classifier import training
+
+    monkeypatch.setattr(training, "native_cpu_bf16", lambda: True)
+    (tx, ty), (vx, vy) = _data(64, 0), _data(32, 1)
+    runs = {}
+    for amp in (False, True):
+        cfg = tiny_cfg(arch="tiny_cnn", epochs=2, amp_bf16=amp)
+        model = build_classifier(cfg)
+        history = train_classifier(model, tx, ty, vx, vy, cfg, progress=False)
+        runs[amp] = (model, history)
+    fp32, bf16 = runs[False][0], runs[True][0]
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())
+    # The same seed and batches, other arithmetic: the weights and losses move apart, but only a little.
+    assert not torch.equal(fp32.head.weight, bf16.head.weight)
+    torch.testing.assert_close(bf16.head.weight, fp32.head.weight, rtol=0, atol=0.05)
+    assert runs[True][1]["val_loss"] != runs[False][1]["val_loss"]
+    # Predictions under the flag are the autocast forward's, not the fp32 one's.
+    probs = predict_proba(bf16, vx, amp_bf16=True)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = torch.sigmoid(bf16(vx).float()).double().numpy()
+    np.testing.assert_array_equal(probs, expected)
+    plain = predict_proba(bf16, vx)
+    assert not np.array_equal(probs, plain)
+    np.testing.assert_allclose(probs, plain, rtol=0, atol=0.05)
+
+
+def test_amp_bf16_is_refused_on_a_cpu_without_native_bf16(monkeypatch):
+    from harness.models.classifier import training
+
+    monkeypatch.setattr(training, "native_cpu_bf16", lambda: False)
+    model = build_classifier(tiny_cfg(arch="tiny_cnn"))
+    x, y = _data(8, 0)
+    with pytest.raises(ValueError, match=r"classifier\.amp_bf16 = true needs a CUDA device or a CPU with native"):
+        train_classifier(model, x, y, None, None, tiny_cfg(arch="tiny_cnn", epochs=1, amp_bf16=True),
+                         progress=False)
+    with pytest.raises(ValueError, match="classifier.amp_bf16"):
+        predict_proba(model, x, amp_bf16=True)
+    assert predict_proba(model, x).shape == (8, len(OBSERVATIONS))  # fp32 needs nothing

@@ -80,3 +80,13 @@ def test_torch_threads_sets_and_restores():
     with pytest.raises(RuntimeError), torch_threads(1):
         raise RuntimeError("boom")
     assert torch.get_num_threads() == before
+
+
+def test_the_classifier_stage_passes_amp_bf16_to_the_classifier():
+    """issue 27: classifier.amp_bf16 is a stage config field (it existed only on ClassifierConfig, unreachable
+    from a config file or `--set`)."""
+    from harness.config import load_config
+    from harness.stages.classifier import classifier_config
+
+    assert classifier_config(load_config(None, [])).amp_bf16 is False
+    assert classifier_config(load_config(None, ["classifier.amp_bf16=true"])).amp_bf16 is True
