@@ -5,12 +5,17 @@
     PYTHONPATH=$PWD python benchmarks/bench_study.py --seeds 2 --out /tmp/bench-t4 --cache CACHE \
         --set stages.rl.generation.backend=fused --set stages.rl.rl.lora_pass=merged   # the inexact options
 
+    PYTHONPATH=$PWD python benchmarks/bench_study.py --seeds 0,1,2,3,4 --one-call   # as a user runs 5 seeds
+
 Round 1 runs the first seed in a fresh output folder with a fresh per-machine cache ($REGBENCH_CACHE points at an
 empty folder, so the phantom sets and stage 0 are built from scratch, as on a fresh machine). Each later round
 adds one seed to the same folder: the shared stages (data, stage 0, and the stages the study pins with
 `stage_seeds`) are then built, so its time is what one more seed of the study costs. Every stage node's time
 comes from the runner's own record ("finished KIND (LABEL) in Ns"); the round's wall time is measured around
-the runner. Heavy (the whole study: about half an hour on 2 cores for three seeds of Table 4); nothing here is
+the runner. --one-call runs every seed in one call from the empty cache instead (`regbench experiment run
+--seeds 0,1,2,3,4`: the workers take any seed's ready run, so they idle less than round by round).
+
+Heavy (the whole study: about half an hour on 2 cores for three seeds of Table 4); nothing here is
 part of the test suite. Timings on a shared machine vary with the load: compare runs made side by side.
 """
 
@@ -53,7 +58,7 @@ def run_round(study_path: Path, out: Path, seeds: list[int], workers: int, sets:
 def summary(rounds: list[dict]) -> str:
     lines = []
     for i, r in enumerate(rounds):
-        what = "empty cache" if i == 0 else "shared stages built"
+        what = "from an empty cache" if i == 0 else "shared stages built"
         lines.append(f"round {i + 1}: seed(s) {r['seeds']} ({what}): wall {r['wall_s']:.0f}s")
         by_kind: dict[str, list[int]] = {}
         for n in r["nodes"]:
@@ -74,13 +79,16 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a key of the study, as `regbench experiment run --set` (repeatable)")
     ap.add_argument("--stages-dir", default=None, help="keep stage runs here (default OUT/stages)")
+    ap.add_argument("--one-call", action="store_true",
+                    help="every seed in one call from the empty cache (one round), not one seed a round")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-study-"))
     os.environ["REGBENCH_CACHE"] = args.cache or tempfile.mkdtemp(prefix="bench-study-cache-")
     print(f"[bench_study] {args.study}: seeds {seeds}, {args.workers} workers, out {out}, "
           f"cache {os.environ['REGBENCH_CACHE']}", flush=True)
-    rounds = [run_round(Path(args.study), out, [seed], args.workers, args.set, args.stages_dir) for seed in seeds]
+    groups = [seeds] if args.one_call else [[seed] for seed in seeds]
+    rounds = [run_round(Path(args.study), out, group, args.workers, args.set, args.stages_dir) for group in groups]
     text = summary(rounds)
     print("\n" + text)
     if args.json:

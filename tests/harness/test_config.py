@@ -150,3 +150,19 @@ def test_paper_presets_follow_the_official_code_where_it_differs_from_the_text(p
     cleaning = "reva_po" if preset.startswith("mimic") else "r2gen"
     for stage in ("warmup", "sft", "rl", "eval"):  # every stage reads the same references
         assert load_config(path, ["data.annotation=ann.json"], stage=stage).data.report_cleaning == cleaning
+
+
+def test_the_fast_tiny_power_preset_is_tiny_power_with_its_three_speed_options():
+    """issue 27: experiments/presets/tiny-power-fast.yaml changes only the classifier's precision and the RL
+    sampler and LoRA pass; every other field of every stage is tiny-power's."""
+    from harness.config import to_dict
+
+    presets = Path(__file__).resolve().parents[2] / "experiments" / "presets"
+    changed = {"classifier": {"classifier.amp_bf16": True},
+               "rl": {"generation.backend": "fused", "rl.lora_pass": "merged"}}
+    for stage in ("warmup", "classifier", "sft", "rl", "eval"):
+        fast, power = (to_dict(load_config(presets / f"{name}.yaml", stage=stage))
+                       for name in ("tiny-power-fast", "tiny-power"))
+        differences = {f"{section}.{k}": v for section, values in fast.items() if isinstance(values, dict)
+                       for k, v in values.items() if power[section][k] != v}
+        assert differences == changed.get(stage, {}), stage
