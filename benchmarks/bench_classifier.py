@@ -2,12 +2,14 @@
 
     python benchmarks/bench_classifier.py                       # 112 / 96 / 80 px, 32 images, 1 thread
     python benchmarks/bench_classifier.py --sizes 112,80 --rounds 10
+    python benchmarks/bench_classifier.py --sizes 112 --amp --rounds 10      # fp32 against bf16 autocast
     python benchmarks/bench_classifier.py --rounds 1 --predict RUNS/stages/classifier-seed0-xxx/classifier \
         --annotation RUNS/data/n20000-seed0-px128-g2-test/annotation.json --split test
 
 A measured call is what `train_classifier` does per batch: forward, BCE-with-logits over the 14 observations,
 backward and one AdamW step, on a channels-last float batch. The sizes alternate round by round (112, 96, 80, 112,
-...) so all see the same machine load. Printed: median seconds per batch of each size and its ratio to the first.
+...) so all see the same machine load (with --amp each size also in bf16 mixed precision, as classifier.amp_bf16
+trains). Printed: median seconds per batch of each size and its ratio to the first.
 
 --predict: a trained classifier's predictions for a split of a phantom set (what harness/prompts.py asks it for the
 instructions), with 256 and with 32 images per forward pass (predict_proba's CPU batch, harness/models/classifier/
@@ -31,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--amp", action="store_true",
+                        help="also time each size in bf16 mixed precision (classifier.amp_bf16; a CPU with AMX or "
+                             "AVX512-BF16)")
     parser.add_argument("--predict", metavar="CLASSIFIER_DIR", help="time predictions of this classifier instead")
     parser.add_argument("--annotation", help="--predict: the phantom set's annotation.json")
     parser.add_argument("--split", default="test", help="--predict: the split to predict")
@@ -47,33 +52,39 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    # (side, bf16 autocast) pairs: each size in fp32, and with --amp in bf16 mixed precision too.
+    variants = [(int(s), amp) for s in args.sizes.split(",") if s for amp in ((False, True) if args.amp else (False,))]
     n_cls = NUM_OBSERVATIONS
-    nets = {s: TinyCNN(n_cls) for s in sizes}
-    opts = {s: torch.optim.AdamW(nets[s].parameters(), lr=1e-3) for s in sizes}
-    batches = {s: (torch.rand(args.batch_size, 3, s, s).contiguous(memory_format=torch.channels_last),
-                   (torch.rand(args.batch_size, n_cls) > 0.7).float()) for s in sizes}
+    nets = {v: TinyCNN(n_cls) for v in variants}
+    opts = {v: torch.optim.AdamW(nets[v].parameters(), lr=1e-3) for v in variants}
+    batches = {v: (torch.rand(args.batch_size, 3, v[0], v[0]).contiguous(memory_format=torch.channels_last),
+                   (torch.rand(args.batch_size, n_cls) > 0.7).float()) for v in variants}
     loss_fn = torch.nn.BCEWithLogitsLoss()
 
-    def step(s: int) -> float:
-        x, y = batches[s]
+    def step(v: tuple[int, bool]) -> float:
+        x, y = batches[v]
         t0 = time.perf_counter()
-        opts[s].zero_grad(set_to_none=True)
-        loss_fn(nets[s](x), y).backward()
-        opts[s].step()
+        opts[v].zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=v[1]):  # as train_classifier: forward only
+            logits = nets[v](x)
+        loss_fn(logits.float(), y).backward()
+        opts[v].step()
         return time.perf_counter() - t0
 
-    for s in sizes:  # warm-up: oneDNN picks its kernels on the first call of each shape
-        step(s)
-    times: dict[int, list[float]] = {s: [] for s in sizes}
+    def name(v: tuple[int, bool]) -> str:
+        return f"{v[0]} px{' bf16' if v[1] else ''}"
+
+    for v in variants:  # warm-up: oneDNN picks its kernels on the first call of each shape
+        step(v)
+    times: dict[tuple[int, bool], list[float]] = {v: [] for v in variants}
     for _ in range(args.rounds):
-        for s in sizes:
-            times[s].append(step(s))
-    base = statistics.median(times[sizes[0]])
-    for s in sizes:
-        med = statistics.median(times[s])
-        print(f"{s} px: {med * 1000:.1f} ms per batch of {args.batch_size} (median of {args.rounds}), "
-              f"{med / base:.2f}x {sizes[0]} px", flush=True)
+        for v in variants:
+            times[v].append(step(v))
+    base = statistics.median(times[variants[0]])
+    for v in variants:
+        med = statistics.median(times[v])
+        print(f"{name(v)}: {med * 1000:.1f} ms per batch of {args.batch_size} (median of {args.rounds}), "
+              f"{med / base:.2f}x {name(variants[0])}", flush=True)
     return 0
 
 
