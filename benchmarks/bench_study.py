@@ -55,10 +55,11 @@ def run_round(study_path: Path, out: Path, seeds: list[int], workers: int, sets:
     return {"seeds": seeds, "wall_s": round(wall, 1), "nodes": nodes}
 
 
-def summary(rounds: list[dict]) -> str:
+def summary(rounds: list[dict], fresh: bool = True) -> str:
+    """fresh: the first round started from an empty cache and output folder (else from the given ones)."""
     lines = []
     for i, r in enumerate(rounds):
-        what = "from an empty cache" if i == 0 else "shared stages built"
+        what = "from an empty cache" if i == 0 and fresh else "shared stages built"
         lines.append(f"round {i + 1}: seed(s) {r['seeds']} ({what}): wall {r['wall_s']:.0f}s")
         by_kind: dict[str, list[int]] = {}
         for n in r["nodes"]:
@@ -84,12 +85,13 @@ def main() -> None:
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-study-"))
+    fresh = not (out / "index.json").is_file()  # a folder a study already ran in: its stages are built
     os.environ["REGBENCH_CACHE"] = args.cache or tempfile.mkdtemp(prefix="bench-study-cache-")
     print(f"[bench_study] {args.study}: seeds {seeds}, {args.workers} workers, out {out}, "
           f"cache {os.environ['REGBENCH_CACHE']}", flush=True)
     groups = [seeds] if args.one_call else [[seed] for seed in seeds]
     rounds = [run_round(Path(args.study), out, group, args.workers, args.set, args.stages_dir) for group in groups]
-    text = summary(rounds)
+    text = summary(rounds, fresh)
     print("\n" + text)
     if args.json:
         Path(args.json).write_text(json.dumps({"study": args.study, "workers": args.workers, "sets": args.set,
