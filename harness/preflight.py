@@ -50,6 +50,11 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
             raise ConfigError("stage 2 (sft) needs 'classifier.dir': the folder written by `regbench classifier "
                               "train`")
         check_classifier_dir(cfg.classifier.dir, "classifier.dir")
+    if stage == "classifier" and cfg.classifier.amp_bf16:  # the classifier trains on the CPU (below)
+        from harness.models.classifier.training import NO_NATIVE_BF16, native_cpu_bf16
+
+        if not native_cpu_bf16():
+            raise ConfigError(NO_NATIVE_BF16)
     if stage == "classifier" and cfg.classifier.pretrained_path:
         from harness.models.classifier.model import read_state_dict
 

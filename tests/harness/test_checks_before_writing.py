@@ -108,6 +108,9 @@ CASES = [
     ("classifier_pickled_pth", "pickled_pth", ["classifier", "train", *DATA,
                                                "classifier.pretrained_path={tmp}/backbone.pth"],
      ["'classifier.pretrained_path'", "backbone.pth", "pickled", "safetensors"]),
+    ("classifier_bf16_without_native_bf16", "no_native_bf16", ["classifier", "train", *DATA,
+                                                                "classifier.amp_bf16=true"],
+     ["classifier.amp_bf16 = true", "native bf16", "set it to false"]),
     # -- the out folder --
     ("earlier_run_other_config", "earlier_run", ["train", "warmup", *DATA], ["manifest.json", "--restart"]),
     ("earlier_run_bad_data", "earlier_run", ["train", "warmup", *DATA[:1], "data.annotation={tmp}/none.json",
@@ -160,6 +163,8 @@ def test_a_refused_command_leaves_every_folder_as_it_was(case, tmp_path, capsys,
     _, kind, argv, expected = case
     monkeypatch.chdir(tmp_path)  # default folders (runs/...) would land here
     names = _setup(tmp_path, kind)
+    if kind == "no_native_bf16":  # issue 27: refused before the run folder is opened, on a CPU without bf16
+        monkeypatch.setattr("harness.models.classifier.training.native_cpu_bf16", lambda: False)
     args = [a.format(**names) for a in argv]
     before = _snapshot(tmp_path)
     assert main(args) == 2

@@ -85,11 +85,14 @@ def native_cpu_bf16() -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
+NO_NATIVE_BF16 = ("classifier.amp_bf16 = true needs a CUDA device or a CPU with native bf16 (AVX512-BF16 or AMX); "
+                  "this CPU has neither, and emulated bf16 is slower than fp32: set it to false")
+
+
 def _autocast(amp_bf16: bool, device: torch.device) -> Any:
     """bf16 autocast for the forward when `amp_bf16` (ClassifierConfig.amp_bf16), else a no-op context."""
     if amp_bf16 and device.type == "cpu" and not native_cpu_bf16():
-        raise ValueError("classifier.amp_bf16 = true needs a CUDA device or a CPU with native bf16 (AVX512-BF16 "
-                         "or AMX); this CPU has neither, and emulated bf16 is slower than fp32: set it to false")
+        raise ValueError(NO_NATIVE_BF16)
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp_bf16)
 
 
