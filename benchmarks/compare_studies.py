@@ -22,7 +22,11 @@ IGNORED = ("model_dir",)  # where a run's model lies, not what it scored
 
 
 def _runs(root: Path) -> dict[tuple[str, int], dict]:
-    index = json.loads((root / "index.json").read_text())
+    path = root / "index.json"
+    if not path.is_file():
+        raise SystemExit(f"compare_studies: {path} not found: give a study's output folder (regbench experiment run "
+                         f"--out)")
+    index = json.loads(path.read_text())
     return {(r["arm"], int(r["seed"])): r for r in index["runs"] if r.get("status") == "complete"}
 
 
