@@ -1,4 +1,5 @@
-"""`report` (tables, figures and a page from an experiment's run records) and `analyze` (Supp. A analyses).
+"""`report` (tables, figures and a page from an experiment's run records), `analyze` (Supp. A analyses) and
+`compare` (one study run two ways).
 
 The harness does what needs models or stores (sampling for `analyze`, opening Optuna storages) and hands
 reports/ the records and objects it reads: reports/ itself only reads.
@@ -38,6 +39,38 @@ def cmd_analyze(ns) -> int:
     return 0
 
 
+def _deltas(items: list[str] | None) -> dict[str, str]:
+    from harness.config import ConfigError
+
+    out = {}
+    for item in items or []:
+        metric, sep, value = item.partition("=")
+        if not sep or not metric.strip():
+            raise ConfigError(f"--delta takes METRIC=VALUE (e.g. gold_f1=0.02), got '{item}'")
+        out[metric.strip()] = value.strip()
+    return out
+
+
+def cmd_compare(ns) -> int:
+    import json
+    from pathlib import Path
+
+    from harness.cli.args import int_list
+    from harness.runs.records import atomic_write_text
+    from reports.experiment import load_experiment
+    from reports.option_check import as_json, check_option, summary_lines
+
+    reference, other = load_experiment(ns.reference), load_experiment(ns.other)
+    check = check_option(reference, other, seeds=int_list(ns.seeds), other_seeds=int_list(ns.other_seeds),
+                         alpha=ns.alpha, deltas=_deltas(ns.delta))
+    for line in summary_lines(check, Path(ns.reference).name or "reference", Path(ns.other).name or "other"):
+        print(line)
+    if ns.json:
+        atomic_write_text(Path(ns.json), json.dumps(as_json(check), indent=1) + "\n")
+        print(f"wrote {ns.json}")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     rep = sub.add_parser("report", help="tables, figures and index.html from an experiment's run records")
     rep.add_argument("experiment_dir", metavar="EXPERIMENT_DIR",
@@ -61,3 +94,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ana.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
     ana.add_argument("--batch-prompts", type=int, default=8, help="prompts per sampling batch (default 8)")
     ana.set_defaults(func=cmd_analyze)
+
+    cmp = sub.add_parser("compare", help="one study run two ways (the exact path and an option): identical runs, "
+                                         "the option's effect on each arm, the verdicts side by side")
+    cmp.add_argument("reference", metavar="REFERENCE_DIR", help="the study run the reference way (index.json)")
+    cmp.add_argument("other", metavar="OTHER_DIR", help="the same study run with the option (may be REFERENCE_DIR "
+                                                        "itself with --other-seeds)")
+    cmp.add_argument("--seeds", default=None,
+                     help="comma-separated seeds of REFERENCE_DIR (default: the seeds every arm completed in both)")
+    cmp.add_argument("--other-seeds", default=None,
+                     help="seeds of OTHER_DIR paired in order with --seeds (default: the same seeds)")
+    cmp.add_argument("--alpha", type=float, default=None, help="level (default: the study's decide.alpha)")
+    cmp.add_argument("--delta", action="append", metavar="METRIC=VALUE",
+                     help="compare METRIC with this delta (default: each metric of the study's contrasts with its "
+                          "smallest delta); repeatable")
+    cmp.add_argument("--json", default=None, metavar="FILE", help="also write the comparison as JSON")
+    cmp.set_defaults(func=cmd_compare)
