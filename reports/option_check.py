@@ -17,6 +17,11 @@ Three readings, from strictest to weakest:
    most alpha). Since an inexact option re-draws every RL run, the pairs are two independent runs of one seed's
    schedule (same start, batch order and test split), so their spread is about the seed-to-seed spread, and
    showing equivalence takes as many seeds as a contrast between arms does; "undecided" says how many.
+   Each arm within +-delta bounds each declared contrast's shift by 2 delta only; reading 2b decides the shifts
+   themselves (`contrast_shifts`): per declared contrast ARM - BASELINE on a metric, the per-seed
+   (ARM - BASELINE in OTHER) - (ARM - BASELINE in REFERENCE), decided with the contrast's own delta, Holm over the
+   declared contrasts. An option that moves every arm alike shifts no contrast. Four runs enter each seed's
+   difference, so it needs about twice the seeds of reading 2 to show equivalence.
 3. Verdicts side by side (`side_by_side`): each study's declared contrasts decided by its own rule
    (reports/verdicts.py). Two decided words that differ contradict; "undecided" contradicts nothing. Equal words
    are the strictest reading and the least informative one: a contrast whose interval lies near its +-delta lands
@@ -76,6 +81,7 @@ class OptionCheck:
     other_seeds: list[int]
     same_runs: SameRuns
     effects: list[Decision]  # reading 2, one per (arm, metric)
+    shifts: list[Decision]  # reading 2b, one per declared contrast (its own delta)
     verdicts: list[VerdictPair]  # reading 3 (empty when the study declares no contrasts)
     alpha: float
 
@@ -107,6 +113,24 @@ def option_effects(reference: Mapping[tuple[str, str], Mapping[int, float]],
     return decide_family(contrasts, diffs, alpha=alpha)
 
 
+def contrast_shifts(reference: Mapping[tuple[str, str], Mapping[int, float]],
+                    other: Mapping[tuple[str, str], Mapping[int, float]], contrasts: Sequence[Mapping],
+                    pairs: Sequence[tuple[int, int]], *, alpha: float = 0.05) -> list[Decision]:
+    """Reading 2b as a pure function: per declared contrast ({arm, baseline, metric, delta}), the per-seed shift
+    of ARM - BASELINE from `reference` to `other` (a pair of seeds enters when both arms have it on both sides),
+    decided over the family of contrasts."""
+    family, diffs = [], {}
+    for c in contrasts:
+        arm, base, metric = str(c["arm"]), str(c["baseline"]), str(c["metric"])
+        contrast = Contrast(f"{arm} - {base} ({OTHER})", f"{arm} - {base} ({REFERENCE})", metric, float(c["delta"]))
+        family.append(contrast)
+        ra, rb = reference.get((arm, metric), {}), reference.get((base, metric), {})
+        oa, ob = other.get((arm, metric), {}), other.get((base, metric), {})
+        diffs[contrast] = [(oa[o] - ob[o]) - (ra[r] - rb[r]) for r, o in pairs
+                           if r in ra and r in rb and o in oa and o in ob]
+    return decide_family(family, diffs, alpha=alpha)
+
+
 def check_option(reference: Experiment, other: Experiment, *, seeds: Sequence[int] | None = None,
                  other_seeds: Sequence[int] | None = None, alpha: float | None = None,
                  deltas: Mapping[str, float] | None = None) -> OptionCheck:
@@ -126,7 +150,8 @@ def check_option(reference: Experiment, other: Experiment, *, seeds: Sequence[in
         values[exp is other] = {(arm, metric): exp.values(arm, metric) for arm in arms for metric in deltas}
     pairs = list(zip(ref_seeds, oth_seeds, strict=True))
     effects = option_effects(values[False], values[True], deltas, pairs, alpha=alpha)
-    return OptionCheck(ref_seeds, oth_seeds, _same_runs(reference, other, pairs), effects,
+    shifts = contrast_shifts(values[False], values[True], reference.contrasts, pairs, alpha=alpha)
+    return OptionCheck(ref_seeds, oth_seeds, _same_runs(reference, other, pairs), effects, shifts,
                        _side_by_side(study_verdicts(reference), study_verdicts(other)), alpha)
 
 
@@ -258,6 +283,13 @@ def summary_lines(check: OptionCheck, reference_name: str = REFERENCE, other_nam
         arm = d.contrast.arm.removesuffix(f" ({OTHER})")
         lines.append(f"   {arm:<12} {d.contrast.metric:<12} n={d.n}  {_interval(d):<32} +-{d.contrast.delta:g}  "
                      f"{_word(d)}")
+    if check.shifts:
+        lines += ["", f"2b. the option's shift of each declared contrast (per seed, ARM - BASELINE in {other_name} minus "
+                      f"in {reference_name}; Holm over {len(check.shifts)}, its own delta):"]
+        for d in check.shifts:
+            name = d.contrast.arm.removesuffix(f" ({OTHER})")
+            lines.append(f"   {name:<22} {d.contrast.metric:<12} n={d.n}  {_interval(d):<32} +-{d.contrast.delta:g}  "
+                         f"{_word(d)}")
     if check.verdicts:
         lines += ["", f"3. the study's declared contrasts, each study decided by its own rule "
                       f"({reference_name} | {other_name}):"]
@@ -275,19 +307,20 @@ def summary(check: OptionCheck) -> str:
     s = check.same_runs
     if s.pairs and s.predictions_identical == s.pairs and s.metrics_equal == s.pairs:
         return f"identical: all {s.pairs} runs give byte-identical predictions and equal test metrics"
-    moved = [d for d in check.effects if d.outcome in ("better", "worse")]
+    moved = [f"{d.contrast.arm.removesuffix(f' ({OTHER})')} {d.contrast.metric} {d.outcome}"
+             for d in (*check.effects, *check.shifts) if d.outcome in ("better", "worse")]
     if moved:
-        names = ", ".join(f"{d.contrast.arm.removesuffix(f' ({OTHER})')} {d.contrast.metric} {d.outcome}"
-                          for d in moved)
-        return f"the option changes the results: {names}"
+        return f"the option changes the results: {', '.join(moved)}"
     contradictions = sum(v.contradicts for v in check.verdicts)
-    equivalent = sum(d.outcome == "equivalent" for d in check.effects)
     verdicts = (f"; declared verdicts: {sum(v.same for v in check.verdicts)} of {len(check.verdicts)} the same, "
                 f"{contradictions} contradicting" if check.verdicts else "")
-    if equivalent == len(check.effects) and check.effects:
-        return f"equivalent: every arm's score within +- delta of the reference's{verdicts}"
-    return (f"not shown equivalent: {equivalent} of {len(check.effects)} (arm, metric) pairs equivalent, none "
-            f"better or worse{verdicts}")
+    arms = sum(d.outcome == "equivalent" for d in check.effects)
+    shifts = sum(d.outcome == "equivalent" for d in check.shifts)
+    if arms == len(check.effects) and shifts == len(check.shifts):
+        shown = " and every declared contrast's shift within its +- delta" if check.shifts else ""
+        return f"equivalent: every arm's score within +- delta of the reference's{shown}{verdicts}"
+    return (f"not shown equivalent: {arms} of {len(check.effects)} (arm, metric) pairs and {shifts} of "
+            f"{len(check.shifts)} contrast shifts equivalent, none better or worse{verdicts}")
 
 
 def as_json(check: OptionCheck) -> dict:
@@ -298,6 +331,7 @@ def as_json(check: OptionCheck) -> dict:
 
     return {"reference_seeds": check.reference_seeds, "other_seeds": check.other_seeds, "alpha": check.alpha,
             "same_runs": dataclasses.asdict(check.same_runs), "effects": [decision(d) for d in check.effects],
+            "shifts": [decision(d) for d in check.shifts],
             "verdicts": [{"reference": decision(v.reference), "other": decision(v.other), "same": v.same,
                           "contradicts": v.contradicts} for v in check.verdicts],
             "summary": summary(check)}

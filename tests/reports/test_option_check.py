@@ -17,7 +17,7 @@ from scipy.stats import t
 
 from harness.cli import main
 from reports.experiment import load_experiment
-from reports.option_check import check_option, metric_deltas, option_effects, summary
+from reports.option_check import check_option, contrast_shifts, metric_deltas, option_effects, summary
 
 ALPHA = 0.05
 CONTRASTS = [{"arm": "ckl", "baseline": "base", "metric": "gold_f1", "delta": 0.02},
@@ -98,8 +98,18 @@ def test_the_option_effect_of_each_arm_is_decided_over_the_family(tmp_path):
     assert math.isclose(worse.p, p, rel_tol=1e-6) and math.isclose(worse.p_adjusted, 6 * p, rel_tol=1e-6)
     undecided = got["nokl (other)", "BLEU_4"]
     assert undecided.outcome == "undecided" and undecided.seeds_needed and undecided.seeds_needed > 4
-    assert summary(check) == "the option changes the results: ckl gold_f1 worse"
-    # the declared verdicts: ckl - base gold_f1 moved with ckl's scores
+    assert summary(check) == "the option changes the results: ckl gold_f1 worse, ckl - base gold_f1 worse"
+    # reading 2b: the declared contrasts' shifts, each with its own delta. ckl - base on gold_f1 moved with ckl's
+    # scores; nokl - base on BLEU_4 shifts by nokl's moves minus base's +0.003 (0.010, -0.014, 0.009, -0.013)
+    shifts = {(d.contrast.arm, d.contrast.metric): d for d in check.shifts}
+    assert list(shifts) == [("ckl - base (other)", "gold_f1"), ("ckl - base (other)", "BLEU_4"),
+                            ("nokl - base (other)", "BLEU_4")]
+    assert [d.contrast.delta for d in check.shifts] == [0.02, 0.01, 0.005]
+    assert shifts["ckl - base (other)", "gold_f1"].outcome == "worse"
+    assert math.isclose(shifts["ckl - base (other)", "BLEU_4"].diff, -0.003, rel_tol=1e-9)  # base's BLEU moved
+    nokl = shifts["nokl - base (other)", "BLEU_4"]
+    assert nokl.outcome == "undecided" and math.isclose(nokl.diff, (0.010 - 0.014 + 0.009 - 0.013) / 4, rel_tol=1e-9)
+    # the declared verdicts: each study's own
     assert [v.contrast.arm for v in check.verdicts] == ["ckl", "ckl", "nokl"]
 
 
@@ -166,7 +176,8 @@ def test_without_contrasts_the_metrics_come_from_delta(tmp_path):
     with pytest.raises(ValueError, match=r"declares no contrasts.*--delta"):
         check_option(load_experiment(a), load_experiment(b))
     check = check_option(load_experiment(a), load_experiment(b), deltas={"BLEU_4": 0.01})
-    assert [d.contrast.metric for d in check.effects] == ["BLEU_4"] * 3 and check.verdicts == []
+    assert [d.contrast.metric for d in check.effects] == ["BLEU_4"] * 3
+    assert check.verdicts == [] and check.shifts == []
     with pytest.raises(ValueError, match="delta of BLEU_4 must be a number > 0"):
         check_option(load_experiment(a), load_experiment(b), deltas={"BLEU_4": -1})
 
@@ -183,7 +194,8 @@ def test_the_compare_command_prints_the_readings_and_writes_json(tmp_path, capsy
     assert "b against a, seeds [0, 1, 2, 3]" in text and "ckl          gold_f1      n=4" in text
     assert "+-0.03" in text and "the option changes the results: ckl gold_f1 worse" in text
     data = json.loads(out.read_text())
-    assert data["summary"] == "the option changes the results: ckl gold_f1 worse"
+    assert data["summary"].startswith("the option changes the results: ckl gold_f1 worse")
+    assert [s["metric"] for s in data["shifts"]] == ["gold_f1", "BLEU_4", "BLEU_4"]
     assert {e["metric"]: e["delta"] for e in data["effects"]} == {"gold_f1": 0.03, "BLEU_4": 0.005}
 
 
@@ -260,3 +272,35 @@ def test_planted_effect_at_the_margin_is_called_equivalent_at_most_alpha_and_a_l
     # the arms without an effect stay within the family's guarantee
     others = np.delete(large, 2, axis=1)
     assert np.isin(others, ("better", "worse")).any(axis=1).mean() <= ALPHA + 3 * _se(ALPHA, 400)
+
+
+DECLARED = [{"arm": arm, "baseline": "base", "metric": metric, "delta": DELTA[metric]}
+            for arm in ARMS[1:] for metric in METRICS]
+
+
+def shift_outcomes(rng, reps: int, n_seeds: int, shift=None) -> tuple[np.ndarray, np.ndarray]:
+    pairs = [(s, s) for s in range(n_seeds)]
+    arms, shifts = [], []
+    for _ in range(reps):
+        ref, other = simulate(rng, n_seeds, shift)
+        arms.append([d.outcome for d in option_effects(ref, other, DELTA, pairs)])
+        shifts.append([d.outcome for d in contrast_shifts(ref, other, DECLARED, pairs)])
+    return np.array(arms), np.array(shifts)
+
+
+def test_an_option_that_moves_every_arm_alike_shifts_no_contrast():
+    # every arm's gold F1 down by 3 SIGMA: reading 2 calls the arms worse, reading 2b keeps its guarantee
+    reps = 400
+    shift = {(arm, "gold_f1"): -3 * SIGMA for arm in ARMS}
+    arms, shifts = shift_outcomes(np.random.default_rng(15), reps, 8, shift)
+    assert (arms[:, 0::2] == "worse").mean() > 0.6
+    assert np.isin(shifts, ("better", "worse")).any(axis=1).mean() <= ALPHA + 3 * _se(ALPHA, reps)
+
+
+def test_planted_contrast_shift_at_its_margin_is_called_equivalent_at_most_alpha():
+    # only ckl moves, by the gold contrast's delta: its shift sits on the margin; a large move is found
+    reps = 1000
+    _, at_margin = shift_outcomes(np.random.default_rng(16), reps, 8, {("ckl", "gold_f1"): DELTA["gold_f1"]})
+    assert (at_margin[:, 0] == "equivalent").mean() <= ALPHA + 3 * _se(ALPHA, reps)
+    _, large = shift_outcomes(np.random.default_rng(17), 300, 8, {("ckl", "gold_f1"): 5 * SIGMA})
+    assert (large[:, 0] == "better").mean() > 0.8 and not (large[:, 0] == "worse").any()
