@@ -284,8 +284,8 @@ def summary_lines(check: OptionCheck, reference_name: str = REFERENCE, other_nam
         lines.append(f"   {arm:<12} {d.contrast.metric:<12} n={d.n}  {_interval(d):<32} +-{d.contrast.delta:g}  "
                      f"{_word(d)}")
     if check.shifts:
-        lines += ["", f"2b. the option's shift of each declared contrast (per seed, ARM - BASELINE in {other_name} minus "
-                      f"in {reference_name}; Holm over {len(check.shifts)}, its own delta):"]
+        lines += ["", f"2b. the option's shift of each declared contrast (per seed, ARM - BASELINE in {other_name} "
+                      f"minus in {reference_name}; Holm over {len(check.shifts)}, its own delta):"]
         for d in check.shifts:
             name = d.contrast.arm.removesuffix(f" ({OTHER})")
             lines.append(f"   {name:<22} {d.contrast.metric:<12} n={d.n}  {_interval(d):<32} +-{d.contrast.delta:g}  "
