@@ -59,8 +59,7 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
         from harness.models.classifier.model import read_state_dict
 
         read_state_dict(cfg.classifier.pretrained_path, "classifier.pretrained_path")
-    if stage != "classifier":  # the classifier trains where its model is built (the CPU), not on model.device
-        check_device(cfg)
+    check_device(cfg)  # every stage, the classifier too, runs on model.device
 
 
 def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) -> None:

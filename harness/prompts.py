@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,7 +16,11 @@ from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
 from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba
 from harness.output_format import format_instruction
+from harness.preflight import model_device
 from harness.runs.records import kept_result
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -84,8 +89,9 @@ def classifier_inputs(samples, img_size: int, normalization: str = "imagenet", c
 PREDICTIONS_FOLDER = "predicted_diseases"  # inside a classifier folder: predictions already made (one file a call)
 
 
-def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
-    """Names of the observations the frozen classifier predicts positive, per sample.
+def predicted_diseases(classifier_dir: str | Path, samples, device: str | torch.device = "cpu") -> list[list[str]]:
+    """Names of the observations the frozen classifier predicts positive, per sample, predicted on `device` (the
+    stage's model.device).
 
     Every stage run and evaluation from one SFT model asks the same classifier about the same samples (the demo:
     its 10 RL runs each predict the 1,050 train and 60 validation images, 2.3 s on a core). The answer is kept in
@@ -102,7 +108,7 @@ def predicted_diseases(classifier_dir: str | Path, samples) -> list[list[str]]:
         h.update(s.id.encode() + b"\0" + Path(s.image_paths[0]).read_bytes())
 
     def predict() -> list[list[str]]:
-        model, ccfg, thresholds = load_classifier(classifier_dir)
+        model, ccfg, thresholds = load_classifier(classifier_dir, device=device)
         probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size, ccfg.normalization),
                               amp_bf16=ccfg.amp_bf16)
         return [positive_names(row) for row in predict_labels(probs, thresholds)]
@@ -116,7 +122,7 @@ def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:
     fmt = checkpoint_format(cfg, spec)
     if not spec.get("classifier_dir"):
         return [format_instruction(cfg.prompt.instruction, fmt)] * len(samples)
-    names = predicted_diseases(spec["classifier_dir"], samples)
+    names = predicted_diseases(spec["classifier_dir"], samples, model_device(cfg))
     instruction = spec.get("instruction", cfg.prompt.instruction)
     template = spec.get("disease_template", cfg.prompt.disease_template)
     return [format_instruction(instruction_text(instruction, ns, template), fmt) for ns in names]

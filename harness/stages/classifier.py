@@ -40,7 +40,7 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
 
 @preemption.preemptible
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
-    from harness.preflight import check_inputs, check_run_folder
+    from harness.preflight import check_inputs, check_run_folder, model_device
     from harness.runs.state import restart_requested
 
     check_inputs(cfg, "classifier")
@@ -51,7 +51,8 @@ def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
     ccfg = classifier_config(cfg)
     # The data and the model before the run folder is opened: a bad input leaves it as it was.
     splits = require_train(load_splits(cfg, progress), cfg, "classifier")
-    model = build_classifier(ccfg)
+    # model.device, as for the other stages: at the paper's scale (ViT-B/16, MIMIC-CXR) a GPU; here the CPU
+    model = build_classifier(ccfg).to(model_device(cfg))
     run = start_run(cfg, "classifier")
     out = run.path / "classifier"
     if run.complete:  # pragma: no cover - finished by another process meanwhile

@@ -17,6 +17,7 @@ from harness.data.pixel_cache import stage_pixel_folder
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.output_format import format_instruction, training_target
+from harness.preflight import model_device
 from harness.prompts import disease_instructions, load_images, predicted_diseases, reference_labels
 from harness.runs import preemption
 from harness.stages.lm_train import LMData, train_lm
@@ -39,7 +40,7 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     data = {}
     for split in ("train", "val"):
         samples = splits[split]
-        names = predicted_diseases(cfg.classifier.dir, samples)
+        names = predicted_diseases(cfg.classifier.dir, samples, model_device(cfg))
         fmt = cfg.prompt.output_format
         labels = reference_labels(samples) if fmt != "plain" else [None] * len(samples)
         data[split] = LMData(load_images(samples, size, cache_dir=pixels.name),

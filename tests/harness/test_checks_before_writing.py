@@ -98,6 +98,7 @@ CASES = [
      ["no training report"]),
     # -- device and model --
     ("warmup_device", "", ["train", "warmup", *DATA, "model.device=cuda:99"], ["model.device", "cuda:99"]),
+    ("classifier_device", "", ["classifier", "train", *DATA, "model.device=cuda:99"], ["model.device", "cuda:99"]),
     ("eval_device", "", ["eval", "--model", "{tmp}/nomodel", "--out", "{out}", *DATA[:2], *DATA[3:],
                          "model.device=cuda:99"], ["model.device", "cuda:99"]),
     ("hub_id", "", ["train", "warmup", *DATA, "model.path=nobody-here/no-such-model"],

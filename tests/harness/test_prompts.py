@@ -75,3 +75,35 @@ def test_predictions_use_the_precision_the_classifier_was_trained_in(tmp_path, m
     monkeypatch.setattr(prompts, "predict_proba", lambda *a, **k: seen.append(k.get("amp_bf16")) or real(*a, **k))
     predicted_diseases(tmp_path / "clf", _samples(tmp_path))
     assert seen == [amp]
+
+
+def test_predictions_run_on_the_device_they_are_given(classifier, tmp_path, monkeypatch):
+    """The stages pass their model.device (instructions_for, stage 2): the classifier is loaded there."""
+    import torch
+
+    samples = _samples(tmp_path)
+    devices = []
+    real = prompts.load_classifier
+    monkeypatch.setattr(prompts, "load_classifier", lambda d, device="cpu": devices.append(device) or real(d, device))
+    cpu = predicted_diseases(classifier, samples, torch.device("cpu"))
+    assert devices == [torch.device("cpu")] and len(cpu) == len(samples)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU (the prepared device check)")
+def test_the_classifier_stage_and_its_predictions_run_on_a_gpu(tmp_path):
+    """model.device = cuda: the classifier trains with its parameters on the GPU and the prompts' predictions run
+    there too (the paper's ViT-B/16 on MIMIC-CXR would not train on a CPU)."""
+    import torch
+
+    from harness.models.classifier import load_classifier, train_classifier
+
+    cfg = ClassifierConfig.preset("tiny", img_size=32, seed=1, epochs=1, batch_size=4)
+    model = build_classifier(cfg).to("cuda")
+    x = torch.randn(8, 3, 32, 32)
+    y = (torch.rand(8, 14) > 0.5).float()
+    train_classifier(model, x, y, x, y, cfg, progress=False)
+    assert all(p.device.type == "cuda" for p in model.parameters())
+    save_classifier(model, cfg, np.linspace(0.2, 0.8, 14), tmp_path / "gpu_clf")
+    loaded, _, _ = load_classifier(tmp_path / "gpu_clf", device="cuda")
+    assert next(loaded.parameters()).device.type == "cuda"
+    assert len(predicted_diseases(tmp_path / "gpu_clf", _samples(tmp_path), torch.device("cuda"))) == 6
