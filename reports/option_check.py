@@ -267,6 +267,11 @@ def _word(d: Decision) -> str:
     return d.outcome
 
 
+def _decision_lines(decisions: Sequence[Decision], width: int) -> list[str]:
+    return [f"   {d.contrast.arm.removesuffix(f' ({OTHER})'):<{width}} {d.contrast.metric:<12} n={d.n}  "
+            f"{_interval(d):<32} +-{d.contrast.delta:g}  {_word(d)}" for d in decisions]
+
+
 def summary_lines(check: OptionCheck, reference_name: str = REFERENCE, other_name: str = OTHER) -> list[str]:
     """The comparison as text, reading by reading, ending with a one-line summary."""
     s = check.same_runs
@@ -279,17 +284,11 @@ def summary_lines(check: OptionCheck, reference_name: str = REFERENCE, other_nam
              f"test metrics equal in {s.metrics_equal}", "",
              f"2. the option's effect on each arm ({other_name} - {reference_name} paired by seed; Holm over "
              f"{len(check.effects)} (arm, metric) pairs, alpha {check.alpha:g}; equivalent = inside +- delta):"]
-    for d in check.effects:
-        arm = d.contrast.arm.removesuffix(f" ({OTHER})")
-        lines.append(f"   {arm:<12} {d.contrast.metric:<12} n={d.n}  {_interval(d):<32} +-{d.contrast.delta:g}  "
-                     f"{_word(d)}")
+    lines += _decision_lines(check.effects, 12)
     if check.shifts:
         lines += ["", f"2b. the option's shift of each declared contrast (per seed, ARM - BASELINE in {other_name} "
                       f"minus in {reference_name}; Holm over {len(check.shifts)}, its own delta):"]
-        for d in check.shifts:
-            name = d.contrast.arm.removesuffix(f" ({OTHER})")
-            lines.append(f"   {name:<22} {d.contrast.metric:<12} n={d.n}  {_interval(d):<32} +-{d.contrast.delta:g}  "
-                         f"{_word(d)}")
+        lines += _decision_lines(check.shifts, 22)
     if check.verdicts:
         lines += ["", f"3. the study's declared contrasts, each study decided by its own rule "
                       f"({reference_name} | {other_name}):"]
