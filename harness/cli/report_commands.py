@@ -96,12 +96,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ana.set_defaults(func=cmd_analyze)
 
     cmp = sub.add_parser("compare", help="one study run two ways (the exact path and an option): identical runs, "
-                                         "the option's effect on each arm, the verdicts side by side")
+                                         "each arm's and each declared contrast's shift decided, the verdicts side "
+                                         "by side")
     cmp.add_argument("reference", metavar="REFERENCE_DIR", help="the study run the reference way (index.json)")
     cmp.add_argument("other", metavar="OTHER_DIR", help="the same study run with the option (may be REFERENCE_DIR "
                                                         "itself with --other-seeds)")
     cmp.add_argument("--seeds", default=None,
-                     help="comma-separated seeds of REFERENCE_DIR (default: the seeds every arm completed in both)")
+                     help="comma-separated seeds of REFERENCE_DIR (default: the seeds with a complete run in both)")
     cmp.add_argument("--other-seeds", default=None,
                      help="seeds of OTHER_DIR paired in order with --seeds (default: the same seeds)")
     cmp.add_argument("--alpha", type=float, default=None, help="level (default: the study's decide.alpha)")
