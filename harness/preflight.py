@@ -50,16 +50,22 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
             raise ConfigError("stage 2 (sft) needs 'classifier.dir': the folder written by `regbench classifier "
                               "train`")
         check_classifier_dir(cfg.classifier.dir, "classifier.dir")
-    if stage == "classifier" and cfg.classifier.amp_bf16:  # the classifier trains on the CPU (below)
-        from harness.models.classifier.training import NO_NATIVE_BF16, native_cpu_bf16
-
-        if not native_cpu_bf16():
-            raise ConfigError(NO_NATIVE_BF16)
     if stage == "classifier" and cfg.classifier.pretrained_path:
         from harness.models.classifier.model import read_state_dict
 
         read_state_dict(cfg.classifier.pretrained_path, "classifier.pretrained_path")
     check_device(cfg)  # every stage, the classifier too, runs on model.device
+    if stage == "classifier":
+        check_classifier_precision(cfg)
+
+
+def check_classifier_precision(cfg: RunConfig) -> None:
+    """classifier.amp_bf16 on a CPU needs native bf16 (oneDNN would emulate it, slower than fp32); a GPU has it."""
+    if cfg.classifier.amp_bf16 and model_device(cfg).type == "cpu":
+        from harness.models.classifier.training import NO_NATIVE_BF16, native_cpu_bf16
+
+        if not native_cpu_bf16():
+            raise ConfigError(NO_NATIVE_BF16)
 
 
 def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) -> None:
