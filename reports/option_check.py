@@ -45,7 +45,7 @@ from reports.experiment import Experiment, read_jsonl
 from reports.verdicts import Verdicts, study_verdicts
 
 REFERENCE, OTHER = "reference", "other"
-IGNORED_METRICS = ("model_dir",)  # where a run's model lies, not what it scored
+IGNORED_METRICS = ("model_dir", "eval_key")  # which model and settings were tested (keys, paths), not the scores
 DECIDED = ("better", "worse", "equivalent")
 
 

@@ -69,9 +69,11 @@ def test_each_metric_takes_its_smallest_declared_delta():
 def test_a_copy_of_a_study_is_identical(tmp_path):
     ref = write_study(tmp_path / "a", references=["x y", "z"])
     shutil.copytree(ref, tmp_path / "b")
+    for path in (tmp_path / "b").rglob("metrics.json"):  # the other study's own model folders and eval keys
+        path.write_text(json.dumps({**json.loads(path.read_text()), "model_dir": str(path), "eval_key": "other"}))
     check = check_option(load_experiment(ref), load_experiment(tmp_path / "b"))
     s = check.same_runs
-    assert (s.pairs, s.predictions_identical, s.metrics_equal) == (12, 12, 12)  # model_dir differs: ignored
+    assert (s.pairs, s.predictions_identical, s.metrics_equal) == (12, 12, 12)  # model_dir, eval_key: ignored
     assert [d.outcome for d in check.effects] == ["equivalent"] * 6  # all differences 0: a zero-width interval
     assert all(v.same and not v.contradicts for v in check.verdicts) and len(check.verdicts) == 3
     assert summary(check).startswith("identical: all 12 runs")
