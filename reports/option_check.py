@@ -23,7 +23,9 @@ Three readings, from strictest to weakest:
    declared contrasts. An option that moves every arm alike shifts no contrast. Four runs enter each seed's
    difference, so it needs about twice the seeds of reading 2 to show equivalence.
 3. Verdicts side by side (`side_by_side`): each study's declared contrasts decided by its own rule
-   (reports/verdicts.py). Two decided words that differ contradict; "undecided" contradicts nothing. Equal words
+   (reports/verdicts.py). Only "better" against "worse" contradicts: the rule reports a detected difference
+   before equivalence, so "worse" (a difference found, possibly inside +-delta) and "equivalent" can both be
+   true of one difference, and "undecided" contradicts nothing. Equal words
    are the strictest reading and the least informative one: a contrast whose interval lies near its +-delta lands
    on either side when its runs are re-drawn, with or without an option (compare the reference study with itself
    on other seeds, --seeds 0-4 --other-seeds 5-9, to see how often).
@@ -46,7 +48,6 @@ from reports.verdicts import Verdicts, study_verdicts
 
 REFERENCE, OTHER = "reference", "other"
 IGNORED_METRICS = ("model_dir", "eval_key")  # which model and settings were tested (keys, paths), not the scores
-DECIDED = ("better", "worse", "equivalent")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class VerdictPair:
 
     @property
     def contradicts(self) -> bool:
-        return self.reference.outcome in DECIDED and self.other.outcome in DECIDED and not self.same
+        return {self.reference.outcome, self.other.outcome} == {"better", "worse"}
 
 
 @dataclass(frozen=True)

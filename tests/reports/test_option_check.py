@@ -306,3 +306,21 @@ def test_planted_contrast_shift_at_its_margin_is_called_equivalent_at_most_alpha
     assert (at_margin[:, 0] == "equivalent").mean() <= ALPHA + 3 * _se(ALPHA, reps)
     _, large = shift_outcomes(np.random.default_rng(17), 300, 8, {("ckl", "gold_f1"): 5 * SIGMA})
     assert (large[:, 0] == "better").mean() > 0.8 and not (large[:, 0] == "worse").any()
+
+
+@pytest.mark.parametrize("words, contradicts", [(("better", "worse"), True), (("worse", "better"), True),
+                                                 (("worse", "equivalent"), False), (("equivalent", "better"), False),
+                                                 (("undecided", "worse"), False), (("worse", "worse"), False)])
+def test_only_better_against_worse_contradicts(words, contradicts):
+    # "worse" is reported before equivalence: -0.0076 [-0.0147, -0.0005] with +-0.02 is both a found difference
+    # and inside the band, so another study's "equivalent" on it does not contradict it
+    from harness.decisions import Contrast, Decision
+    from reports.option_check import VerdictPair
+
+    c = Contrast("no_kl", "rer_vapr", "gold_f1", 0.02)
+
+    def decision(word):
+        return Decision(c, word, 20, -0.0076, -0.0147, -0.0005, 0.04, 0.04, 0.05, None, 1)
+
+    pair = VerdictPair(c, decision(words[0]), decision(words[1]))
+    assert pair.contradicts is contradicts and pair.same is (words[0] == words[1])
