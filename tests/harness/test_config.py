@@ -152,17 +152,22 @@ def test_paper_presets_follow_the_official_code_where_it_differs_from_the_text(p
         assert load_config(path, ["data.annotation=ann.json"], stage=stage).data.report_cleaning == cleaning
 
 
-def test_the_fast_tiny_power_preset_is_tiny_power_with_its_three_speed_options():
+@pytest.mark.parametrize("name, changed", [
+    ("tiny-power-fast", {"classifier": {"classifier.amp_bf16": True},
+                         "rl": {"generation.backend": "fused", "rl.lora_pass": "merged"}}),
+    ("tiny-power-rl-fast", {"rl": {"generation.backend": "fused", "rl.lora_pass": "merged",
+                                   "rl.prompt_pass": "shared"}}),
+])
+def test_the_fast_presets_change_only_their_speed_options(name, changed):
     """issue 27: experiments/presets/tiny-power-fast.yaml changes only the classifier's precision and the RL
-    sampler and LoRA pass; every other field of every stage is tiny-power's."""
+    sampler and LoRA pass, tiny-power-rl-fast.yaml only the three RL options; every other field of every stage is
+    tiny-power's."""
     from harness.config import to_dict
 
     presets = Path(__file__).resolve().parents[2] / "experiments" / "presets"
-    changed = {"classifier": {"classifier.amp_bf16": True},
-               "rl": {"generation.backend": "fused", "rl.lora_pass": "merged"}}
     for stage in ("warmup", "classifier", "sft", "rl", "eval"):
-        fast, power = (to_dict(load_config(presets / f"{name}.yaml", stage=stage))
-                       for name in ("tiny-power-fast", "tiny-power"))
+        fast, power = (to_dict(load_config(presets / f"{preset}.yaml", stage=stage))
+                       for preset in (name, "tiny-power"))
         differences = {f"{section}.{k}": v for section, values in fast.items() if isinstance(values, dict)
                        for k, v in values.items() if power[section][k] != v}
         assert differences == changed.get(stage, {}), stage
