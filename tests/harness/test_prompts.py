@@ -89,6 +89,19 @@ def test_predictions_run_on_the_device_they_are_given(classifier, tmp_path, monk
     assert devices == [torch.device("cpu")] and len(cpu) == len(samples)
 
 
+def test_instructions_for_asks_on_the_stage_device(classifier, tmp_path, monkeypatch):
+    """instructions_for (evaluation and RL prompts of a stage-2 model) hands predicted_diseases the config's
+    model.device, not the function's CPU default (a sentinel device shows it is the config's that arrives)."""
+    from harness.config.run import RunConfig
+
+    sentinel, seen = object(), []
+    monkeypatch.setattr(prompts, "model_device", lambda cfg: sentinel)
+    monkeypatch.setattr(prompts, "predicted_diseases",
+                        lambda d, samples, device="cpu": seen.append(device) or [["Edema"]] * len(samples))
+    out = prompts.instructions_for(RunConfig(), _samples(tmp_path, 2), {"classifier_dir": str(classifier)})
+    assert seen == [sentinel] and len(out) == 2 and all("edema" in o for o in out)
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU (the prepared device check)")
 def test_the_classifier_stage_and_its_predictions_run_on_a_gpu(tmp_path):
     """model.device = cuda: the classifier trains with its parameters on the GPU and the prompts' predictions run
