@@ -60,6 +60,8 @@ def cmd_compare(ns) -> int:
     from reports.experiment import load_experiment
     from reports.option_check import as_json, check_option, summary_lines
 
+    if ns.json and Path(ns.json).is_dir():  # refused before the readings print, not after
+        raise ValueError(f"--json {ns.json} is a folder; give a file name")
     reference, other = load_experiment(ns.reference), load_experiment(ns.other)
     check = check_option(reference, other, seeds=int_list(ns.seeds), other_seeds=int_list(ns.other_seeds),
                          alpha=ns.alpha, deltas=_deltas(ns.delta))

@@ -207,6 +207,9 @@ def test_the_compare_command_names_a_bad_argument(tmp_path, capsys):
     assert "--delta takes METRIC=VALUE" in capsys.readouterr().err
     assert main(["compare", str(a), str(tmp_path / "nowhere")]) == 2
     assert "no such experiment folder" in capsys.readouterr().err
+    assert main(["compare", str(a), str(a), "--json", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"--json {tmp_path} is a folder" in captured.err and "against" not in captured.out
 
 
 # --------------------------------------------------------------------------------------------- simulations
