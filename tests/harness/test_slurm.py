@@ -292,7 +292,10 @@ def _term_by_slurm_after_the_first_checkpoint() -> None:
     def commit_then_signal(*args, **kwargs):
         out = commit(*args, **kwargs)
         if preemption.requested() is None:
-            subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], check=True)
+            # scancel runs inside this job step, so the SIGTERM it asks for reaches it too (linuxproc tracks the
+            # step's process tree): it ignores the signal, else it may die before it returns (issue 46).
+            subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], check=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
             deadline = time.monotonic() + 120
             while preemption.requested() is None:
                 if time.monotonic() > deadline:

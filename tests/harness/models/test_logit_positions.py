@@ -1,19 +1,14 @@
-"""`logits_to_keep` as an index tensor: the same logits as the int, and no per-row copy of the lm_head weight."""
+"""`logits_to_keep` as an index tensor: the same logits as the int, and a contiguous input for the lm_head (a
+non-contiguous [B, k, H] view makes some CPU bf16 kernels copy the weight once per row; whether a given CPU's kernel
+does is not asserted here: benchmarks measure it, the tests assert the inputs the module hands the kernel)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 
 from harness.models.logit_positions import last_hidden, last_positions
-
-
-def _largest_allocation_mb(fn) -> float:
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    return max(e.cpu_memory_usage for e in prof.key_averages()) / 2**20
 
 
 def test_last_positions_are_the_tail():
@@ -24,17 +19,19 @@ def test_last_positions_are_the_tail():
             last_positions(k, 7)
 
 
-def test_a_sliced_3d_input_copies_the_weight_per_row_and_the_gathered_one_does_not():
-    """The mechanism the module exists for: a bf16 product with a non-contiguous [B, k, H] view on the CPU."""
-    weight = torch.randn(40_000, 256, dtype=torch.bfloat16)  # 19.5 MB
+def test_the_gathered_and_last_inputs_are_contiguous_and_give_the_sliced_logits():
+    """The mechanism the module exists for: the [:, -k:] slice is a non-contiguous view (the input some CPU bf16
+    kernels copy the weight for, once per row); the gathered rows and `last_hidden` are contiguous and give the
+    same logits bit for bit. Behaviour only: how a kernel allocates differs between CPUs (issue 46)."""
+    weight = torch.randn(4_000, 256, dtype=torch.bfloat16)
     hidden = torch.randn(6, 30, 256, dtype=torch.bfloat16)
-    sliced = _largest_allocation_mb(lambda: F.linear(hidden[:, -4:, :], weight))
-    gathered = _largest_allocation_mb(lambda: F.linear(hidden[:, last_positions(4, 30), :], weight))
-    last = _largest_allocation_mb(lambda: F.linear(last_hidden(hidden), weight))
-    assert sliced > 5 * 19.5  # six copies of the weight
-    assert gathered < 5 and last < 5  # only the [6, 4, 20000] / [6, 20000] logits
-    torch.testing.assert_close(F.linear(hidden[:, -4:, :], weight),
-                               F.linear(hidden[:, last_positions(4, 30), :], weight), rtol=0, atol=0)
+    sliced = hidden[:, -4:, :]
+    gathered = hidden[:, last_positions(4, 30), :]
+    assert not sliced.is_contiguous()
+    assert gathered.is_contiguous() and last_hidden(hidden).is_contiguous()
+    torch.testing.assert_close(F.linear(sliced, weight), F.linear(gathered, weight), rtol=0, atol=0)
+    torch.testing.assert_close(F.linear(hidden[:, -1, :], weight), F.linear(last_hidden(hidden), weight),
+                               rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
