@@ -141,8 +141,10 @@ class NodeFailed(RuntimeError):
     """The node's function failed; its result (error, traceback) is in the job's failure file."""
 
 
-def failure_file(result_pickle: Path) -> Path:
-    return result_pickle.with_name(result_pickle.name.replace("_result.pkl", "_node_failure.json"))
+def result_file(result_pickle: Path) -> Path:
+    """Where a job writes its node's result as JSON, beside submitit's result pickle. The runner reads only this
+    file: a pickle in a run folder is code that unpickling would run (issue 49), and a folder may come from anyone."""
+    return result_pickle.with_name(result_pickle.name.replace("_result.pkl", "_node_result.json"))
 
 
 def run_job(kind: str, function: str, config: dict, model_dir: str | None, launcher: str | None) -> dict:
@@ -166,11 +168,11 @@ def run_job(kind: str, function: str, config: dict, model_dir: str | None, launc
     except RuntimeError:
         pass
     res = execute_node(kind, function, config, model_dir, launcher)
+    if not res["ok"] and res.get("returncode") == REQUEUE_EXIT_CODE:
+        sys.exit(REQUEUE_EXIT_CODE)
+    atomic_write_json(result_file(submitit.JobEnvironment().paths.result_pickle), res)
     if res["ok"]:
         return res
-    if res.get("returncode") == REQUEUE_EXIT_CODE:
-        sys.exit(REQUEUE_EXIT_CODE)
-    atomic_write_json(failure_file(submitit.JobEnvironment().paths.result_pickle), res)
     raise NodeFailed(res.get("error") or "the node failed")
 
 
@@ -240,7 +242,7 @@ class SlurmExperimentRun(LocalExperimentRun):
         states = self.queue.states(list(last.values()))
         for nid, jid in last.items():
             queued = states.get(jid, JobState()).state in ACTIVE_STATES
-            if queued or self._result_pickle(jid).is_file():
+            if queued or self._result_json(jid).is_file():
                 node = self.plan.nodes[nid]
                 self.remaining.remove(nid)
                 node.status = "running"
@@ -345,10 +347,10 @@ class SlurmExperimentRun(LocalExperimentRun):
 
     # -- watching
 
-    def _result_pickle(self, job_id: str) -> Path:
+    def _result_json(self, job_id: str) -> Path:
         from submitit.core.utils import JobPaths
 
-        return JobPaths(self.folder / "%j", job_id=job_id, task_id=0).result_pickle
+        return result_file(JobPaths(self.folder / "%j", job_id=job_id, task_id=0).result_pickle)
 
     def _job_log(self, job_id: str) -> Path:
         from submitit.core.utils import JobPaths
@@ -368,14 +370,14 @@ class SlurmExperimentRun(LocalExperimentRun):
                         self.plan.nodes[d].status == "complete" for d in self.plan.nodes[nid].deps):
                     self._retarget(nid)  # its inputs are complete now (an earlier runner's jobs): let it start
                 continue
-            pickle = self._result_pickle(jid)
-            if not pickle.is_file() and job.state is not None:
+            result = self._result_json(jid)
+            if not result.is_file() and job.state is not None:
                 job = JobState(job.state, job.reason, self.queue.exit_code(jid))
-            verdict = outcome(job, pickle.is_file())
+            verdict = outcome(job, result.is_file())
             del self.running[nid]
             changed = True
             if verdict == "result":
-                self._record(nid, self._read_result(jid, pickle))
+                self._record(nid, self._read_result(jid, result))
             elif verdict == "resubmit" and self.resubmits.get(nid, 0) < self.options.max_resubmits:
                 self._resubmit(nid, jid, job)
                 continue
@@ -390,17 +392,15 @@ class SlurmExperimentRun(LocalExperimentRun):
                 self._cancel_dependents(nid)
         return changed
 
-    def _read_result(self, job_id: str, pickle: Path) -> dict:
-        from submitit.core.utils import pickle_load
-
-        kind, value = pickle_load(pickle)
-        if kind == "success":
-            return value
-        failure = failure_file(pickle)
-        if failure.is_file():
-            return read_json(failure)
-        last = value.strip().splitlines()[-1] if value.strip() else "unknown error"
-        return {"ok": False, "error": f"job {job_id}: {last}", "traceback": value, "elapsed_s": None}
+    def _read_result(self, job_id: str, path: Path) -> dict:
+        """The node's result as its job wrote it (JSON only: nothing in a run folder is unpickled)."""
+        try:
+            res = read_json(path)
+        except (ValueError, OSError) as e:
+            return {"ok": False, "error": f"job {job_id}: unreadable result {path} ({e})", "elapsed_s": None}
+        if not isinstance(res, dict) or not isinstance(res.get("ok"), bool):
+            return {"ok": False, "error": f"job {job_id}: {path} holds no node result", "elapsed_s": None}
+        return res
 
     def _resubmit(self, nid: str, job_id: str, job: JobState) -> None:
         node = self.plan.nodes[nid]
