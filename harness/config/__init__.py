@@ -13,6 +13,7 @@ from harness.config.loading import (
     from_dict,
     load_config,
     load_yaml,
+    preset_overrides,
     read_yaml_mapping,
     set_key,
     stage_view,
@@ -37,6 +38,7 @@ from harness.errors import ConfigError
 __all__ = [
     "PRESET_KEYS", "ClassifierConfigSection", "ConfigError", "DataConfig", "EvalConfig", "GenerationConfig",
     "ModelConfig", "PretrainConfig", "PromptConfig", "RLConfig", "RunConfig", "StepConfig", "TrainConfig",
-    "apply_overrides", "build_config", "expand_dotted", "from_dict", "load_config", "load_yaml", "read_yaml_mapping",
+    "apply_overrides", "build_config", "expand_dotted", "from_dict", "load_config", "load_yaml", "preset_overrides",
+    "read_yaml_mapping",
     "set_key", "stage_view", "to_dict", "validate",
 ]

@@ -200,18 +200,31 @@ def _deep_update(dst: dict, src: dict) -> None:
 PRESET_KEYS = ("preset", "description", "common", "stages", "resources")
 
 
+def preset_overrides(doc: dict, source: str) -> dict:
+    """The RunConfig sections and fields set at the top level of a file over a preset (`base: presets/tiny.yaml`
+    then `rl: {reward: ...}`): the file's own values, which override the preset's for every stage that reads
+    them. Any other key outside PRESET_KEYS is refused, naming both forms that work."""
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(doc) - set(PRESET_KEYS) - fields)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key '{unknown[0]}' in a preset; valid: {', '.join(PRESET_KEYS)}, or a "
+                          f"config section over every stage ({', '.join(sorted(fields))}), e.g. `rl: {{reward: "
+                          "bleu4}` or `stages: {rl: {rl: {reward: bleu4}}}` for one stage")
+    return {k: v for k, v in doc.items() if k in fields}
+
+
 def stage_view(doc: dict, stage: str | None, source: str) -> dict:
-    """A RunConfig mapping from an experiments/ preset file (`common` deep-merged with `stages.<stage>`)."""
+    """A RunConfig mapping from an experiments/ preset file (`common` deep-merged with `stages.<stage>`, then the
+    file's own top-level sections: `base: presets/tiny.yaml` with `rl: {reward: ...}` sets rl.reward)."""
     if not any(k in doc for k in ("common", "stages")):
         return doc
     if stage is None:
         raise ConfigError(f"{source} is an experiments preset (common/stages sections); use it with a stage "
                           "command (regbench train STAGE, classifier train, eval) or `regbench experiment run`")
-    unknown = sorted(set(doc) - set(PRESET_KEYS))
-    if unknown:
-        raise ConfigError(f"{source}: unknown key '{unknown[0]}' in a preset; valid: {', '.join(PRESET_KEYS)}")
-    data = dict(doc.get("common") or {})
-    _deep_update(data, dict((doc.get("stages") or {}).get(stage) or {}))
+    top = preset_overrides(doc, source)
+    data = copy.deepcopy(dict(doc.get("common") or {}))
+    _deep_update(data, copy.deepcopy(dict((doc.get("stages") or {}).get(stage) or {})))
+    _deep_update(data, copy.deepcopy(top))
     return data
 
 

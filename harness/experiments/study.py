@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config import PRESET_KEYS, ConfigError, apply_overrides, load_yaml, read_yaml_mapping
+from harness.config import ConfigError, apply_overrides, load_yaml, preset_overrides, read_yaml_mapping
 from harness.constants import PIPELINE_STAGES
 from harness.runs.schema import ArmKey
 
@@ -137,6 +137,23 @@ def check_overrides(overrides: Any, where: str) -> dict[str, Any]:
     return overrides
 
 
+def fold_preset_overrides(doc: dict, source: str) -> dict:
+    """A preset file whose top level also sets config sections (`base: tiny.yaml` then `rl: {reward: ..}`, the
+    form a single stage command reads) as a plain preset: those sections go on top of every stage's, as
+    `stage_view` applies them."""
+    top = preset_overrides(doc, source)
+    if not top:
+        return doc
+    doc = {k: v for k, v in doc.items() if k not in top}
+    stages = doc.setdefault("stages", {}) or {}
+    doc["stages"] = stages
+    for stage in (*STAGES, "eval"):
+        section = stages.setdefault(stage, {}) or {}
+        stages[stage] = section
+        deep_merge(section, copy.deepcopy(top))
+    return doc
+
+
 def merge_over_preset(path: Path, preset: str | Path | None, sets: list[str] | None,
                       valid_keys: set[str], what: str = "study") -> tuple[dict, Path, str]:
     """A study-like file (a study or a search) deep-merged over its preset, dotted `sets` on top.
@@ -149,10 +166,7 @@ def merge_over_preset(path: Path, preset: str | Path | None, sets: list[str] | N
     preset_file = Path(preset).resolve() if preset else (path.parent / base).resolve() if base else None
     if preset_file is None:
         raise ConfigError(f"{path}: a {what} needs 'base: presets/<preset>.yaml' (or --preset)")
-    doc = load_yaml(preset_file)
-    unknown = sorted(set(doc) - set(PRESET_KEYS))
-    if unknown:
-        raise ConfigError(f"{preset_file}: unknown key '{unknown[0]}'; a preset has {', '.join(PRESET_KEYS)}")
+    doc = fold_preset_overrides(load_yaml(preset_file), str(preset_file))
     preset_name = doc.get("preset") or preset_file.stem
     doc.pop("description", None)
     deep_merge(doc, raw)
