@@ -22,7 +22,12 @@ import numpy as np
 from rewards.composite import check_weights, make_composite
 from rewards.registry import RewardFn, named_reward
 
-__all__ = ["check_reward", "compute_reward", "resolve_reward", "reward_label"]
+__all__ = ["RewardFailed", "check_reward", "compute_reward", "probe_reward", "resolve_reward", "reward_label",
+           "user_parts"]
+
+
+class RewardFailed(RuntimeError):
+    """A reward function raised: the message names the reward spec and the exception's type."""
 
 
 def reward_label(spec: Any) -> str:
@@ -61,7 +66,11 @@ def compute_reward(name: Any, candidates: list[str], references: list[str], **co
     label = reward_label(name)
     if len(candidates) != len(references):
         raise ValueError(f"reward '{label}': {len(candidates)} candidates but {len(references)} references")
-    out = np.asarray(resolve_reward(name)(candidates, references, **context), dtype=np.float64)
+    fn = resolve_reward(name)
+    try:
+        out = np.asarray(fn(candidates, references, **context), dtype=np.float64)
+    except Exception as e:  # noqa: BLE001 - any error of a reward is reported with the reward's name
+        raise RewardFailed(f"reward '{label}' raised {type(e).__name__}: {e}") from e
     if out.shape != (len(candidates),):
         raise ValueError(f"reward '{label}' returned shape {out.shape}, expected ({len(candidates)},)")
     bad = ~np.isfinite(out)
@@ -69,3 +78,21 @@ def compute_reward(name: Any, candidates: list[str], references: list[str], **co
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(f"reward '{label}' gave {out[i]} for candidate {i}: {candidates[i][:80]!r}")
     return out
+
+
+def user_parts(spec: Any) -> list[str]:
+    """The parts of a spec that come from the user's code (``module:function``), not from this package."""
+    names = list(spec) if isinstance(spec, Mapping) else [spec]
+    return [n for n in names if isinstance(n, str) and ":" in n]
+
+
+def probe_reward(spec: Any, references: list[str], n: int = 4) -> None:
+    """Call a spec with user code in it on a probe batch (the first `n` reference reports as candidates, each
+    against the next one's reference) and check its output, before any decoding: a user reward that raises or
+    returns no number per candidate is refused in seconds, named, instead of at the first RL step (issue 46, 49).
+    Specs of this package's rewards only are not probed (their tests cover them; some load a scorer model)."""
+    if not user_parts(spec) or not references:
+        return
+    refs = list(references[:n])
+    candidates = refs[1:] + refs[:1]
+    compute_reward(spec, candidates, refs)

@@ -118,6 +118,22 @@ def _load_inputs(cfg: RunConfig, stage: str, progress: bool, start: StageStart) 
     from harness.stages.common import load_splits, require_train
 
     start.splits = require_train(load_splits(cfg, progress), cfg, stage)
+    if stage == "rl":
+        probe_user_reward(cfg, start.splits["train"])
     start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(start.model)
+
+
+def probe_user_reward(cfg: RunConfig, samples) -> None:
+    """A reward from the user's code (`rl.reward=module:function`, alone or in a weighted sum) called on a probe
+    batch of the training references before the model loads: one that raises, or returns something other than one
+    finite number per candidate, is refused naming the reward and the error, with nothing written."""
+    from harness.config import ConfigError
+    from rewards.spec import RewardFailed, probe_reward
+
+    try:
+        probe_reward(cfg.rl.reward, [s.report for s in samples[:4]])
+    except (RewardFailed, ValueError, TypeError) as e:
+        raise ConfigError(f"'rl.reward' = {cfg.rl.reward!r} failed on a probe batch of 4 training reports, before "
+                          f"any decoding: {e}") from e

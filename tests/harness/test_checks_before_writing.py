@@ -74,6 +74,12 @@ def _setup(tmp: Path, kind: str) -> dict[str, str]:
         (tmp / "afile").write_text("not a folder")
     elif kind == "not_sqlite":
         (tmp / "db.sqlite").write_text("these are notes, not a database\n")
+    elif kind.startswith("user_reward_"):  # a reward in the user's code, importable from tmp (the test's sys.path)
+        body = {"user_reward_raises": "    raise ZeroDivisionError('my reward crashed on purpose')\n",
+                "user_reward_strings": "    return ['high'] * len(candidates)\n",
+                "user_reward_none": "    return None\n",
+                "user_reward_inf": "    return [float('inf')] * len(candidates)\n"}[kind]
+        (tmp / f"probe_{kind}.py").write_text(f"def score(candidates, references, **context):\n{body}")
     elif kind == "pickled_pth":
         import torch
 
@@ -122,6 +128,17 @@ CASES = [
      ["'--model'", "nomodel", "folder not found"]),
     ("eval_hub_id", "", ["eval", "--model", "nobody-here/no-such-model", "--out", "{out}", *DATA[:2], *DATA[3:]],
      ["'--model'", "nobody-here/no-such-model", "huggingface-cli download"]),
+    # -- a user reward, called on a probe batch before any decoding (issues 46, 49) --
+    ("rl_user_reward_raises", "user_reward_raises", ["train", "rl", *DATA, "rl.reward=probe_user_reward_raises:score"],
+     ["'rl.reward'", "probe_user_reward_raises:score", "probe batch", "ZeroDivisionError", "crashed on purpose"]),
+    ("rl_user_reward_strings", "user_reward_strings", ["train", "rl", *DATA,
+                                                       "rl.reward=probe_user_reward_strings:score"],
+     ["'rl.reward'", "probe_user_reward_strings:score", "ValueError"]),
+    ("rl_user_reward_none", "user_reward_none", ["train", "rl", *DATA, "rl.reward=probe_user_reward_none:score"],
+     ["probe_user_reward_none:score", "shape"]),
+    ("rl_user_reward_inf", "user_reward_inf", ["train", "rl", *DATA,
+                                               "rl.reward={bleu4: 0.5, 'probe_user_reward_inf:score': 0.5}"],
+     ["probe_user_reward_inf:score", "inf"]),
     # -- data synth --
     ("synth_seed_negative", "", ["data", "synth", "--n", "20", "--seed", "-1", "--out", "{out}"],
      ["--seed", "-1", ">= 0"]),
@@ -164,6 +181,8 @@ def test_a_refused_command_leaves_every_folder_as_it_was(case, tmp_path, capsys,
     _, kind, argv, expected = case
     monkeypatch.chdir(tmp_path)  # default folders (runs/...) would land here
     names = _setup(tmp_path, kind)
+    if kind.startswith("user_reward_"):
+        monkeypatch.syspath_prepend(str(tmp_path))
     if kind == "no_native_bf16":  # issue 27: refused before the run folder is opened, on a CPU without bf16
         monkeypatch.setattr("harness.models.classifier.training.native_cpu_bf16", lambda: False)
     args = [a.format(**names) for a in argv]
