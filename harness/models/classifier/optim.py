@@ -5,9 +5,10 @@ Layer-wise decay (ELECTRA, BEiT; MAE's fine-tuning): the official REVA-PO classi
 ViT's parameters by depth (patch_embed, cls_token, pos_embed: 0; block i: i + 1; everything else, i.e. fc_norm /
 norm and the head: depth) and scales the learning rate of layer l by decay ** (depth + 1 - l). Parameters with one
 dimension and the model's `no_weight_decay()` names (timm: pos_embed, cls_token, dist_token) get no weight decay.
-timm's `param_groups_layer_decay` groups the same way but counts one layer fewer: for the average-pooled ViT of
-the presets it gives every group the official scale divided by the decay (the head at 1 instead of 0.55);
-tests/harness/models/test_classifier_recipe.py proves that relation, so the official grouping is written out here.
+timm's `param_groups_layer_decay` groups and scales every parameter the same way except fc_norm and the head,
+which it puts in a layer of their own at scale 1 where the official has them with the last block at the decay
+(0.55); tests/harness/models/test_classifier_recipe.py proves that relation, so the official grouping is written
+out here.
 
 Warm-up cosine: the official classifier's DeepSpeed json (train_configs/stage2_cls/zero_*_stage2_cls.json) sets
 WarmupCosineLR (linear warm-up from 0, cos_min_ratio floor), which the DeepSpeed engine steps after every optimizer
