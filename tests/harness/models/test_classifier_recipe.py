@@ -385,3 +385,15 @@ def test_warmup_cosine_needs_warmup_steps():
         load_config(None, ["classifier.scheduler=warmup_cosine"])
     assert math.isclose(load_config(None, ["classifier.scheduler=warmup_cosine", "classifier.warmup_steps=2"])
                         .classifier.warmup_steps, 2)
+
+
+def test_the_stage_passes_the_recipe_to_the_classifier():
+    from harness.config import load_config
+    from harness.stages.classifier import classifier_config
+
+    cfg = load_config(PRESETS / "mimic-qwen2.5vl-7b.yaml", ["data.annotation=ann.json"], stage="classifier")
+    ccfg = classifier_config(cfg)
+    for field in ("pretrained_path", "pretrained_format", "drop_path", "layer_decay", "scheduler", "warmup_steps",
+                  "schedule_steps", "min_lr_ratio", "max_grad_norm", "select"):
+        assert getattr(ccfg, field) == getattr(cfg.classifier, field), field
+    assert (ccfg.layer_decay, ccfg.select) == (0.55, "mean_auc")
