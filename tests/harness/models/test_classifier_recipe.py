@@ -397,3 +397,50 @@ def test_the_stage_passes_the_recipe_to_the_classifier():
                   "schedule_steps", "min_lr_ratio", "max_grad_norm", "select"):
         assert getattr(ccfg, field) == getattr(cfg.classifier, field), field
     assert (ccfg.layer_decay, ccfg.select) == (0.55, "mean_auc")
+
+
+@pytest.mark.parametrize("stop_after", [2, 5])  # mid-epoch 1, mid-epoch 2 (3 updates per epoch)
+def test_preempted_recipe_run_resumes_to_the_uninterrupted_run(stop_after, tmp_path):
+    """The schedule's position, the layer-decay groups, drop path's RNG and the AUC-best state survive a stop."""
+    from harness.runs import preemption
+
+    cfg = ClassifierConfig.preset("tiny", img_size=32, epochs=3, batch_size=6, seed=5, drop_path=0.1,
+                                  layer_decay=0.55, scheduler="warmup_cosine", warmup_steps=2, min_lr_ratio=0.01,
+                                  max_grad_norm=1.0, select="mean_auc")
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(22, 3, 32, 32, generator=g), (torch.rand(22, NUM_OBSERVATIONS, generator=g) > 0.6).float()
+    data = (x[:16], y[:16], x[16:], y[16:])
+    torch.manual_seed(1)
+    whole = build_classifier(cfg)
+    want = train_classifier(whole, *data, cfg, progress=False)
+    calls = {"n": 0}
+
+    def stop() -> bool:
+        calls["n"] += 1
+        return calls["n"] >= stop_after
+
+    torch.manual_seed(1)
+    with pytest.raises(preemption.Preempted):
+        train_classifier(build_classifier(cfg), *data, cfg, progress=False, checkpoint_dir=tmp_path, should_stop=stop)
+    torch.manual_seed(123)
+    resumed = build_classifier(cfg)
+    got = train_classifier(resumed, *data, cfg, progress=False, checkpoint_dir=tmp_path)
+    assert got == want and len(got["val_mean_auc"]) == 3
+    for k, v in whole.state_dict().items():
+        assert torch.equal(v, resumed.state_dict()[k]), k
+
+
+@pytest.mark.slow
+def test_real_vit_b16_from_a_medical_mae_file(tmp_path):
+    """The MIMIC-CXR preset's classifier at full size from a file in Medical-MAE's fine-tuned layout."""
+    import timm
+
+    source = timm.create_model("vit_base_patch16_224", num_classes=5, global_pool="avg")
+    path = finetuned_checkpoint(tmp_path / "vit-b_CXR_0.5M_mae_CheXpert.pth", source)
+    cfg = ClassifierConfig.preset("mimic_cxr", global_pool="avg", pretrained_path=str(path),
+                                  pretrained_format="medical_mae", drop_path=0.2)
+    model = build_classifier(cfg)
+    report = load_medical_mae(model, path)  # again, for its report
+    assert report["initialised"] == ["head.bias", "head.weight"] and len(report["loaded"]) == 150
+    theirs = source.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in model.state_dict().items() if not k.startswith("head."))
