@@ -1,4 +1,4 @@
-"""Training the classifier (AdamW + BCE, best epoch by validation loss) and predicting probabilities."""
+"""Training the classifier (AdamW + BCE; best epoch by validation loss or mean AUC) and predicting probabilities."""
 
 from __future__ import annotations
 
