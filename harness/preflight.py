@@ -51,12 +51,32 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
                               "train`")
         check_classifier_dir(cfg.classifier.dir, "classifier.dir")
     if stage == "classifier" and cfg.classifier.pretrained_path:
-        from harness.models.classifier.model import read_state_dict
-
-        read_state_dict(cfg.classifier.pretrained_path, "classifier.pretrained_path")
+        check_classifier_start(cfg)
     check_device(cfg)  # every stage, the classifier too, runs on model.device
     if stage == "classifier":
         check_classifier_precision(cfg)
+
+
+# Where the Medical-MAE checkpoint of the MIMIC-CXR presets comes from (it is never downloaded here).
+MEDICAL_MAE_SOURCE = ("Medical-MAE's ViT-B/16 weights (vit-b_CXR_0.5M_mae_CheXpert.pth, the Google Drive folder "
+                      "linked in the README of github.com/lambert-x/medical_mae)")
+
+
+def check_classifier_start(cfg: RunConfig) -> None:
+    """classifier.pretrained_path: present and a readable checkpoint (its layout is checked when the model is built,
+    still before the run folder opens)."""
+    from harness.models.classifier.model import read_state_dict
+
+    c = cfg.classifier
+    if not Path(c.pretrained_path).is_file():
+        source = MEDICAL_MAE_SOURCE if c.pretrained_format == "medical_mae" else "a timm state dict of classifier.arch"
+        raise ConfigError(f"'classifier.pretrained_path' = '{c.pretrained_path}': file not found; put {source} "
+                          "there, or set classifier.pretrained_path to null (random init)")
+    try:
+        read_state_dict(c.pretrained_path, "classifier.pretrained_path",
+                        allow_namespace=c.pretrained_format == "medical_mae")
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
 
 
 def check_classifier_precision(cfg: RunConfig) -> None:

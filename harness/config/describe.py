@@ -28,7 +28,8 @@ def _scalar(value) -> str:
 
 
 def _comment(text: str, indent: str) -> list[str]:
-    return [f"{indent}# {line}" for line in textwrap.wrap(text, WIDTH - len(indent) - 2)]
+    # Not at hyphens: a help's "warm-up" or "Medical-MAE" stays one word (the lines join back with spaces).
+    return [f"{indent}# {line}" for line in textwrap.wrap(text, WIDTH - len(indent) - 2, break_on_hyphens=False)]
 
 
 def commented_yaml(cfg, header: str | None = None) -> str:

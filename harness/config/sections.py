@@ -219,7 +219,47 @@ class ClassifierConfigSection:
     weight_decay: float = knob(0.05, "Classifier AdamW weight decay, >= 0.")
     adam_beta2: float = knob(0.999, "AdamW beta2 of the classifier, in [0, 1).")
     pretrained_path: str | None = knob(None, "Weights to start the classifier from (null = random init from the "
-                                             "seed).")
+                                             "seed). The MIMIC-CXR paper presets start from a local file "
+                                             "vit-b_CXR_0.5M_mae_CheXpert.pth, the ViT-B/16 of Medical MAE "
+                                             "(official train_configs/stage2_cls/mimic_stage2_cls.yaml vit_ckpt).")
+    pretrained_format: str = knob("regbench", 'Layout of classifier.pretrained_path: "regbench" = a timm state dict '
+                                              "loaded non-strictly (this project's); 'medical_mae' = a Medical-MAE "
+                                              '/ MAE checkpoint ({"model": ...}, github.com/lambert-x/medical_mae) '
+                                              "loaded as the official reva_po/models/med_visual_encoder.py does: head "
+                                              "and MAE decoder dropped, position embedding resampled, every other "
+                                              "tensor of the ViT required (harness/models/classifier/"
+                                              "medical_mae.py).")
+    drop_path: float = knob(0.0, "Stochastic depth rate of the classifier ViT's blocks, in [0, 1); official "
+                                 "med_visual_encoder.py builds its ViT-B/16 with drop_path_rate 0.2.")
+    layer_decay: float | None = knob(None, "Layer-wise learning-rate decay of the classifier ViT, in (0, 1]: the "
+                                           "official groups of reva_po/utils/lr_decay.py (block i at lr x decay^("
+                                           "depth - i), embeddings at decay^(depth + 1), fc_norm and head at "
+                                           "decay; no weight decay on 1-D tensors, pos_embed, cls_token); 0.55 in "
+                                           "the official reva_po/runners/runner_base.py for MIMIC-CXR and "
+                                           "IU-Xray. null = one AdamW group with weight decay on every parameter "
+                                           "(this project's).")
+    scheduler: str = knob("constant", 'Classifier learning-rate schedule: "constant" (this project\'s; the paper '
+                                      'names none) or "warmup_cosine" = DeepSpeed\'s WarmupCosineLR as the '
+                                      "official train_configs/stage2_cls/zero_*_stage2_cls.json set it: linear "
+                                      "warm-up from 0 over classifier.warmup_steps, cosine down to "
+                                      "classifier.min_lr_ratio x lr at classifier.schedule_steps, stepped after "
+                                      "every optimizer step (the first update at lr 0, as there).")
+    warmup_steps: int = knob(0, "Warm-up optimizer steps of classifier.scheduler warmup_cosine, >= 1 there "
+                                "(official warmup_num_steps: 169 MIMIC-CXR, 32 IU-Xray, one epoch each).")
+    schedule_steps: int | None = knob(None, "Optimizer steps at which the warm-up cosine reaches its floor "
+                                            "(DeepSpeed total_num_steps; official 3380 MIMIC-CXR, 640 IU-Xray); "
+                                            "null = the run's own number of steps.")
+    min_lr_ratio: float = knob(0.0, "Floor of the warm-up cosine as a fraction of each group's learning rate, in "
+                                    "[0, 1] (DeepSpeed cos_min_ratio: a ratio, not an absolute rate; official 0.01 "
+                                    "MIMIC-CXR, 0.1 IU-Xray).")
+    max_grad_norm: float | None = knob(None, "Clip the classifier's gradient norm to this before each optimizer "
+                                             "step, > 0 (official DeepSpeed json gradient_clipping 1.0); null = no "
+                                             "clipping (this project's).")
+    select: str = knob("val_loss", 'Which epoch the classifier keeps: "val_loss" = the lowest validation BCE (this '
+                                   'project\'s) or "mean_auc" = the highest mean ROC AUC (scikit-learn roc_auc_score) '
+                                   "over the labels that have both classes in the validation split, the first such "
+                                   "epoch on ties (official reva_po/tasks/report_generation.py agg_metrics, "
+                                   "runner_base.py best epoch).")
     normalization: str = knob("imagenet", "Pixel statistics of the classifier's input: cxr (mean 0.5056, std 0.252 "
                                           "on every channel: the official REVA-PO classifier transform and "
                                           "Medical-MAE's chest X-ray fine-tuning; the real presets set it) or "

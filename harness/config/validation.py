@@ -256,4 +256,32 @@ def _check_ranges(cfg: RunConfig, need) -> None:
          "must be none, entity_f1 or radgraph")
     need(cfg.classifier.normalization in ("cxr", "imagenet"), "classifier.normalization",
          cfg.classifier.normalization, "must be cxr or imagenet")
+    _check_classifier_recipe(cfg, need)
     need(cfg.seed < 2**63, "seed", cfg.seed, "must be < 2**63")
+
+
+def _check_classifier_recipe(cfg: RunConfig, need) -> None:
+    """The classifier's loading format, layer decay, schedule, clipping and selection (ClassifierConfig's rules)."""
+    from harness.models.classifier.config import PRETRAINED_FORMATS, SCHEDULERS, SELECTIONS
+
+    c = cfg.classifier
+    need(c.pretrained_format in PRETRAINED_FORMATS, "classifier.pretrained_format", c.pretrained_format,
+         f"must be one of {', '.join(PRETRAINED_FORMATS)}")
+    need(c.pretrained_format == "regbench" or c.pretrained_path is not None, "classifier.pretrained_format",
+         c.pretrained_format, "needs classifier.pretrained_path (the checkpoint file)")
+    need(c.drop_path < 1, "classifier.drop_path", c.drop_path, "must be in [0, 1)")
+    need(c.layer_decay is None or 0 < c.layer_decay <= 1, "classifier.layer_decay", c.layer_decay,
+         "must be in (0, 1] or null")
+    need(c.layer_decay is None or c.arch != "tiny_cnn", "classifier.layer_decay", c.layer_decay,
+         "needs a ViT (the tiny CNN has no blocks): set it to null")
+    need(c.drop_path == 0 or c.arch != "tiny_cnn", "classifier.drop_path", c.drop_path,
+         "needs a ViT (the tiny CNN has no blocks): set it to 0")
+    need(c.scheduler in SCHEDULERS, "classifier.scheduler", c.scheduler, f"must be one of {', '.join(SCHEDULERS)}")
+    need(c.scheduler != "warmup_cosine" or c.warmup_steps >= 1, "classifier.warmup_steps", c.warmup_steps,
+         "must be >= 1 with classifier.scheduler warmup_cosine (DeepSpeed's WarmupCosineLR warms up)")
+    need(c.schedule_steps is None or c.schedule_steps >= 1, "classifier.schedule_steps", c.schedule_steps,
+         "must be >= 1 or null")
+    need(c.min_lr_ratio <= 1, "classifier.min_lr_ratio", c.min_lr_ratio, "must be in [0, 1]")
+    need(c.max_grad_norm is None or c.max_grad_norm > 0, "classifier.max_grad_norm", c.max_grad_norm,
+         "must be > 0 or null")
+    need(c.select in SELECTIONS, "classifier.select", c.select, f"must be one of {', '.join(SELECTIONS)}")

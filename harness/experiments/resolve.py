@@ -67,7 +67,10 @@ _NOT_KEYED = ("train.preempt_signals", "train.report_to", "train.wandb_project")
 _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementation": "eager",
                    "pretrain.patch_embed": "conv", "rl.lora_pass": "peft", "rl.prompt_pass": "per_row",
                    "train.group_by_length": False, "pretrain.group_by_length": False,
-                   "classifier.amp_bf16": False}
+                   "classifier.amp_bf16": False, "classifier.pretrained_format": "regbench",
+                   "classifier.drop_path": 0.0, "classifier.layer_decay": None, "classifier.scheduler": "constant",
+                   "classifier.warmup_steps": 0, "classifier.schedule_steps": None, "classifier.min_lr_ratio": 0.0,
+                   "classifier.max_grad_norm": None, "classifier.select": "val_loss"}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

@@ -35,7 +35,10 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
                             batch_size=c.batch_size, lr=c.lr,
                             weight_decay=c.weight_decay, adam_beta2=c.adam_beta2, pretrained_path=c.pretrained_path,
                             seed=cfg.seed, normalization=c.normalization,
-                            amp_bf16=c.amp_bf16)
+                            amp_bf16=c.amp_bf16, pretrained_format=c.pretrained_format, drop_path=c.drop_path,
+                            layer_decay=c.layer_decay, scheduler=c.scheduler, warmup_steps=c.warmup_steps,
+                            schedule_steps=c.schedule_steps, min_lr_ratio=c.min_lr_ratio,
+                            max_grad_norm=c.max_grad_norm, select=c.select)
 
 
 @preemption.preemptible

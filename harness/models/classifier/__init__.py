@@ -16,7 +16,10 @@ Paper defaults (Supp. D.2; the classifier starts from a Medical-MAE ViT-B/16, 22
 | weight decay | 0.05 | 0.05 |
 | initialisation | Medical-MAE ViT-B/16 | the classifier fine-tuned on MIMIC-CXR |
 
-The paper states no learning-rate schedule, augmentation or loss weighting; none is applied here.
+The paper states no learning-rate schedule, augmentation or loss weighting; by default none is applied here. The
+official code's recipe is available as options (issue 42; docs/paper_vs_code.md), which the paper presets set:
+a Medical-MAE checkpoint (``medical_mae``), layer-wise LR decay and DeepSpeed's warm-up cosine (``optim``),
+gradient clipping, drop path, and keeping the epoch with the best mean AUC (``selection``).
 Inputs are padded to square, resized and normalised with chest X-ray statistics (mean 0.5056, std 0.252 on every
 channel) as the official code does; the tiny preset keeps ImageNet's (`ClassifierConfig.normalization`).
 

@@ -14,6 +14,15 @@ TINY_ARCH = "tiny_vit"
 # A small conv net for the tiny preset (harness/models/classifier/tiny_cnn.py; this project, issue 12).
 TINY_CNN_ARCH = "tiny_cnn"
 
+PRETRAINED_FORMATS = ("regbench", "medical_mae")
+SCHEDULERS = ("constant", "warmup_cosine")
+SELECTIONS = ("val_loss", "mean_auc")
+# Fields added after classifier.json existed, with the defaults that train as before (left out of to_dict).
+OMITTED_AT_DEFAULT: dict[str, Any] = {
+    "pretrained_format": "regbench", "drop_path": 0.0, "layer_decay": None, "scheduler": "constant",
+    "warmup_steps": 0, "schedule_steps": None, "min_lr_ratio": 0.0, "max_grad_norm": None, "select": "val_loss",
+}
+
 
 @dataclass
 class ClassifierConfig:
@@ -59,6 +68,30 @@ class ClassifierConfig:
     # Pixel statistics of the input (harness/models/classifier/inputs.py NORMALIZATIONS): "cxr" as the official
     # REVA-PO classifier transform and Medical-MAE's chest X-ray fine-tuning; "imagenet" for the tiny preset.
     normalization: str = "cxr"
+    # Layout of `pretrained_path`: "regbench" = a timm state dict loaded non-strictly (model.load_pretrained);
+    # "medical_mae" = a Medical-MAE / MAE checkpoint ({"model": ...}, e.g. vit-b_CXR_0.5M_mae_CheXpert.pth) mapped
+    # onto the timm ViT as the official REVA-PO classifier loads it (model_medical_mae.py).
+    pretrained_format: str = "regbench"
+    # Stochastic depth of the ViT blocks; the official classifier builds its ViT-B/16 with drop_path_rate 0.2.
+    drop_path: float = 0.0
+    # Layer-wise learning-rate decay (official reva_po/utils/lr_decay.py, 0.55 in reva_po/runners/runner_base.py):
+    # None = one AdamW group, weight decay on every parameter (this project's); a number = the official groups
+    # (optim.py).
+    layer_decay: float | None = None
+    # "constant" (this project's) or "warmup_cosine": DeepSpeed's WarmupCosineLR as the official classifier's
+    # DeepSpeed json configures it (linear warm-up from 0 over warmup_steps, cosine to min_lr_ratio x lr at
+    # schedule_steps), stepped once per optimizer step.
+    scheduler: str = "constant"
+    warmup_steps: int = 0
+    # The cosine's end (DeepSpeed total_num_steps); None = the run's own number of optimizer steps.
+    schedule_steps: int | None = None
+    # The floor of the cosine as a fraction of each group's learning rate (DeepSpeed cos_min_ratio).
+    min_lr_ratio: float = 0.0
+    # Gradient-norm clipping before each optimizer step (official DeepSpeed json: gradient_clipping 1.0); None = off.
+    max_grad_norm: float | None = None
+    # Which epoch's weights are kept: "val_loss" (lowest validation BCE, this project's) or "mean_auc" (highest mean
+    # ROC AUC over the labels with both classes in validation: the official agg_metrics).
+    select: str = "val_loss"
 
     def __post_init__(self) -> None:
         problems = []
@@ -80,6 +113,25 @@ class ClassifierConfig:
             problems.append(f"num_workers must be >= 0, got {self.num_workers}")
         if self.normalization not in ("cxr", "imagenet"):
             problems.append(f"normalization must be cxr or imagenet, got {self.normalization!r}")
+        if self.pretrained_format not in PRETRAINED_FORMATS:
+            problems.append(f"pretrained_format must be one of {PRETRAINED_FORMATS}, got {self.pretrained_format!r}")
+        if not 0.0 <= self.drop_path < 1.0:
+            problems.append(f"drop_path must be in [0, 1), got {self.drop_path}")
+        if self.layer_decay is not None and not 0.0 < self.layer_decay <= 1.0:
+            problems.append(f"layer_decay must be in (0, 1] or None, got {self.layer_decay}")
+        if self.scheduler not in SCHEDULERS:
+            problems.append(f"scheduler must be one of {SCHEDULERS}, got {self.scheduler!r}")
+        if self.warmup_steps < 0 or (self.scheduler == "warmup_cosine" and self.warmup_steps < 1):
+            problems.append(f"warmup_steps must be >= {1 if self.scheduler == 'warmup_cosine' else 0} (DeepSpeed's "
+                            f"WarmupCosineLR needs a warm-up), got {self.warmup_steps}")
+        if self.schedule_steps is not None and self.schedule_steps < 1:
+            problems.append(f"schedule_steps must be >= 1 or None, got {self.schedule_steps}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            problems.append(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            problems.append(f"max_grad_norm must be positive or None, got {self.max_grad_norm}")
+        if self.select not in SELECTIONS:
+            problems.append(f"select must be one of {SELECTIONS}, got {self.select!r}")
         if problems:
             raise ValueError("invalid ClassifierConfig: " + "; ".join(problems))
 
@@ -99,7 +151,10 @@ class ClassifierConfig:
         return cls(**{**presets[name], **overrides})
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields, without the later ones at their defaults: a classifier trained as before keeps the bytes of
+        its classifier.json (harness/prompts.py keys its predictions by them)."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in OMITTED_AT_DEFAULT or v != OMITTED_AT_DEFAULT[k]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClassifierConfig:

@@ -30,26 +30,35 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
         if cfg.arch == TINY_ARCH:
             model: nn.Module = VisionTransformer(
                 img_size=cfg.img_size, num_classes=NUM_OBSERVATIONS, global_pool=cfg.global_pool,
-                **TINY_VIT_KWARGS,
+                drop_path_rate=cfg.drop_path, **TINY_VIT_KWARGS,
             )
         elif cfg.arch == TINY_CNN_ARCH:
             from harness.models.classifier.tiny_cnn import TinyCNN
 
+            if cfg.drop_path:
+                raise ValueError(f"classifier.drop_path = {cfg.drop_path}: the tiny CNN has no blocks to drop; "
+                                 "set it to 0")
             model = TinyCNN(NUM_OBSERVATIONS)
         else:
             # pretrained=False always: weights only ever come from a local file.
             model = timm.create_model(
                 cfg.arch, pretrained=False, num_classes=NUM_OBSERVATIONS, img_size=cfg.img_size,
-                global_pool=cfg.global_pool,
+                global_pool=cfg.global_pool, **({"drop_path_rate": cfg.drop_path} if cfg.drop_path else {}),
             )
-    if cfg.pretrained_path:
+    if cfg.pretrained_path and cfg.pretrained_format == "medical_mae":
+        from harness.models.classifier.medical_mae import load_medical_mae
+
+        load_medical_mae(model, cfg.pretrained_path)
+    elif cfg.pretrained_path:
         load_pretrained(model, cfg.pretrained_path)
     return model
 
 
-def read_state_dict(path: str | os.PathLike[str], key: str = "classifier.pretrained_path") -> dict[str, torch.Tensor]:
+def read_state_dict(path: str | os.PathLike[str], key: str = "classifier.pretrained_path",
+                    allow_namespace: bool = False) -> dict[str, torch.Tensor]:
     """The tensors of a local checkpoint (safetensors, or a torch file read with weights_only=True: a pickled
-    object is refused, never executed); errors name `key`, the file and the fix."""
+    object is refused, never executed); errors name `key`, the file and the fix. `allow_namespace`: an
+    argparse.Namespace may sit beside the tensors (MAE / Medical-MAE save their command line as "args")."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"'{key}' = '{path}': file not found")
@@ -61,7 +70,10 @@ def read_state_dict(path: str | os.PathLike[str], key: str = "classifier.pretrai
 
             state: Any = load_file(str(path))
         else:
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
+            import argparse
+
+            with torch.serialization.safe_globals([argparse.Namespace] if allow_namespace else []):
+                state = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:  # torch's own text would suggest weights_only=False: not shown
         raise ValueError(f"'{key}' = '{path}': the file holds pickled Python objects besides tensors, which are "
                          f"never loaded (they could run code); {fix}") from e

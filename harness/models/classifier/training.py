@@ -1,4 +1,4 @@
-"""Training the classifier (AdamW + BCE, best epoch by validation loss) and predicting probabilities."""
+"""Training the classifier (AdamW + BCE; best epoch by validation loss or mean AUC) and predicting probabilities."""
 
 from __future__ import annotations
 
@@ -97,7 +97,9 @@ def _autocast(amp_bf16: bool, device: torch.device) -> Any:
 
 
 @torch.no_grad()
-def _mean_bce(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: ClassifierConfig) -> float:
+def _mean_bce(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: ClassifierConfig,
+              probs: list | None = None) -> float:
+    """Mean validation BCE; with `probs` (a list) the sigmoid probabilities of each chunk are appended to it."""
     device = _device_of(model)
     step = cfg.micro_batch_size or cfg.batch_size
     total = 0.0
@@ -107,7 +109,23 @@ def _mean_bce(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Classifie
         with _autocast(cfg.amp_bf16, device):
             logits = model(xb)
         total += nn.functional.binary_cross_entropy_with_logits(logits.float(), yb, reduction="sum").item()
+        if probs is not None:
+            probs.append(torch.sigmoid(logits.float()).cpu().double().numpy())
     return total / max(1, y.numel())
+
+
+def _val_scores(model: nn.Module, x, y, cfg: ClassifierConfig) -> tuple[float | None, float | None]:
+    """(validation loss, validation mean AUC): the AUC only when cfg.select asks for it; (None, None) without
+    validation data."""
+    if x is None or y is None:
+        return None, None
+    if cfg.select != "mean_auc":
+        return _mean_bce(model, x, y, cfg), None
+    from harness.models.classifier.selection import mean_auc
+
+    probs: list = []
+    loss = _mean_bce(model, x, y, cfg, probs)
+    return loss, mean_auc(np.concatenate(probs), y.numpy())
 
 
 def train_classifier(
@@ -123,14 +141,16 @@ def train_classifier(
     should_stop: Callable[[], bool] | None = None,
     on_resume: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Train with AdamW + BCE-with-logits (mean over samples x classes); keep the best epoch by val loss.
+    """Train with AdamW + BCE-with-logits (mean over samples x classes); keep the best epoch by val loss (or by
+    mean AUC: cfg.select).
 
     `train_x` / `val_x` are preprocessed images [N, 3, H, W]; `train_y` / `val_y` are binary targets [N, 14]
     (see `classifier_targets`). Shuffling uses a generator seeded with `cfg.seed`, so two runs from the same
     initial weights give the same weights. The model is trained on the device it is on (tensors are moved
     batch by batch). `on_epoch(epoch, train_loss, val_loss)` is called after each epoch (epoch counts from 1).
-    At the end, the weights of the best epoch (lowest val loss; the last epoch without validation data) are
-    restored and the model is left in eval mode.
+    At the end, the weights of the best epoch (lowest val loss, or highest mean AUC with cfg.select "mean_auc"; the
+    last epoch without validation data) are restored and the model is left in eval mode. The optimizer, the
+    learning-rate schedule and gradient clipping follow cfg (optim.py: layer_decay, scheduler, max_grad_norm).
 
     With `checkpoint_dir` (a run's checkpoint/ folder) a checkpoint is written after every epoch and a call
     resumes from the newest one (`on_resume(completed epochs)` is called then); `should_stop()` is asked after
@@ -138,7 +158,8 @@ def train_classifier(
     state at the epoch's start and the batches done, so the resumed epoch draws the same order and skips what
     was trained) and `Preempted` is raised. A resumed run ends with the weights of an uninterrupted one.
 
-    Returns {"train_loss": [...], "val_loss": [...], "best_epoch": int, "best_val_loss": float | None}.
+    Returns {"train_loss": [...], "val_loss": [...], "best_epoch": int, "best_val_loss": float | None}, with
+    "val_mean_auc" and "best_val_mean_auc" added when cfg.select is "mean_auc".
     """
     from torch.utils.data import DataLoader, TensorDataset
     from tqdm.auto import tqdm
@@ -149,6 +170,12 @@ def train_classifier(
         raise ValueError("give both val_x and val_y, or neither")
     if val_x is not None and val_y is not None and len(val_x) != len(val_y):
         raise ValueError(f"val_x has {len(val_x)} rows but val_y has {len(val_y)}")
+    if cfg.select == "mean_auc":
+        from harness.models.classifier.selection import scorable_labels
+
+        if val_y is None or len(scorable_labels(val_y.numpy())) == 0:
+            raise ValueError("classifier.select = mean_auc needs a validation split in which at least one label has "
+                             "both classes (its AUC); use select val_loss, or a validation split with labels")
 
     device = _device_of(model)
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -156,13 +183,16 @@ def train_classifier(
     # A tensor of images, or a Dataset that decodes them on demand (harness/data/streaming.py), in workers
     # when cfg.num_workers > 0, into pinned memory when training on a GPU.
     pairs = TensorDataset(train_x, train_y.float()) if torch.is_tensor(train_x) else _Pairs(train_x, train_y.float())
+    from harness.models.classifier.optim import build_optimizer, set_learning_rates
+
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, betas=(0.9, cfg.adam_beta2),
-                                  weight_decay=cfg.weight_decay)
+    optimizer = build_optimizer(model, cfg)
     # Summed per micro-batch and divided by the whole batch's element count: the mean over the batch.
     criterion = nn.BCEWithLogitsLoss(reduction="sum")
 
     history: dict[str, Any] = {"train_loss": [], "val_loss": [], "best_epoch": 0, "best_val_loss": None}
+    if cfg.select == "mean_auc":
+        history.update({"val_mean_auc": [], "best_val_mean_auc": None})
     best_state: dict[str, torch.Tensor] | None = None
     best_loss = float("inf")
     first_epoch, skip, seen, total, step = 1, 0, 0, 0.0, 0
@@ -186,6 +216,7 @@ def train_classifier(
                        "best_state": best_state or {}, "best_loss": best_loss, "seen": seen, "total": total})
 
     n_batches = -(-len(pairs) // cfg.batch_size)
+    total_updates = cfg.epochs * n_batches
     for epoch in range(first_epoch, cfg.epochs + 1):
         epoch_start = generator.get_state()
         sampler = _Skip(torch.utils.data.RandomSampler(pairs, generator=generator), skip * cfg.batch_size)
@@ -211,6 +242,9 @@ def train_classifier(
                 loss = criterion(logits.float(), yc) / denom
                 loss.backward()
                 batch_loss += loss.item()
+            if cfg.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(trainable, cfg.max_grad_norm)
+            set_learning_rates(optimizer, cfg, step, total_updates)
             optimizer.step()
             seen += len(xb)
             total += batch_loss * len(xb)
@@ -225,18 +259,26 @@ def train_classifier(
                 raise Preempted(f"classifier training ({folder})", step, requested())
         train_loss = total / max(1, seen)
         model.eval()
-        val_loss = _mean_bce(model, val_x, val_y, cfg) if val_x is not None and val_y is not None else None
+        val_loss, val_auc = _val_scores(model, val_x, val_y, cfg)
         history["train_loss"].append(train_loss)
         history["val_loss"].append(val_loss)
-        # Without validation data the "best" epoch is simply the last one.
-        score = val_loss if val_loss is not None else -float(epoch)
+        # Without validation data the "best" epoch is simply the last one. Mean AUC: the lowest -AUC, i.e. the
+        # first epoch with the highest AUC (the official keeps an epoch only when strictly above the best).
+        if cfg.select == "mean_auc":
+            history["val_mean_auc"].append(val_auc)
+            score = -val_auc
+        else:
+            score = val_loss if val_loss is not None else -float(epoch)
         if score < best_loss:
             best_loss = score
             history["best_epoch"] = epoch
             history["best_val_loss"] = val_loss
+            if cfg.select == "mean_auc":
+                history["best_val_mean_auc"] = val_auc
             best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        logger.info("classifier epoch %d: train loss %.5f, val loss %s", epoch, train_loss,
-                    "n/a" if val_loss is None else f"{val_loss:.5f}")
+        logger.info("classifier epoch %d: train loss %.5f, val loss %s%s", epoch, train_loss,
+                    "n/a" if val_loss is None else f"{val_loss:.5f}",
+                    "" if val_auc is None else f", val mean AUC {val_auc:.5f}")
         if on_epoch is not None:
             on_epoch(epoch, train_loss, val_loss)
         if folder is not None:
