@@ -121,3 +121,53 @@ def test_last_is_the_default_and_writes_only_model(tmp_path):
     assert RunConfig().train.handoff == "last"
     with pytest.raises(ConfigError, match="'train.handoff' = 'best'"):
         load_config(None, ["train.handoff=best"])
+
+
+@pytest.mark.slow
+def test_paper_recipe_options_through_warmup_and_sft(tmp_path):
+    """The tiny pipeline with the paper presets' new options (issue 42): best_val hand-off with the validation score
+    in evals.jsonl and metrics.json, model/ and model_last/ in both stages, the official stage-1 trainable set,
+    LoRA on the patch embedding, the official prompt layout recorded for RL and evaluation, untruncated targets."""
+    from harness.cli import main
+    from harness.config import load_config
+    from harness.models.checkpoint import stage_tensors
+    from harness.prompts import instructions_for
+    from harness.runs.records import read_json, read_jsonl
+    from tests.tiny_sizes import TINY
+
+    def common(stage):
+        return [f"out_dir={tmp_path / stage}", f"data.synth_dir={tmp_path / 'data'}",
+                f"cache_dir={tmp_path / 'cache'}", "data.max_train=8", "train.batch_size=4", "train.epochs=2",
+                "train.handoff=best_val", "prompt.max_report_tokens=null", "rl.val_rg_metric=entity_f1"]
+
+    warm = TINY + common("warmup") + ["model.warmup_trainable=merger_mlp"]
+    assert main(["train", "warmup", *warm, "--no-progress"]) == 0
+    run = tmp_path / "warmup"
+    rows = [r for r in read_jsonl(run / "evals.jsonl") if "val_score" in r]
+    assert [r["epoch"] for r in rows] == [1, 2] and rows[0]["improved"]
+    metrics = read_json(run / "metrics.json")
+    assert metrics["handoff"] == "best_val" and metrics["best_epoch"] in (1, 2)
+    assert (run / "model" / "spec.json").is_file() and (run / "model_last" / "spec.json").is_file()
+    assert read_json(run / "model" / "spec.json")["best_epoch"] == metrics["best_epoch"]
+    assert all(n.startswith("model.visual.merger.") for n in stage_tensors(run / "model"))
+
+    clf = TINY + [f"out_dir={tmp_path / 'classifier'}", f"data.synth_dir={tmp_path / 'data'}",
+                  f"cache_dir={tmp_path / 'cache'}", "classifier.epochs=1", "classifier.batch_size=8",
+                  "classifier.img_size=32"]
+    assert main(["classifier", "train", *clf, "--no-progress"]) == 0
+    official = ["prompt.disease_list_format=python_list", 'prompt.disease_separator="\\n"',
+                'prompt.disease_template="The following findings may be present: {diseases}."']
+    sft = TINY + common("sft") + official + [
+        "model.lora_r=4", "model.lora_alpha=8", "model.lora_patch_embed=true", f"init_from={run / 'model'}",
+        f"classifier.dir={tmp_path / 'classifier' / 'classifier'}"]
+    assert main(["train", "sft", *sft, "--no-progress"]) == 0
+    spec = read_json(tmp_path / "sft" / "model" / "spec.json")
+    assert spec["lora"]["patch_embed"] is True and spec["handoff"] == "best_val"
+    assert (spec["disease_list_format"], spec["disease_separator"]) == ("python_list", "\n")
+    assert any("patch_embed.proj.lora_" in n for n in stage_tensors(tmp_path / "sft" / "model"))
+    cfg = load_config(None, TINY + common("rl"))
+    from harness.stages.common import load_splits
+
+    val = load_splits(cfg, progress=False)["val"][:3]
+    texts = instructions_for(cfg, val, spec)
+    assert all("\nThe following findings may be present: [" in t for t in texts)
