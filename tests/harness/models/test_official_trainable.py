@@ -142,3 +142,20 @@ def test_new_trainable_values_are_refused_with_their_key():
         load_config(None, ["model.warmup_trainable=mlp"])
     with pytest.raises(ConfigError, match="'model.lora_patch_embed'"):
         load_config(None, ["model.lora_patch_embed=maybe"])
+
+
+def test_vllm_weights_carry_the_patch_embed_lora(tiny_tokenizer):
+    """generation.backend=vllm sends merged weights: the patch embedding's LoRA Conv3d must arrive merged (W + its
+    delta, peft's merge), not be dropped."""
+    from harness.sampling.vllm_rollout import merged_weights
+
+    model = add_lora(_model(tiny_tokenizer), r=4, alpha=8, dropout=0.0, patch_embed=True)
+    set_trainable(model, "rl")
+    with torch.no_grad():
+        model.get_submodule(PATCH).lora_B["default"].weight.normal_()
+    sent = dict(merged_weights(model))
+    layer = model.get_submodule(PATCH)
+    layer.merge()
+    assert f"{PATCH}.weight" in sent
+    assert torch.allclose(sent[f"{PATCH}.weight"], layer.get_base_layer().weight, atol=1e-6)
+    assert not any("lora_" in n for n in sent)
