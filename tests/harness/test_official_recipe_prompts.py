@@ -116,3 +116,19 @@ def test_new_prompt_values_are_refused_with_their_key():
     with pytest.raises(ConfigError, match="'prompt.max_report_tokens' = 0"):
         load_config(None, ["prompt.max_report_tokens=0"])
     assert load_config(None, ["prompt.max_report_tokens=null"]).prompt.max_report_tokens is None
+
+
+def test_prompt_assembly_is_the_official_message_layout(tiny_processor, xray_images):
+    """regbench's prompt text is what the official build_prompt + apply_chat_template(add_generation_prompt=True)
+    makes: one user turn, the image(s) first, then the text, under the template's default system prompt (the official
+    code passes no system message)."""
+    from harness.batching import prompt_text
+
+    text = _official(IU, ["Edema"])
+    views = [xray_images[0], xray_images[1]]
+    message = [{"role": "user", "content": [*({"type": "image", "image": im} for im in views),
+                                            {"type": "text", "text": text}]}]
+    official = tiny_processor.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+    assert prompt_text(tiny_processor, text, 2) == official
+    assert official.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n")
+    assert official.endswith(f"{text}<|im_end|>\n<|im_start|>assistant\n")
