@@ -132,3 +132,26 @@ def test_prompt_assembly_is_the_official_message_layout(tiny_processor, xray_ima
     assert prompt_text(tiny_processor, text, 2) == official
     assert official.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n")
     assert official.endswith(f"{text}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_stage0_hints_take_the_configured_layout_and_key_it_only_when_set(tmp_path, xray_images):
+    """Stage 0 (tiny) teaches the base stage 2's prompt with noisy hints: in the configured layout, which enters the
+    base's cache key only when it is not the default (every existing base keeps its key)."""
+    from harness.config import build_config
+    from harness.data.datasets import Sample
+    from harness.stages import paths
+    from harness.stages.lm_train import LMData
+    from harness.stages.pretrain import with_hint_task
+
+    default = build_config({"cache_dir": str(tmp_path)})
+    official = build_config({"cache_dir": str(tmp_path), "prompt": {"disease_list_format": "python_list",
+                                                                    "disease_separator": "\n"}})
+    assert paths.base_key(official) != paths.base_key(default)
+    assert paths.base_key(build_config({"cache_dir": str(tmp_path), "prompt": {"disease_list_format": "comma"}})) \
+        == paths.base_key(default)
+    labels = np.zeros(14)
+    labels[2] = 1.0
+    samples = [Sample(id="a", report="r .", image_paths=[tmp_path / "x.png"], labels=labels)]
+    data = LMData([[xray_images[0]]], ["Write."], ["r ."])
+    out = with_hint_task(data, samples, 1.0, 0, "Write.", TEMPLATE, "python_list", "\n")
+    assert out.instructions[1].startswith("Write.\nThe following findings may be present: [")
