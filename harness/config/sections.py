@@ -112,8 +112,8 @@ class ModelConfig:
                                          "false = linear layers only (this project's default; the paper says 'all "
                                          "linear layers', Supp. D.2).")
     warmup_trainable: str = knob("merger", 'What stage 1 (warm-up) trains: "merger" = the whole merger (its ln_q '
-                                           "norm and MLP; this project's default, as the paper's Sec. 3.1 says: the merger); "
-                                           '"merger_mlp" = only `visual.merger.mlp` (its ln_q frozen), as the '
+                                           "norm and MLP; this project's default, as the paper's Sec. 3.1 says: "
+                                           'the merger); "merger_mlp" = only `visual.merger.mlp` (its ln_q frozen), as the '
                                            "official stage 1 (reva_po/models/reva.py REVA_stage1: requires_grad "
                                            "on 'visual.merger.mlp' only; the paper presets). Stages 2-3 train the "
                                            "whole merger either way (official too).")
