@@ -111,12 +111,12 @@ class ModelConfig:
                                          "Conv3d by its name `proj`: true = the official set (the paper presets); "
                                          "false = linear layers only (this project's default; the paper says 'all "
                                          "linear layers', Supp. D.2).")
-    warmup_trainable: str = knob("merger", 'What stage 1 (warm-up) trains: "merger" = the whole merger (its ln_q '
-                                           "norm and MLP; this project's default, as the paper's Sec. 3.1 says: "
-                                           'the merger); "merger_mlp" = only `visual.merger.mlp` (its ln_q frozen), as the '
-                                           "official stage 1 (reva_po/models/reva.py REVA_stage1: requires_grad "
-                                           "on 'visual.merger.mlp' only; the paper presets). Stages 2-3 train the "
-                                           "whole merger either way (official too).")
+    warmup_trainable: str = knob("merger", 'What stage 1 (warm-up) trains: "merger" = the whole merger, its '
+                                           "ln_q norm and MLP (this project's default, as the paper's Sec. 3.1 "
+                                           'says: the merger); "merger_mlp" = only `visual.merger.mlp`, its ln_q '
+                                           "frozen, as the official stage 1 (reva_po/models/reva.py REVA_stage1: "
+                                           "requires_grad on 'visual.merger.mlp' only; the paper presets). Stages "
+                                           "2-3 train the whole merger either way (official too).")
     gradient_checkpointing: bool = knob(False, "Recompute activations in the backward pass (transformers' "
                                                "gradient checkpointing, non-reentrant) in the model stages: less "
                                                "memory for more compute (this project; off by default).")
