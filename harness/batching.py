@@ -22,12 +22,27 @@ NEVER_GENERATE = (
 )
 
 
+DISEASE_LIST_FORMATS = ("comma", "python_list")
+
+
+def disease_list(diseases: Sequence[str], list_format: str = "comma") -> str:
+    """The `{diseases}` of the disease sentence (prompt.disease_list_format): "comma" = lowercased names joined by
+    ", " ("no finding" when empty; this project); "python_list" = the official code's f-string of the Python list
+    (reva_po/models/reva.py build_prompt: "['Cardiomegaly', 'Edema']", "[]" when empty)."""
+    if list_format == "comma":
+        return ", ".join(d.lower() for d in diseases) if diseases else "no finding"
+    if list_format == "python_list":
+        return str([str(d) for d in diseases])  # str() of a list of str: the names' repr, as an f-string writes it
+    raise ValueError(f"disease list format must be one of {', '.join(DISEASE_LIST_FORMATS)}, got {list_format!r}")
+
+
 def instruction_text(instruction: str, diseases: Sequence[str] | None = None,
-                     disease_template: str = "The classifier suggests: {diseases}.") -> str:
+                     disease_template: str = "The classifier suggests: {diseases}.", list_format: str = "comma",
+                     separator: str = " ") -> str:
+    """The instruction, plus (when `diseases` is given) `separator` and the disease sentence: REVA-PO's q = [I, D]."""
     if diseases is None:
         return instruction
-    names = ", ".join(d.lower() for d in diseases) if diseases else "no finding"
-    return f"{instruction} {disease_template.format(diseases=names)}"
+    return f"{instruction}{separator}{disease_template.format(diseases=disease_list(diseases, list_format))}"
 
 
 def prompt_text(processor, instruction: str, n_images: int) -> str:
@@ -45,7 +60,8 @@ def suppressed_token_ids(tokenizer) -> list[int]:
     return ids
 
 
-def truncate_report(tokenizer, report: str, max_tokens: int) -> list[int]:
+def truncate_report(tokenizer, report: str, max_tokens: int | None) -> list[int]:
+    """The report's token ids, the first `max_tokens` of them (None: all, as the official code's SFT targets)."""
     ids = tokenizer(report, add_special_tokens=False)["input_ids"]
     return ids[:max_tokens]
 
@@ -80,7 +96,7 @@ def encode_repeated(processor, images: Sequence[Sequence], instructions: Sequenc
 
 
 def encode_sft(processor, images: Sequence[Sequence], instructions: Sequence[str], reports: Sequence[str],
-               max_report_tokens: int) -> dict:
+               max_report_tokens: int | None) -> dict:
     """Processor inputs plus `labels` (IGNORE everywhere but the report tokens and the closing <|im_end|>)."""
     tok = processor.tokenizer
     end_id = tok.convert_tokens_to_ids(END)

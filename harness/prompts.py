@@ -56,8 +56,32 @@ def plain_instructions(cfg: RunConfig, n: int) -> list[str]:
     return [cfg.prompt.instruction] * n
 
 
+# How a stage model's prompts were built, as its spec.json records them (written by SFT, carried on by RL). A
+# spec from before a key existed was built with the key's old behaviour, this default.
+PROMPT_SPEC_DEFAULTS = {"disease_list_format": "comma", "disease_separator": " "}
+
+
+def prompt_spec(cfg: RunConfig) -> dict:
+    """What SFT records in its model's spec about the prompts it trained on (instructions_for rebuilds them)."""
+    p = cfg.prompt
+    return {"disease_template": p.disease_template, "instruction": p.instruction,
+            "disease_list_format": p.disease_list_format, "disease_separator": p.disease_separator}
+
+
+def _disease_text(instruction: str, names: list[str], template: str, settings: dict) -> str:
+    return instruction_text(instruction, names, template, settings["disease_list_format"],
+                            settings["disease_separator"])
+
+
+def fills_empty(list_format: str) -> bool:
+    """Whether a prediction of no disease is written as "No Finding" (this project) or as an empty list (the
+    official code, with the python_list format)."""
+    return list_format != "python_list"
+
+
 def disease_instructions(cfg: RunConfig, names: list[list[str]]) -> list[str]:
-    return [instruction_text(cfg.prompt.instruction, ns, cfg.prompt.disease_template) for ns in names]
+    settings = prompt_spec(cfg)
+    return [_disease_text(cfg.prompt.instruction, ns, cfg.prompt.disease_template, settings) for ns in names]
 
 
 def reference_labels(samples) -> np.ndarray:
@@ -89,9 +113,11 @@ def classifier_inputs(samples, img_size: int, normalization: str = "imagenet", c
 PREDICTIONS_FOLDER = "predicted_diseases"  # inside a classifier folder: predictions already made (one file a call)
 
 
-def predicted_diseases(classifier_dir: str | Path, samples, device: str | torch.device = "cpu") -> list[list[str]]:
+def predicted_diseases(classifier_dir: str | Path, samples, device: str | torch.device = "cpu",
+                       fill_empty: bool = True) -> list[list[str]]:
     """Names of the observations the frozen classifier predicts positive, per sample, predicted on `device` (the
-    stage's model.device).
+    stage's model.device); none predicted: ["No Finding"] (`fill_empty`) or [] (harness.models.classifier
+    positive_names).
 
     Every stage run and evaluation from one SFT model asks the same classifier about the same samples (the demo:
     its 10 RL runs each predict the 1,050 train and 60 validation images, 2.3 s on a core). The answer is kept in
@@ -111,9 +137,10 @@ def predicted_diseases(classifier_dir: str | Path, samples, device: str | torch.
         model, ccfg, thresholds = load_classifier(classifier_dir, device=device)
         probs = predict_proba(model, classifier_inputs(samples, ccfg.img_size, ccfg.normalization),
                               amp_bf16=ccfg.amp_bf16)
-        return [positive_names(row) for row in predict_labels(probs, thresholds)]
+        return [positive_names(row, fill_empty) for row in predict_labels(probs, thresholds)]
 
-    return kept_result(root / PREDICTIONS_FOLDER / f"{h.hexdigest()[:24]}.json", "names", predict)
+    suffix = "" if fill_empty else "-as-predicted"  # the filled answer keeps the file name it always had
+    return kept_result(root / PREDICTIONS_FOLDER / f"{h.hexdigest()[:24]}{suffix}.json", "names", predict)
 
 
 def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:
@@ -122,10 +149,12 @@ def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:
     fmt = checkpoint_format(cfg, spec)
     if not spec.get("classifier_dir"):
         return [format_instruction(cfg.prompt.instruction, fmt)] * len(samples)
-    names = predicted_diseases(spec["classifier_dir"], samples, model_device(cfg))
+    settings = {k: spec.get(k, default) for k, default in PROMPT_SPEC_DEFAULTS.items()}
+    names = predicted_diseases(spec["classifier_dir"], samples, model_device(cfg),
+                               fill_empty=fills_empty(settings["disease_list_format"]))
     instruction = spec.get("instruction", cfg.prompt.instruction)
     template = spec.get("disease_template", cfg.prompt.disease_template)
-    return [format_instruction(instruction_text(instruction, ns, template), fmt) for ns in names]
+    return [format_instruction(_disease_text(instruction, ns, template, settings), fmt) for ns in names]
 
 
 def checkpoint_format(cfg: RunConfig, spec: dict) -> str:

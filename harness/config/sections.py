@@ -103,6 +103,20 @@ class ModelConfig:
                                    "'The tiny testbed').")
     tiny_vision_depth: int = knob(2, "Tiny preset: vision blocks (this project; docs/DESIGN.md 'The tiny testbed').")
     tiny_vocab_size: int = knob(1200, "Tiny preset: tokenizer vocabulary size (this project).")
+    lora_patch_embed: bool = knob(False, "Stages 2-3: LoRA also on the vision patch embedding's Conv3d "
+                                         "(`model.visual.patch_embed.proj`, through peft's LoRA Conv3d). The "
+                                         "official code's target list [qkv, proj, gate_proj, up_proj, down_proj, "
+                                         "q_proj, k_proj, v_proj, o_proj] (train_configs/stage2/*.yaml, "
+                                         "stage3/*.yaml; reva_po/models/reva.py: peft suffix match) catches that "
+                                         "Conv3d by its name `proj`: true = the official set (the paper presets); "
+                                         "false = linear layers only (this project's default; the paper says 'all "
+                                         "linear layers', Supp. D.2).")
+    warmup_trainable: str = knob("merger", 'What stage 1 (warm-up) trains: "merger" = the whole merger, its '
+                                           "ln_q norm and MLP (this project's default, as the paper's Sec. 3.1 "
+                                           'says: the merger); "merger_mlp" = only `visual.merger.mlp`, its ln_q '
+                                           "frozen, as the official stage 1 (reva_po/models/reva.py REVA_stage1: "
+                                           "requires_grad on 'visual.merger.mlp' only; the paper presets). Stages "
+                                           "2-3 train the whole merger either way (official too).")
     gradient_checkpointing: bool = knob(False, "Recompute activations in the backward pass (transformers' "
                                                "gradient checkpointing, non-reentrant) in the model stages: less "
                                                "memory for more compute (this project; off by default).")
@@ -181,6 +195,19 @@ class TrainConfig(StepConfig):
         "checkpoint and exit with status 75 (requeue), as Slurm sends before it stops or requeues a job "
         "(harness/runs/preemption.py; this project, issue 26); [] = none (the signal's default action). Not part "
         "of a run's key."))
+    handoff: str = knob("last", "Which weights a warm-up or SFT stage hands on as its `model/` (what the next "
+                                "stage's init_from loads): \"last\" = after the last step (this project's default); "
+                                "\"best_val\" = the epoch with the highest validation score, as the official code "
+                                "hands on checkpoint_best.pth (reva_po/runners/runner_base.py: validation on the "
+                                "'val' split after every epoch, kept when agg_metrics beats the best so far, "
+                                "strictly). The score is RL's s_val (harness/grpo/validation.py: rl.val_score, "
+                                "rl.val_lambda, rl.val_rg_metric of this stage's config; official agg_metrics = "
+                                "mean(BLEU-1..4, METEOR, ROUGE-L) + 0.1 RadGraph F1, "
+                                "reva_po/tasks/report_generation.py compute_metrics = rl.val_score official, "
+                                "val_lambda 0.1, val_rg_metric radgraph) of greedy reports decoded with the "
+                                "generation section, on the whole validation split. The last epoch's model is "
+                                "kept too, in `model_last/`; evals.jsonl holds each epoch's scores and "
+                                "metrics.json the chosen epoch. Ignored by RL (rl.select) and stage 0.")
     deepspeed: str = knob("", "DeepSpeed config JSON (e.g. experiments/deepspeed/zero1.json) for warm-up, SFT and RL "
                               "under a launch: ZeRO-1/2 through accelerate's DeepSpeedPlugin "
                               "(harness/parallel/zero.py; the paper trains with DeepSpeed ZeRO-1, Supp. D.2); its "
@@ -192,8 +219,22 @@ class PromptConfig:
     instruction: str = knob("Write the findings section of the chest X-ray report.", "The instruction of every "
                             "prompt.")
     disease_template: str = knob("The classifier suggests: {diseases}.", "Stage 2 (REVA-PO Sec. 3.2): predicted "
-                                 "positive disease names are inserted into the instruction through this template.")
-    max_report_tokens: int = knob(100, "Report tokens kept as training targets, >= 1.")
+                                 "positive disease names are inserted into the instruction through this template "
+                                 "(official code: 'The following findings may be present: {diseases}.', "
+                                 "reva_po/models/reva.py build_prompt).")
+    disease_list_format: str = knob("comma", "How {diseases} is written: \"comma\" = the names lowercased, joined "
+                                             "by ', ', 'no finding' when none is predicted (this project); "
+                                             "\"python_list\" = the official code's f-string of the Python list of "
+                                             "names as the classifier names them, e.g. ['Cardiomegaly', 'Pleural "
+                                             "Effusion'], and [] when none is predicted "
+                                             "(reva_po/models/reva.py build_prompt; the paper presets).")
+    disease_separator: str = knob(" ", "What stands between the instruction and the disease sentence: ' ' (this "
+                                       "project) or '\\n' (official code: instruction + '\\n' + the disease "
+                                       "sentence, reva_po/models/reva.py build_prompt; the paper presets).")
+    max_report_tokens: int | None = knob(100, "Report tokens kept as training targets, >= 1; null = the whole "
+                                              "report, as the official code (reva_po/models/reva.py: prompt + "
+                                              "report + eos, no truncation; its max_txt_len only bounds "
+                                              "generation; the paper presets).")
     output_format: str = knob("plain", "What a model is taught to write (harness/output_format.py): 'plain' (the "
                               "report; REVA-PO) or 'think_report' (MRG-R1, paper 002: a reasoning span and the report "
                               "inside <think>...</think><report>...</report>, the layout its format reward checks). "

@@ -94,6 +94,12 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(not cfg.model.train_format_tokens or cfg.prompt.output_format == "think_report",
              "model.train_format_tokens", cfg.model.train_format_tokens,
              "needs prompt.output_format=think_report (it trains the rows of the <think>/<report> tags' tokens)")
+        need(cfg.prompt.disease_list_format in ("comma", "python_list"), "prompt.disease_list_format",
+             cfg.prompt.disease_list_format, "must be comma or python_list")
+        need(cfg.model.warmup_trainable in ("merger", "merger_mlp"), "model.warmup_trainable",
+             cfg.model.warmup_trainable, "must be merger or merger_mlp")
+        need(cfg.train.handoff in ("last", "best_val"), "train.handoff", cfg.train.handoff,
+             "must be last or best_val")
         need(cfg.data.train_subset in ("first", "random"), "data.train_subset", cfg.data.train_subset,
              "must be first or random")
         need(cfg.data.train_min_tokens is None or cfg.data.train_min_tokens >= 1, "data.train_min_tokens",
@@ -233,7 +239,7 @@ def _check_ranges(cfg: RunConfig, need) -> None:
     at_least("data.synth_image_size", MIN_IMAGE_SIZE)  # the phantom generator's own bound
     at_least("model.image_size", 28)
     for key in ("model.lora_alpha", "model.tiny_text_hidden", "model.tiny_text_layers", "model.tiny_vision_hidden",
-                "model.tiny_vision_depth", "model.tiny_vocab_size", "train.log_every", "prompt.max_report_tokens",
+                "model.tiny_vision_depth", "model.tiny_vocab_size", "train.log_every",
                 "classifier.img_size", "classifier.epochs", "classifier.batch_size", "pretrain.n",
                 "pretrain.batch_size", "rl.kl_horizon", "rl.ema_period", "rl.max_new_tokens",
                 "generation.batch_size"):
@@ -246,7 +252,8 @@ def _check_ranges(cfg: RunConfig, need) -> None:
                 "rl.token_weight_boost", "generation.repetition_penalty"):
         at_least(key, 0, strict=True)
     at_least("rl.max_nonfinite_steps", 1)
-    for key in ("rl.val_every_steps", "rl.val_max_samples", "rl.logprob_chunk_positions", "rl.micro_batch_size"):
+    for key in ("prompt.max_report_tokens", "rl.val_every_steps", "rl.val_max_samples", "rl.logprob_chunk_positions",
+                "rl.micro_batch_size"):
         at_least(key, 1, optional=True)
     for key in ("rl.logprob_temperature", "rl.token_weight_max"):
         at_least(key, 0, strict=True, optional=True)

@@ -70,7 +70,10 @@ _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementatio
                    "classifier.amp_bf16": False, "classifier.pretrained_format": "regbench",
                    "classifier.drop_path": 0.0, "classifier.layer_decay": None, "classifier.scheduler": "constant",
                    "classifier.warmup_steps": 0, "classifier.schedule_steps": None, "classifier.min_lr_ratio": 0.0,
-                   "classifier.max_grad_norm": None, "classifier.select": "val_loss"}
+                   "classifier.max_grad_norm": None, "classifier.select": "val_loss",
+                   "prompt.disease_list_format": "comma",
+                   "prompt.disease_separator": " ", "model.lora_patch_embed": False,
+                   "model.warmup_trainable": "merger", "train.handoff": "last"}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

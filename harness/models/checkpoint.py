@@ -27,11 +27,11 @@ from safetensors.torch import load_file, save_file
 
 from harness.errors import ConfigError
 from harness.models.trainable import (
-    LORA_TARGETS,
     MERGER,
     TOKEN_DELTA,
     add_lora,
     has_lora,
+    lora_targets,
     token_targets,
     trainable_state,
     unwrap,
@@ -142,13 +142,15 @@ def from_peft_key(key: str) -> str:
 
 
 def lora_config(lora: dict, base_id: str | None, model=None):
-    """The peft `LoraConfig` of stages 2-3: LoRA on LORA_TARGETS, the merger saved whole, and the token rows the
+    """The peft `LoraConfig` of stages 2-3: LoRA on LORA_TARGETS (and the patch embedding's Conv3d with
+    `lora["patch_embed"]`), the merger saved whole, and the token rows the
     stage trained (`lora["token_indices"]`, as add_lora gave them to `model`)."""
     from peft import LoraConfig
 
     tokens = token_targets(model, lora.get("token_indices")) if model is not None else None
     return LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
-                      target_modules=LORA_TARGETS, bias="none", modules_to_save=[_MERGER_MODULE],
+                      target_modules=lora_targets(lora.get("patch_embed", False)), bias="none",
+                      modules_to_save=[_MERGER_MODULE],
                       trainable_token_indices=tokens, base_model_name_or_path=base_id)
 
 

@@ -28,6 +28,8 @@ class MatmulPatchEmbed(Qwen2_5_VisionPatchEmbed):
     """Qwen2_5_VisionPatchEmbed with the Conv3d computed as a matrix product (same parameters, same state dict)."""
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if type(self.proj) is not torch.nn.Conv3d:  # peft's LoRA Conv3d (model.lora_patch_embed): its own forward
+            return super().forward(hidden_states)
         weight = self.proj.weight  # [embed_dim, in_channels, temporal, patch, patch]
         flat = hidden_states.to(weight.dtype).reshape(-1, weight[0].numel())
         return F.linear(flat, weight.reshape(weight.shape[0], -1))

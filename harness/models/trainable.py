@@ -1,7 +1,9 @@
 """Which parameters each stage trains (REVA-PO Sec. 3.1-3.3), and the LoRA wrap of stages 2-3.
 
-Stage 0 (tiny only): everything. Stage 1 (warm-up): only `visual.merger`. Stages 2-3: the merger fully, plus
-LoRA adapters on every linear layer of the vision encoder blocks and the LLM decoder layers (not lm_head).
+Stage 0 (tiny only): everything. Stage 1 (warm-up): only `visual.merger` (or, with model.warmup_trainable =
+merger_mlp, only its MLP, as the official stage 1). Stages 2-3: the merger fully, plus LoRA adapters on every linear
+layer of the vision encoder blocks and the LLM decoder layers (not lm_head), and, with model.lora_patch_embed, on
+the vision patch embedding's Conv3d (the official target list's "proj" matches it).
 Names are always those of the unwrapped Hugging Face module, with or without LoRA.
 
 Optionally (`token_indices`, `model.train_format_tokens`: MRG-R1's <think>/<report> tags on the tiny preset,
@@ -27,7 +29,17 @@ LORA_TARGETS = (
     r"|model\.language_model\.layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)"
     r"|mlp\.(gate_proj|up_proj|down_proj))"
 )
+# The vision patch embedding's Conv3d: a LoRA target only with `model.lora_patch_embed` (the official target list
+# catches it by its name "proj"; peft's LoRA Conv3d).
+PATCH_EMBED = r"model\.visual\.patch_embed\.proj"
+MERGER_MLP = MERGER + "mlp."  # the official stage 1's trainable set (model.warmup_trainable = merger_mlp)
+WARMUP_TRAINABLE = ("merger", "merger_mlp")
 STAGES = ("pretrain", "warmup", "sft", "rl")
+
+
+def lora_targets(patch_embed: bool = False) -> str:
+    """peft's target_modules (a full-match regex): LORA_TARGETS, plus the patch embedding's Conv3d."""
+    return f"{LORA_TARGETS}|{PATCH_EMBED}" if patch_embed else LORA_TARGETS
 
 
 def has_lora(model: nn.Module) -> bool:
@@ -53,23 +65,30 @@ def token_targets(model: nn.Module, token_indices: list[int] | None):
 
 
 def add_lora(model: nn.Module, r: int, alpha: int, dropout: float,
-             token_indices: list[int] | None = None) -> nn.Module:
+             token_indices: list[int] | None = None, patch_embed: bool = False) -> nn.Module:
     """Inject LoRA adapters in place and return the unwrapped module (adapters live inside it); with
-    `token_indices`, also peft's trainable rows of those tokens' input (and output) embeddings."""
+    `token_indices`, also peft's trainable rows of those tokens' input (and output) embeddings; with `patch_embed`,
+    also LoRA on the vision patch embedding's Conv3d (model.lora_patch_embed)."""
     from peft import LoraConfig, inject_adapter_in_model
 
     inner = unwrap(model)
     if has_lora(inner):
         return inner
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=LORA_TARGETS, bias="none",
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=lora_targets(patch_embed),
+                        bias="none",
                         trainable_token_indices=token_targets(inner, token_indices))
     return inject_adapter_in_model(config, inner)
 
 
-def set_trainable(model: nn.Module, stage: str) -> list[str]:
-    """Freeze everything, then unfreeze what `stage` trains; returns the trainable parameter names."""
+def set_trainable(model: nn.Module, stage: str, warmup_trainable: str = "merger") -> list[str]:
+    """Freeze everything, then unfreeze what `stage` trains; returns the trainable parameter names.
+    `warmup_trainable` (model.warmup_trainable): the warm-up's set, the whole merger or its MLP only."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage '{stage}'; choose one of {', '.join(STAGES)}")
+    if warmup_trainable not in WARMUP_TRAINABLE:
+        raise ValueError(f"model.warmup_trainable must be one of {', '.join(WARMUP_TRAINABLE)}, "
+                         f"got {warmup_trainable!r}")
+    merger = MERGER_MLP if stage == "warmup" and warmup_trainable == "merger_mlp" else MERGER
     inner = unwrap(model)
     if stage in ("sft", "rl") and not has_lora(inner):
         raise ValueError(f"stage '{stage}' trains LoRA adapters: call add_lora first")
@@ -77,7 +96,7 @@ def set_trainable(model: nn.Module, stage: str) -> list[str]:
     for name, p in inner.named_parameters():
         train = (
             stage == "pretrain"
-            or name.startswith(MERGER)
+            or name.startswith(merger)
             or (stage in ("sft", "rl") and is_stage_parameter(name))
         )
         p.requires_grad_(train)
@@ -105,9 +124,11 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
 
 def lora_settings(cfg, tokenizer=None) -> dict:
     """add_lora's arguments from a RunConfig's model section (REVA-PO Supp. D.2: r = alpha = 32, dropout 0.1),
-    plus `token_indices` (the tags' tokens in `tokenizer`) with `model.train_format_tokens`; a default config
-    gives exactly r, alpha and dropout, as before that option."""
+    plus `patch_embed` with model.lora_patch_embed, plus `token_indices` (the tags' tokens in `tokenizer`) with
+    `model.train_format_tokens`; a default config gives exactly r, alpha and dropout, as before those options."""
     settings = {"r": cfg.model.lora_r, "alpha": cfg.model.lora_alpha, "dropout": cfg.model.lora_dropout}
+    if cfg.model.lora_patch_embed:  # only when on: a default config's settings (and spec.json) stay as they were
+        settings["patch_embed"] = True
     if not cfg.model.train_format_tokens:
         return settings
     if tokenizer is None:

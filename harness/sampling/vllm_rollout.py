@@ -39,11 +39,13 @@ def require_vllm(device: torch.device) -> None:
 
 
 def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
-    """(Hugging Face name, tensor) of every weight that training changes: for each LoRA layer its merged weight
+    """(Hugging Face name, tensor) of every weight that training changes: for each LoRA layer (Linear, or the
+    patch embedding's Conv3d) its merged weight
     W + scaling * B @ A (peft's merge, in W's dtype) and bias; for trainable token rows (peft's
     `trainable_token_indices`) the embedding with those rows replaced (a tied lm_head follows it); every other
     trainable parameter as it is."""
     from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora.layer import Conv3d as LoraConv3d
     from peft.tuners.trainable_tokens import TrainableTokensLayer
 
     from harness.models.trainable import TOKEN_DELTA, unwrap
@@ -51,7 +53,7 @@ def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
     hf = unwrap(model)
     lora_names = set()
     for name, mod in hf.named_modules():
-        if isinstance(mod, LoraLinear):
+        if isinstance(mod, LoraLinear | LoraConv3d):  # Conv3d: the patch embedding (model.lora_patch_embed)
             lora_names.add(name)
             base = mod.get_base_layer()
             with torch.no_grad():

@@ -26,7 +26,7 @@ class StepBatches(Dataset):
     in the step) of optimizer step `first_step + k`, for steps first_step .. total_steps - 1."""
 
     def __init__(self, data, processor, *, batch_size: int, micro_batch_size: int | None, seed: int,
-                 first_step: int, total_steps: int, steps_per_epoch: int, max_report_tokens: int,
+                 first_step: int, total_steps: int, steps_per_epoch: int, max_report_tokens: int | None,
                  dist: Dist | None = None, lengths: Sequence[int] | None = None):
         if lengths is not None and len(lengths) != len(data):
             raise ValueError(f"lengths: {len(lengths)} values for {len(data)} samples")
@@ -57,7 +57,7 @@ class StepBatches(Dataset):
                 for p in parts]
 
 
-def sample_lengths(processor, data, max_report_tokens: int) -> list[int]:
+def sample_lengths(processor, data, max_report_tokens: int | None) -> list[int]:
     """Each sample's encoded length up to a constant that all share (the chat template): its instruction's and
     (truncated) report's tokens plus its views' image tokens. The order of train.group_by_length sorts by it."""
     tok = processor.tokenizer
@@ -69,7 +69,7 @@ def sample_lengths(processor, data, max_report_tokens: int) -> list[int]:
         if views:  # every view is resized to one square size, so one view tells the count
             grid = processor.image_processor(images=[views[0]], return_tensors="pt")["image_grid_thw"]
             per_view = int(grid.prod()) // processor.image_processor.merge_size ** 2
-    return [len(i) + min(len(r), max_report_tokens) + per_view * view_count(data.images, k)
+    return [len(i) + len(r[:max_report_tokens]) + per_view * view_count(data.images, k)
             for k, (i, r) in enumerate(zip(instructions, reports, strict=True))]
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from tqdm.auto import tqdm
@@ -63,8 +64,17 @@ def _ckpt_path(run: RunDir) -> Path:
     return run.path / "checkpoint" / "state.pt"
 
 
+class StageState(Protocol):
+    """What a stage keeps beside the trainable tensors in each checkpoint (e.g. harness/stages/handoff.py's best
+    epoch), so that a resumed run continues with it."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
 def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: Dist | None = None,
-                    updater: Updater | None = None) -> None:
+                    updater: Updater | None = None, extra: StageState | None = None) -> None:
     """Rank 0 writes (the trainable state is the same on every process); the others wait for it. Under
     DeepSpeed every process also writes its ZeRO optimizer partition beside it (`updater`). A new checkpoint
     generation (harness/runs/checkpoint_io.py): written into checkpoint.new/, sealed, then rotated in."""
@@ -76,23 +86,28 @@ def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: D
     opt_state = updater.optimizer_state(optimizer, staging_dir(folder)) if updater else optimizer.state_dict()
     dist.barrier()  # every partition is written before rank 0 seals the generation
     if dist.main:
-        _write_checkpoint(run, model, opt_state, scheduler, step, updater.state_dict() if updater else {})
+        _write_checkpoint(run, model, opt_state, scheduler, step, updater.state_dict() if updater else {},
+                          extra.state_dict() if extra is not None else None)
     dist.barrier()
 
 
-def _write_checkpoint(run: RunDir, model, opt_state: dict | None, scheduler, step: int, engine_state: dict) -> None:
+def _write_checkpoint(run: RunDir, model, opt_state: dict | None, scheduler, step: int, engine_state: dict,
+                      extra_state: dict | None = None) -> None:
     path = _ckpt_path(run)
     params = {n: p.detach().cpu() for n, p in unwrap(model).named_parameters() if p.requires_grad}
     # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run; the updater's
     # state is the fp16 loss scale (GradScaler), so that a resumed fp16 run scales as an uninterrupted one.
     state = {"params": params, "optimizer": opt_state, "scheduler": scheduler.state_dict(),
              "step": step, "torch_rng": torch.get_rng_state(), "engine": engine_state}
+    if extra_state is not None:
+        state["stage"] = extra_state
     write_state(state, staging_dir(path.parent) / path.name)
     run.sync_logs()  # the lines this checkpoint covers are on disk before it is
     commit(path.parent, step)
 
 
-def load_checkpoint(run: RunDir, model, optimizer, scheduler, updater: Updater | None = None) -> int:
+def load_checkpoint(run: RunDir, model, optimizer, scheduler, updater: Updater | None = None,
+                    extra: StageState | None = None) -> int:
     """The step of the newest verified checkpoint generation, loaded into the objects (0 when there is none)."""
     main = updater is None or updater.dist.main
     folder = resume_folder(_ckpt_path(run).parent, _ckpt_path(run).name, log=print if main else None)
@@ -114,11 +129,13 @@ def load_checkpoint(run: RunDir, model, optimizer, scheduler, updater: Updater |
     scheduler.load_state_dict(state["scheduler"])
     if "torch_rng" in state:
         torch.set_rng_state(state["torch_rng"])
+    if extra is not None:
+        extra.load_state_dict(state.get("stage") or {})
     return int(state["step"])
 
 
 @torch.no_grad()
-def eval_loss(model, processor, data: LMData, batch_size: int, max_report_tokens: int,
+def eval_loss(model, processor, data: LMData, batch_size: int, max_report_tokens: int | None,
               dist: Dist | None = None) -> float:
     """Token-mean LM loss over `data` (data-parallel: each process takes its share, the sums are combined)."""
     dist = dist or Dist()
@@ -138,7 +155,7 @@ def eval_loss(model, processor, data: LMData, batch_size: int, max_report_tokens
     return total / max(1.0, count)
 
 
-def _accumulate(model, processor, part: LMData, micro: int, max_report_tokens: int, device, dist: Dist,
+def _accumulate(model, processor, part: LMData, micro: int, max_report_tokens: int | None, device, dist: Dist,
                 where: str) -> tuple[torch.Tensor, int]:
     """Backward of the token-mean loss of `part` in micro-batches of `micro` samples: each micro-batch's
     token mean is weighted by its share of the report tokens, so the summed gradient is that of one pass.
@@ -171,14 +188,15 @@ def _backward(updater: Updater, batches: list[dict], device, dist: Dist, where: 
 
 
 def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConfig, run: RunDir, *,
-             seed: int, max_report_tokens: int, desc: str = "train",
+             seed: int, max_report_tokens: int | None, desc: str = "train",
              on_epoch_end: Callable[[int, int], dict] | None = None, progress: bool = True,
-             dist: Dist | None = None) -> dict:
+             dist: Dist | None = None, extra_state: StageState | None = None) -> dict:
     """Train the currently trainable parameters; returns final metrics (losses, steps, wall time).
 
     Data-parallel under a torchrun / accelerate launch (`dist`, harness/parallel/distributed.py): each process takes
     its share of every batch, its loss is scaled by its share of the batch's report tokens and the gradients
-    are averaged, so each step is the step one process would take on the whole batch."""
+    are averaged, so each step is the step one process would take on the whole batch. `extra_state`: what the
+    stage keeps in each checkpoint besides the tensors (StageState)."""
     dist = dist or Dist()
     if len(train) == 0:
         raise ValueError("training set is empty")
@@ -195,7 +213,7 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     # fp16 bases get a loss scale.
     updater = Updater(model, params, dist, fp16_scaler=needs_scaler(base_dtype(model)))
     updater.attach(optimizer)
-    step = load_checkpoint(run, model, optimizer, scheduler, updater)
+    step = load_checkpoint(run, model, optimizer, scheduler, updater, extra_state)
     run.truncate_logs_after(step)  # step 0 (no checkpoint): no row of an earlier try is kept
     device = next(model.parameters()).device
     # Steps step..total-1, each this process's encoded micro-batches, decoded by train.num_workers workers.
@@ -213,7 +231,7 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
     while step < total:
         if preemption.stop_agreed(dist):  # a stop signal: the step before this one is done and logged
             if saved_at != step:
-                save_checkpoint(run, model, optimizer, scheduler, step, dist, updater)
+                save_checkpoint(run, model, optimizer, scheduler, step, dist, updater, extra_state)
             raise preemption.stop(run.path, desc, step, _ckpt_path(run), main=dist.main)
         epoch = step // steps_per_epoch
         t0 = time.time()
@@ -259,11 +277,11 @@ def train_lm(model, processor, train: LMData, val: LMData | None, cfg: TrainConf
             run.log_eval(row)
         # After the epoch's validation row: a resume from this checkpoint keeps that row and never redoes it.
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint(run, model, optimizer, scheduler, step, dist, updater)
+            save_checkpoint(run, model, optimizer, scheduler, step, dist, updater, extra_state)
             saved_at = step
     bar.close()
     if saved_at != step:
-        save_checkpoint(run, model, optimizer, scheduler, step, dist, updater)
+        save_checkpoint(run, model, optimizer, scheduler, step, dist, updater, extra_state)
     final = {"steps": step, "train_loss": last_loss, "wall_time_s": time.time() - t_start}
     evals = [e for e in run.evals() if "loss" in e]
     if evals:

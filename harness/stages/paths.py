@@ -90,6 +90,10 @@ def pretrain_key(cfg: RunConfig) -> str:
     }
     if m.attn_implementation != "eager":  # eager bases (built before the knob existed) keep their key
         payload["attn"] = m.attn_implementation
+    # stage 2's prompt layout, which the hint examples take: keyed only when not the layout bases were built with
+    for key, default in (("disease_list_format", "comma"), ("disease_separator", " ")):
+        if getattr(cfg.prompt, key) != default:
+            payload[key] = getattr(cfg.prompt, key)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -68,7 +68,8 @@ def noisy_hint_names(labels, rng, keep: float = 0.8, false_rate: float = 0.05) -
     return names
 
 
-def with_hint_task(data: LMData, samples, fraction: float, seed: int, instruction: str, template: str) -> LMData:
+def with_hint_task(data: LMData, samples, fraction: float, seed: int, instruction: str, template: str,
+                   list_format: str = "comma", separator: str = " ") -> LMData:
     """Append report examples whose instruction carries noisy disease hints (stage 2's prompt format).
 
     A real LVLM already follows instructions that name findings; the tiny base learns it here, from hints
@@ -83,7 +84,8 @@ def with_hint_task(data: LMData, samples, fraction: float, seed: int, instructio
         return data
     rng = random.Random(seed + 1)
     picks = [i for i in rng.sample(range(len(samples)), min(k, len(samples))) if samples[i].labels is not None]
-    hints = [instruction_text(instruction, noisy_hint_names(samples[i].labels, rng), template) for i in picks]
+    hints = [instruction_text(instruction, noisy_hint_names(samples[i].labels, rng), template, list_format, separator)
+             for i in picks]
     return LMData(data.images + [data.images[i] for i in picks], data.instructions + hints,
                   data.reports + [samples[i].report for i in picks])
 
@@ -152,7 +154,8 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
                [s.report for s in train]),
         train, p.findings_task_fraction, stage_paths.STAGE0_SEED)
     train_data = with_hint_task(train_data, train, p.hint_task_fraction, stage_paths.STAGE0_SEED,
-                                cfg.prompt.instruction, cfg.prompt.disease_template)
+                                cfg.prompt.instruction, cfg.prompt.disease_template, cfg.prompt.disease_list_format,
+                                cfg.prompt.disease_separator)
     val_data = LMData(load_images(val, size, cache_dir=work / "pixels"), [cfg.prompt.instruction] * len(val),
                       [s.report for s in val])
     tcfg = p.train_config()

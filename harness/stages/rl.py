@@ -185,8 +185,8 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
     pixels.cleanup()
     out = run.path / "model"
     if dist.main:
-        extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template", "output_format")
-                 if k in spec}
+        extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template", "disease_list_format",
+                                      "disease_separator", "output_format") if k in spec}
         save_stage_model(model, out, base_path, "rl", lora=lora, extra=extra,
                          settings=model_settings(cfg))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,

@@ -18,8 +18,16 @@ from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.output_format import format_instruction, training_target
 from harness.preflight import model_device
-from harness.prompts import disease_instructions, load_images, predicted_diseases, reference_labels
+from harness.prompts import (
+    disease_instructions,
+    fills_empty,
+    load_images,
+    predicted_diseases,
+    prompt_spec,
+    reference_labels,
+)
 from harness.runs import preemption
+from harness.stages.handoff import best_epoch_hook, save_handoff
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.loading import begin_stage
 
@@ -40,24 +48,28 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     data = {}
     for split in ("train", "val"):
         samples = splits[split]
-        names = predicted_diseases(cfg.classifier.dir, samples, model_device(cfg))
+        names = predicted_diseases(cfg.classifier.dir, samples, model_device(cfg),
+                                   fill_empty=fills_empty(cfg.prompt.disease_list_format))
         fmt = cfg.prompt.output_format
         labels = reference_labels(samples) if fmt != "plain" else [None] * len(samples)
         data[split] = LMData(load_images(samples, size, cache_dir=pixels.name),
                              [format_instruction(i, fmt) for i in disease_instructions(cfg, names)],
                              [training_target(s.report, row, fmt) for s, row in zip(samples, labels, strict=True)])
+    val_instructions = data["val"].instructions  # the best_val handoff validates with the stage's own prompts
+    best = best_epoch_hook(cfg, model, processor, splits["val"], val_instructions, data["val"].images, run, dist)
     metrics = train_lm(model, processor, data["train"], data["val"], cfg.train, run, seed=cfg.seed,
                        max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 2 SFT", progress=progress,
-                       dist=dist)
+                       dist=dist, on_epoch_end=best and best.on_epoch_end, extra_state=best)
     pixels.cleanup()
-    extra = {"classifier_dir": str(Path(cfg.classifier.dir).resolve()),
-             "disease_template": cfg.prompt.disease_template, "instruction": cfg.prompt.instruction,
+    extra = {"classifier_dir": str(Path(cfg.classifier.dir).resolve()), **prompt_spec(cfg),
              "output_format": cfg.prompt.output_format}
     out = run.path / "model"
     if dist.main:
-        save_stage_model(model, out, base_path, "sft", lora=lora, extra=extra,
-                         settings=model_settings(cfg))
-        run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world})
+        handoff = save_handoff(best, lambda name, more: save_stage_model(
+            model, run.path / name, base_path, "sft", lora=lora, extra={**extra, **more},
+            settings=model_settings(cfg)))
+        run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,
+                           **handoff})
         run.close()  # the trackers (train.report_to): a W&B run ends with its stage
     dist.barrier()
     return out

@@ -59,8 +59,9 @@ def predict_labels(probs: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     return (probs >= thresholds[None, :]).astype(np.int64)
 
 
-def positive_names(row: Sequence[int] | np.ndarray) -> list[str]:
-    """Names of the observations predicted positive, in OBSERVATIONS order; ["No Finding"] if none is.
+def positive_names(row: Sequence[int] | np.ndarray, fill_empty: bool = True) -> list[str]:
+    """Names of the observations predicted positive, in OBSERVATIONS order; ["No Finding"] if none is (`fill_empty`,
+    this project), else [] (the official code, reva_po/models/reva.py: the prompt then lists []).
 
     These are the disease cues D put into the stage-2/3 prompt (Sec. 3.2). No Finding is kept as predicted,
     even next to findings: the paper appends the predicted labels as they are.
@@ -69,4 +70,4 @@ def positive_names(row: Sequence[int] | np.ndarray) -> list[str]:
     if row.shape != (NUM_OBSERVATIONS,):
         raise ValueError(f"row must have shape [{NUM_OBSERVATIONS}], got {row.shape}")
     names = [name for name, value in zip(OBSERVATIONS, row, strict=True) if value == 1]
-    return names or [OBSERVATIONS[NO_FINDING]]
+    return names or ([OBSERVATIONS[NO_FINDING]] if fill_empty else [])
