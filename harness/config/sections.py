@@ -219,7 +219,10 @@ class ClassifierConfigSection:
     weight_decay: float = knob(0.05, "Classifier AdamW weight decay, >= 0.")
     adam_beta2: float = knob(0.999, "AdamW beta2 of the classifier, in [0, 1).")
     pretrained_path: str | None = knob(None, "Weights to start the classifier from (null = random init from the "
-                                             "seed).")
+                                             "seed): a local checkpoint file, or a classifier folder of `regbench "
+                                             "classifier train` (the IU-Xray classifier starts from MIMIC-CXR's in "
+                                             "the official code, train_configs/stage2_cls/iuxray_stage2_cls.yaml "
+                                             "pretrained_cls_ckpt_mimic; a study's `upstream:` sets it).")
     normalization: str = knob("imagenet", "Pixel statistics of the classifier's input: cxr (mean 0.5056, std 0.252 "
                                           "on every channel: the official REVA-PO classifier transform and "
                                           "Medical-MAE's chest X-ray fine-tuning; the real presets set it) or "
