@@ -44,6 +44,9 @@ class Node:
     traceback: str | None = None
     elapsed_s: float | None = None
     jobs: list[str] = field(default_factory=list)  # --executor slurm: its Slurm job ids, the last one current
+    # --executor slurm: kind -> Resources of the study the node comes from when that is not the plan's own (a run of
+    # an `upstream:` study asks for what its own preset gives it); None: the plan's study's.
+    resources: dict | None = None
 
 
 @dataclass
@@ -290,7 +293,8 @@ class UpstreamNodes:
                 continue
             seen.add(i)
             node = self.plan.nodes[i]
-            self.add(dataclasses.replace(node, users=[], deps=list(node.deps)), user)
+            self.add(dataclasses.replace(node, users=[], deps=list(node.deps), resources=self.up.study.resources),
+                     user)
             stack.extend(node.deps)
         return self.add(self.plan.nodes[nid], user)
 

@@ -106,6 +106,15 @@ def test_upstream_keys_are_part_of_the_downstream_keys(tmp_path):
     assert alone.nodes[alone.runs[("base", 0)].eval_node].key == plan.nodes[plan.runs[("base", 0)].eval_node].key
 
 
+def test_an_upstream_run_asks_a_cluster_for_its_own_presets_resources(tmp_path):
+    _, down = write_pair(tmp_path, up_extra="resources: {warmup: {gpus: 3, time_min: 999}}\n")
+    plan = build_plan(load_study(down), tmp_path / "o")
+    run = plan.runs[("full", 0)]
+    theirs, mine = plan.nodes[run.upstream["warmup"]], plan.nodes[run.stages["warmup"]]
+    assert theirs.resources["warmup"].gpus == 3 and theirs.resources["warmup"].time_min == 999
+    assert mine.resources is None and plan.study.resources["warmup"].gpus == 0
+
+
 def test_stage_seeds_pick_the_upstream_seed(tmp_path):
     _, down = write_pair(tmp_path, down_extra="stage_seeds: {warmup: 0}\n")
     plan = build_plan(load_study(down), tmp_path / "o")
