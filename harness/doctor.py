@@ -150,7 +150,7 @@ def _classifier_check(cfg) -> Check:
         return Check("classifier", not missing,
                      f"{c.dir}" if not missing else f"{c.dir}: missing {', '.join(missing)}")
     if c.pretrained_path:
-        ok = Path(c.pretrained_path).is_file()
+        ok = Path(c.pretrained_path).is_file() or (Path(c.pretrained_path) / WEIGHTS_FILE).is_file()
         return Check("classifier", ok, f"pretrained_path {c.pretrained_path}" + ("" if ok else " not found"))
     return Check("classifier", True, "none set (classifier.dir / classifier.pretrained_path); "
                                      "`regbench classifier train` builds one")

@@ -18,6 +18,8 @@ Registered composites (MRG-R1, paper 002: "a weighted sum of clinical (0.75) and
 - `mrg_r1` = `mccs_format` = 0.75 * mccs + 0.25 * format: MRG-R1's full reward (Table 2 "+MCCS+Format");
   the two names are the same function (`mccs_format` is the name used in the reward matrix);
 - `ce_f1_format` = 0.75 * ce_f1 + 0.25 * format: MRG-R1's "+CE-F1+Format" ablation.
+- `mrg_r1_normal` = 0.75 * mccs_normal + 0.25 * format: `mrg_r1` with a correct normal report credited by its
+  MCCS part (rewards/mccs.py, `mccs_normal`; issue 42).
 """
 
 from __future__ import annotations
@@ -83,4 +85,6 @@ def make_composite(weights: Mapping[str, float], score_report_part: bool = True)
 
 mrg_r1 = register_reward("mrg_r1")(make_composite(MRG_R1_WEIGHTS))
 register_reward("mccs_format")(mrg_r1)
+# MRG-R1's reward with `mccs_normal` (a correct normal report credited; rewards/mccs.py, issue 42).
+mrg_r1_normal = register_reward("mrg_r1_normal")(make_composite({"mccs_normal": 0.75, "format": 0.25}))
 ce_f1_format = register_reward("ce_f1_format")(make_composite({"ce_f1": 0.75, "format": 0.25}))

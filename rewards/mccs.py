@@ -31,6 +31,17 @@ Cases MRG-R1 leaves open, defined here:
   reference.
 - the margin must satisfy -1 <= m < 1 (m = 1 divides by zero); m = -1 gives (s + 1) / 2.
 
+`mccs_normal` (issue 42): the same reward, except for one case. A correct short normal report ("no acute
+cardiopulmonary process .") has an all-zero vector (it mentions none of the 13 observations: blank 0 by the
+paper's definition, and No Finding is excluded), while a normal reference usually lists negatives ("no pleural
+effusion or pneumothorax": -1 entries), so `mccs` gives it 0.0 although its CE-F1 is 1.0 (both have No Finding).
+With `normal_agreement=True` (this project's rule, where the paper is silent: the cosine is undefined) a zero
+vector against a non-zero one gives 1.0 when both reports say No Finding (label 1) and the non-zero vector has no
+positive or uncertain entry (the other report only rules observations out), else 0.0 as before. The vectors
+themselves stay the paper's; every pair with two non-zero vectors, and two zero vectors, score as in `mccs`.
+`mrg_r1_normal` is `mrg_r1` with it (rewards/composite.py). `mccs` and `mrg_r1` keep their numbers (the runs
+recorded with them, and their stage-run keys, stay valid).
+
 Margin default: the MRG-R1 text available to this project (paper 002, its equations stripped) says only that
 a margin "suppresses weak matches": neither the value of m nor how it enters the reward. `DEFAULT_MARGIN = 0.5`
 and the shaping above are therefore this project's choices, to be replaced by MRG-R1's once confirmed;
@@ -49,7 +60,7 @@ from harness.constants import NO_FINDING, NUM_OBSERVATIONS
 from rewards.chexpert_f1 import binary_f1, candidate_and_reference_labels
 from rewards.registry import register_reward
 
-__all__ = ["DEFAULT_MARGIN", "ce_f1", "make_mccs", "margin_cosine", "mccs", "signed_vectors"]
+__all__ = ["DEFAULT_MARGIN", "ce_f1", "make_mccs", "margin_cosine", "mccs", "mccs_normal", "signed_vectors"]
 
 DEFAULT_MARGIN = 0.5
 _KEEP = np.array([i for i in range(NUM_OBSERVATIONS) if i != NO_FINDING])
@@ -86,10 +97,10 @@ def _check_margin(margin: float) -> float:
 
 
 def margin_cosine(
-    hyp_labels: np.ndarray, ref_labels: np.ndarray, margin: float = DEFAULT_MARGIN
+    hyp_labels: np.ndarray, ref_labels: np.ndarray, margin: float = DEFAULT_MARGIN, normal_agreement: bool = False
 ) -> np.ndarray:
     """MCCS of label arrays `[N, 14]`: `max((cos - m) / (1 - m), 0)` of the signed vectors; zero vectors as in
-    the module docstring."""
+    the module docstring (`normal_agreement`: the rule of `mccs_normal` for one zero vector)."""
     margin = _check_margin(margin)
     hyp_labels = np.asarray(hyp_labels, dtype=np.float64)
     ref_labels = np.asarray(ref_labels, dtype=np.float64)
@@ -105,7 +116,13 @@ def margin_cosine(
     both_zero = (nu == 0) & (nv == 0)
     nf_h, nf_r = hyp_labels[:, NO_FINDING], ref_labels[:, NO_FINDING]
     nf_agree = (nf_h == nf_r) | (np.isnan(nf_h) & np.isnan(nf_r))
-    return np.where(both_zero, nf_agree.astype(np.float64), np.where(both_nonzero, score, 0.0))
+    one_zero = np.zeros(len(u))
+    if normal_agreement:
+        # Project's rule (the cosine is undefined): both say No Finding, and the report that names observations
+        # names none present or possible.
+        named = np.where((nu > 0)[:, None], u, v)
+        one_zero = ((nf_h == 1.0) & (nf_r == 1.0) & ~(named > 0).any(axis=1)).astype(np.float64)
+    return np.where(both_zero, nf_agree.astype(np.float64), np.where(both_nonzero, score, one_zero))
 
 
 def mccs(
@@ -113,22 +130,27 @@ def mccs(
     references: Sequence[str],
     ref_labels: np.ndarray | None = None,
     margin: float = DEFAULT_MARGIN,
+    normal_agreement: bool = False,
 ) -> np.ndarray:
     """MRG-R1's MCCS of each candidate against its reference (rule labels); see the module docstring."""
     margin = _check_margin(margin)
     hyp, ref = candidate_and_reference_labels(candidates, references, ref_labels)
-    return margin_cosine(hyp, ref, margin)
+    return margin_cosine(hyp, ref, margin, normal_agreement=normal_agreement)
 
 
-def make_mccs(margin: float, register_as: str | None = None) -> Callable[..., np.ndarray]:
-    """An MCCS reward function with margin `margin`; registered under `register_as` when given."""
+def make_mccs(margin: float, register_as: str | None = None,
+              normal_agreement: bool = False) -> Callable[..., np.ndarray]:
+    """An MCCS reward function with margin `margin` (and `mccs_normal`'s rule when `normal_agreement`); registered
+    under `register_as` when given."""
     margin = _check_margin(margin)
 
     def reward(candidates: list[str], references: list[str], **context) -> np.ndarray:
-        return mccs(candidates, references, context.get("ref_labels"), margin=margin)
+        return mccs(candidates, references, context.get("ref_labels"), margin=margin,
+                    normal_agreement=normal_agreement)
 
-    reward.__name__ = f"mccs_m{margin:g}"
-    reward.__doc__ = f"MRG-R1's MCCS reward (paper 002) with margin {margin:g}."
+    reward.__name__ = f"mccs_m{margin:g}" + ("_normal" if normal_agreement else "")
+    reward.__doc__ = f"MRG-R1's MCCS reward (paper 002) with margin {margin:g}" + (
+        ", a correct normal report credited (normal_agreement)." if normal_agreement else ".")
     if register_as is not None:
         register_reward(register_as)(reward)
     return reward
@@ -139,3 +161,11 @@ def mccs_reward(candidates: list[str], references: list[str], **context) -> np.n
     """MRG-R1's Margin CheXbert Cosine Similarity reward (paper 002) on rule labels; margin DEFAULT_MARGIN and
     the shaping are this project's (module docstring)."""
     return mccs(candidates, references, context.get("ref_labels"), margin=DEFAULT_MARGIN)
+
+
+@register_reward("mccs_normal")
+def mccs_normal(candidates: list[str], references: list[str], **context) -> np.ndarray:
+    """MCCS (paper 002's signed vectors, margin DEFAULT_MARGIN) with this project's rule for one zero vector: a
+    report that says No Finding and names no observation earns 1.0 against a No Finding report that only rules
+    observations out (module docstring; issue 42)."""
+    return mccs(candidates, references, context.get("ref_labels"), margin=DEFAULT_MARGIN, normal_agreement=True)

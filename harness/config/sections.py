@@ -260,9 +260,10 @@ class ClassifierConfigSection:
     weight_decay: float = knob(0.05, "Classifier AdamW weight decay, >= 0.")
     adam_beta2: float = knob(0.999, "AdamW beta2 of the classifier, in [0, 1).")
     pretrained_path: str | None = knob(None, "Weights to start the classifier from (null = random init from the "
-                                             "seed). The MIMIC-CXR paper presets start from a local file "
-                                             "vit-b_CXR_0.5M_mae_CheXpert.pth, the ViT-B/16 of Medical MAE "
-                                             "(official train_configs/stage2_cls/mimic_stage2_cls.yaml vit_ckpt).")
+                                             "seed): a local checkpoint file, or a classifier folder of `regbench "
+                                             "classifier train` (the IU-Xray classifier starts from MIMIC-CXR's in "
+                                             "the official code, train_configs/stage2_cls/iuxray_stage2_cls.yaml "
+                                             "pretrained_cls_ckpt_mimic; a study's `upstream:` sets it).")
     pretrained_format: str = knob("regbench", 'Layout of classifier.pretrained_path: "regbench" = a timm state dict '
                                               "loaded non-strictly (this project's); 'medical_mae' = a Medical-MAE "
                                               '/ MAE checkpoint ({"model": ...}, github.com/lambert-x/medical_mae) '

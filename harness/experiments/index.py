@@ -34,7 +34,7 @@ def run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
     ev = plan.nodes[rp.eval_node]
     if ev.status == "complete":
         return "complete", None, None
-    chain = [plan.nodes[i] for i in (*rp.stages.values(), rp.eval_node)]
+    chain = [plan.nodes[i] for i in (*rp.upstream.values(), *rp.stages.values(), rp.eval_node)]
     supports = {d for n in chain for d in n.deps if plan.nodes[d].kind in ("data", "test_data", "pretrain")}
     for n in [plan.nodes[d] for d in sorted(supports)] + chain:
         if n.status == "failed":
@@ -62,6 +62,11 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
                              StageKey.SHARED_BY: sorted({a for a, s in n.users if s == seed})}
             if stage in rp.init_from:
                 stages[stage][StageKey.INIT_FROM] = rp.init_from[stage]
+            if stage in rp.upstream:  # the upstream study's stage run it starts from (study field `upstream`)
+                u = plan.nodes[rp.upstream[stage]]
+                stages[stage][StageKey.UPSTREAM] = {"study": plan.study.upstream.study.name, "stage": u.kind,
+                                                    StageKey.KEY: u.key, StageKey.DIR: _rel(plan, u.run_dir),
+                                                    StageKey.STATUS: u.status}
             if n.error:
                 stages[stage][StageKey.PRUNED if n.status == PRUNED else StageKey.ERROR] = n.error
             if n.jobs:

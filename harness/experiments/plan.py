@@ -3,6 +3,7 @@ stage 0, test evaluation and analysis, with the arm x seed runs that use them.""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -43,6 +44,9 @@ class Node:
     traceback: str | None = None
     elapsed_s: float | None = None
     jobs: list[str] = field(default_factory=list)  # --executor slurm: its Slurm job ids, the last one current
+    # --executor slurm: kind -> Resources of the study the node comes from when that is not the plan's own (a run of
+    # an `upstream:` study asks for what its own preset gives it); None: the plan's study's.
+    resources: dict | None = None
 
 
 @dataclass
@@ -55,6 +59,7 @@ class RunPlan:
     final_stage: str | None
     init_from: dict[str, str | None]   # model stage -> the stage it starts from (None = base model)
     analysis_node: str | None = None   # the Supp. A records of its RL run (study field `analyses`)
+    upstream: dict[str, str] = field(default_factory=dict)  # stage -> the upstream study's node it starts from
 
 
 @dataclass
@@ -152,6 +157,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                 deps.append(add(Node(pre[0], "pretrain", pre[0].split(":")[1], to_dict(cfg), []), user).id)
         return deps
 
+    upstream = UpstreamNodes(study, out, seeds, stages_root, add) if study.upstream else None
     for arm in study.arms:
         for seed in seeds:
             user = (arm.name, seed)
@@ -162,13 +168,26 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
             stage_ids: dict[str, str] = {}
             trained_on: dict[str, RunConfig] = {}
             init_from: dict[str, str | None] = {}
+            from_upstream: dict[str, str] = {}
             for stage in arm.pipeline:
                 paths = dict(base_paths)
                 inputs: dict[str, Any] = {}
                 runner_paths: list[str] = []
                 deps: list[str] = []
                 needs_base = False
-                if stage in MODEL_STAGES:
+                up = upstream.node(arm, stage, study.stage_seeds.get(stage, seed), user, prev_model) \
+                    if upstream else None
+                if up is not None:  # another study's stage run is this stage's input (study field `upstream`)
+                    field_name = "classifier.pretrained_path" if stage == "classifier" else "init_from"
+                    paths[field_name] = str(up.run_dir / ("classifier" if stage == "classifier" else "model"))
+                    inputs["pretrained" if stage == "classifier" else "init"] = up.id
+                    runner_paths.append(field_name)
+                    deps.append(up.id)
+                    from_upstream[stage] = up.id
+                    trained_on[f"{study.upstream.file.name} {up.kind}"] = from_dict(RunConfig, up.config)
+                    if stage in MODEL_STAGES:
+                        init_from[stage] = f"{study.upstream.study.name}:{up.kind}"
+                elif stage in MODEL_STAGES:
                     if prev_model is not None:
                         paths["init_from"] = str(prev_model.run_dir / "model")
                         inputs["init"] = prev_model.id
@@ -183,7 +202,9 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
                     runner_paths.append("classifier.dir")
                     deps.append(clf.id)
                 probe = resolve_config(study, arm, stage, seed, {**paths, "out_dir": "<out>"})
-                if stage in MODEL_STAGES and prev_model is None:
+                if up is not None:
+                    upstream.check_compatible(arm, stage, probe, up)
+                elif stage in MODEL_STAGES and prev_model is None:
                     if probe.init_from:
                         init_from[stage] = "path"
                     needs_base = not probe.init_from
@@ -223,7 +244,7 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
             nodes[eid] = Node(eid, "eval", ekey, to_dict(cfg), deps, run_dir=eval_dir,
                               model_dir=str(prev_model.run_dir / "model") if prev_model else None, users=[user])
             runs[user] = RunPlan(arm.name, seed, run_dir, stage_ids, eid,
-                                 prev_model.kind if prev_model else None, init_from)
+                                 prev_model.kind if prev_model else None, init_from, upstream=from_upstream)
             spec = study.analyses
             if spec and "rl" in stage_ids and (spec["arms"] is None or arm.name in spec["arms"]):
                 rl = nodes[stage_ids["rl"]]
@@ -234,6 +255,64 @@ def build_plan(study: Study, out: str | Path, seeds: list[int] | None = None,
     stage_evals = {stage: add_stage_eval(study, stage, out, nodes, runs, support_nodes) for stage in study.stage_evals}
     share_whole_sets(nodes)
     return Plan(study, out, seeds, nodes, runs, stages_root, stage_evals)
+
+
+class UpstreamNodes:
+    """The stage runs a study's `upstream:` (harness/experiments/study.py: Upstream) takes as inputs: the upstream
+    arm's plan over the seeds needed, into the same stages folder, so a run keeps the key it has in its own study
+    (run there first, or with a shared --stages-dir, it is reused). Only the nodes a stage of this study uses join
+    the graph (that stage run and what it needs: its earlier stages, data, stage 0), used by that stage's runs."""
+
+    def __init__(self, study: Study, out: Path, seeds: list[int], stages_root: Path, add):
+        up = study.upstream
+        self.study, self.up, self.add = study, up, add
+        arm = up.study.arm(up.arm)
+        last = max(STAGES.index(s) for s in up.stages.values())
+        # The arm's stages up to the last one used; a later stage never changes an earlier stage's key.
+        arm = dataclasses.replace(arm, pipeline=[s for s in arm.pipeline if STAGES.index(s) <= last])
+        needed = sorted({study.stage_seeds.get(s, k) for k in seeds for s in up.stages})
+        narrowed = dataclasses.replace(up.study, arms=[arm], seeds=needed, baseline=arm.name, analyses=None,
+                                       contrasts=[], stage_evals=[], upstream=None)
+        self.plan = build_plan(narrowed, out, needed, stages_root)
+
+    def node(self, arm, stage: str, seed: int, user: tuple[str, int], prev_model: Node | None) -> Node | None:
+        """The upstream node `stage` of (arm, seed) starts from, joined to the graph for `user`; None when the
+        study's upstream does not feed `stage`."""
+        theirs = self.up.stages.get(stage)
+        if theirs is None:
+            return None
+        if stage in MODEL_STAGES and prev_model is not None:
+            raise ConfigError(f"{self.study.path.name}, arm '{arm.name}': upstream.stages gives stage '{stage}' the "
+                              f"model of {self.up.file.name}'s {theirs}, but the arm's {stage} starts from its own "
+                              f"{prev_model.kind}; an upstream model feeds the first model stage of a pipeline only")
+        nid = self.plan.runs[(self.up.arm, seed)].stages[theirs]
+        stack, seen = [nid], set()
+        while stack:  # the node and everything it needs
+            i = stack.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            node = self.plan.nodes[i]
+            self.add(dataclasses.replace(node, users=[], deps=list(node.deps), resources=self.up.study.resources),
+                     user)
+            stack.extend(node.deps)
+        return self.add(self.plan.nodes[nid], user)
+
+    def check_compatible(self, arm, stage: str, cfg: RunConfig, up: Node) -> None:
+        """A stage that starts from an upstream run must build the same network: one line naming the field."""
+        theirs = from_dict(RunConfig, up.config)
+        if stage == "classifier":
+            fields = [f"classifier.{f}" for f in ("arch", "img_size", "global_pool")]
+        else:
+            fields = ["model.preset", *(f"model.{f}" for f in ("tiny_text_hidden", "tiny_text_layers",
+                                                                 "tiny_vision_hidden", "tiny_vision_depth",
+                                                                 "tiny_vocab_size"))]
+        for dotted in fields:
+            section, name = dotted.split(".")
+            a, b = getattr(getattr(cfg, section), name), getattr(getattr(theirs, section), name)
+            if a != b:
+                raise ConfigError(f"{self.study.path.name}, arm '{arm.name}': stage '{stage}' starts from "
+                                  f"{self.up.file.name}'s {up.kind} run, which has {dotted} = {b!r}, not {a!r}")
 
 
 STAGE_EVAL_PREFIX = "eval:stage:"  # the node ids of `stage_evals` (arms' evaluations: eval:<arm>:<seed>)
@@ -337,6 +416,13 @@ def describe_plan(plan: Plan, seeds: list[int] | None = None, arms: list[str] | 
              f"baseline arm {study.baseline}; seeds {plan.seeds}; out {plan.out}"]
     for a in study.arms:
         lines.append(f"  arm {a.name:<16} {a.label!r:<36} pipeline {'+'.join(a.pipeline) or '(base)'}")
+    up = study.upstream
+    if up:
+        into = {"classifier": "classifier.pretrained_path"}
+        feeds = ", ".join(f"its {theirs} -> {mine} ({into.get(mine, 'init_from')})"
+                          for mine, theirs in up.stages.items())
+        lines.append(f"  upstream {up.file.name} (study {up.study.name}, preset {up.study.preset}), arm {up.arm}: "
+                     f"{feeds}")
     lines.append("")
     lines.append("| arm | seed | stage runs (key, *shared) | status |")
     lines.append("|---|---|---|---|")
@@ -346,7 +432,11 @@ def describe_plan(plan: Plan, seeds: list[int] | None = None, arms: list[str] | 
         cells = []
         for stage, nid in rp.stages.items():
             n = plan.nodes[nid]
-            cells.append(f"{stage} {n.key}{'*' if len(n.users) > 1 else ''}")
+            cell = f"{stage} {n.key}{'*' if len(n.users) > 1 else ''}"
+            if stage in rp.upstream:  # its input: a stage run of the upstream study
+                u = plan.nodes[rp.upstream[stage]]
+                cell += f" (<- {study.upstream.study.name} {u.kind} {u.key}{', complete' if node_done(u) else ''})"
+            cells.append(cell)
         ev = plan.nodes[rp.eval_node]
         status = "complete" if node_done(ev) else "pending"
         lines.append(f"| {arm} | {seed} | {', '.join(cells) or '-'} | {status} |")
@@ -354,4 +444,9 @@ def describe_plan(plan: Plan, seeds: list[int] | None = None, arms: list[str] | 
     lines.append("")
     lines.append(f"{len(plan.runs)} runs; {len(distinct)} distinct stage runs "
                  f"({sum(len(r.stages) for r in plan.runs.values())} without sharing)")
+    if up:
+        theirs = sorted((plan.nodes[i] for i in {i for r in plan.runs.values() for i in r.upstream.values()}),
+                        key=lambda n: (n.config["seed"], STAGES.index(n.kind)))
+        lines.append(f"inputs from {up.study.name} (counted above): " + ", ".join(
+            f"{n.kind}-seed{n.config['seed']}-{n.key} ({'complete' if node_done(n) else 'pending'})" for n in theirs))
     return "\n".join(lines)

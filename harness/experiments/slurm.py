@@ -323,7 +323,7 @@ class SlurmExperimentRun(LocalExperimentRun):
 
     def _submit(self, nid: str, node: Node) -> None:
         after = [self.running[d] for d in node.deps if d in self.running]
-        res = self.study.resources.get(node.kind) or Resources()
+        res = (node.resources or self.study.resources).get(node.kind) or Resources()  # an upstream run: its own
         self.executor.update_parameters(**self._parameters(node, res, after))
         job = self.executor.submit(run_job, node.kind, self.fns[node.kind], node.config, node.model_dir,
                                    self._launcher(node.kind, res))

@@ -24,7 +24,7 @@ OVERRIDE_SCOPES = ("all", *STAGES, "eval")
 
 _STUDY_KEYS = {"study", "title", "description", "reproduces", "baseline", "seeds", "pipeline", "arms", "preset",
                "common", "stages", "analyses", "published_dataset", "stage_seeds", "contrasts", "decide",
-               "test_reports", "resources", "stage_evals",
+               "test_reports", "resources", "stage_evals", "upstream",
                "reference"}  # the deprecated name of `baseline` (load_study warns)
 _ARM_KEYS = {"name", "label", "published_row", "factors", "pipeline", "overrides", "presets", "description"}
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # names of arms and searches: folder names
@@ -88,12 +88,67 @@ class Study:
     # the workers would otherwise wait, e.g. the base during the warm-up): "base" (the preset's base model), "warmup",
     # "sft" (the baseline arm's stage runs on the study's first seed). Each lands in `<out>/eval_stages/<stage>/`.
     stage_evals: list[str] = field(default_factory=list)
+    # `upstream:` stages that start from another study's stage runs (e.g. IU-Xray's warm-up and classifier from
+    # MIMIC-CXR's, as the official code does); None: every stage starts from the base model or this study's runs.
+    upstream: Upstream | None = None
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
             if a.name == name:
                 return a
         raise ConfigError(f"{self.path}: no arm '{name}' (arms: {', '.join(a.name for a in self.arms)})")
+
+
+@dataclass
+class Upstream:
+    """A study's `upstream:`: its `stages` (this study's stage -> the upstream arm's stage) take their input from
+    the stage runs of `arm` of `study` (loaded with the preset `upstream.presets` maps this study's preset to, else
+    with this study's preset file): a model stage's `init_from` is that run's model, the classifier's
+    `classifier.pretrained_path` that run's classifier. The plan adds those runs as nodes of its graph, keyed as in
+    their own study (harness/experiments/plan.py), so they run first, or are reused where a shared --stages-dir
+    holds them."""
+    study: Study
+    arm: str
+    stages: dict[str, str]
+    file: Path
+
+
+UPSTREAM_KEYS = ("study", "arm", "stages", "presets", "sets")
+
+
+def load_upstream(value: Any, where: Path, preset_name: str, preset_file: Path) -> Upstream | None:
+    """`upstream: {study: FILE, arm: NAME (default: its baseline arm), stages: {this stage: its stage},
+    presets: {this study's preset name: its preset file}, sets: [KEY=VALUE, ...]}`, checked and loaded."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - set(UPSTREAM_KEYS) or not {"study", "stages"} <= set(value):
+        raise ConfigError(f"{where}: 'upstream' must be a mapping with keys study, stages and optionally arm, presets, "
+                          f"sets; got {value!r}")
+    stages = value["stages"]
+    if not isinstance(stages, dict) or not stages:
+        raise ConfigError(f"{where}: upstream.stages must map this study's stages to the upstream arm's, e.g. "
+                          "{warmup: warmup, classifier: classifier}")
+    for mine, theirs in stages.items():
+        if mine not in STAGES or theirs not in STAGES or (mine == "classifier") != (theirs == "classifier"):
+            raise ConfigError(f"{where}: upstream.stages maps '{mine}' to '{theirs}': a model stage "
+                              f"({', '.join(MODEL_STAGES)}) must take a model stage, the classifier the classifier")
+    presets = value.get("presets") or {}
+    sets = value.get("sets") or []
+    if not isinstance(presets, dict) or not isinstance(sets, list) or not all(isinstance(x, str) for x in sets):
+        raise ConfigError(f"{where}: upstream.presets must map preset names to preset files and upstream.sets be a "
+                          "list of KEY=VALUE strings")
+    file = (where.parent / str(value["study"])).resolve()
+    up_preset = (where.parent / str(presets[preset_name])).resolve() if preset_name in presets else preset_file
+    study = load_study(file, preset=up_preset, sets=sets)
+    if study.upstream is not None:
+        raise ConfigError(f"{where}: the upstream study {file.name} declares an upstream of its own; chain at most "
+                          "one level")
+    arm = study.arm(str(value.get("arm") or study.baseline))
+    missing = [theirs for theirs in stages.values() if theirs not in arm.pipeline]
+    if missing:
+        raise ConfigError(f"{where}: upstream arm '{arm.name}' of {file.name} does not run stage '{missing[0]}' "
+                          f"(pipeline: {', '.join(arm.pipeline)})")
+    return Upstream(study=study, arm=arm.name, stages={str(k): str(v) for k, v in stages.items()}, file=file)
 
 
 def deep_merge(dst: dict, src: dict) -> dict:
@@ -236,7 +291,8 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
                  test_reports=check_test_reports(doc.get("test_reports", "shared"), str(path)),
                  resources=check_resources(doc.get("resources"), str(path)),
                  stage_evals=check_stage_evals(doc.get("stage_evals"), str(path), next(a for a in arms
-                                                                                        if a.name == baseline)))
+                                                                                        if a.name == baseline)),
+                 upstream=load_upstream(doc.get("upstream"), path, preset_name, preset_file))
 
 
 def check_baseline(doc: dict, where: str, names: list[str]) -> str:

@@ -83,6 +83,7 @@ class StageKey:
     ELAPSED_S = "elapsed_s"
     SHARED_BY = "shared_by"        # the arms of this seed that use the same stage run
     INIT_FROM = "init_from"        # model stages: the stage it starts from (null: the base model)
+    UPSTREAM = "upstream"          # study `upstream`: {study, stage, key, dir, status} of the run it starts from
     ERROR = "error"
     PRUNED = "pruned"              # why a validation callback stopped this stage (a search's pruner)
     KINDS = "kinds"                # analysis: the Supp. A record kinds

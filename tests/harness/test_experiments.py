@@ -143,6 +143,9 @@ def test_table4_and_reward_arms_set_what_they_say():
         assert resolve_config(rm, rm.arm("mrg_r1"), stage, 0).prompt.output_format == "think_report"
         assert resolve_config(rm, rm.arm("mccs"), stage, 0).prompt.output_format == "plain"
     assert resolve_config(rm, rm.arm("mrg_r1"), "warmup", 0).prompt.output_format == "plain"
+    # issue 42: the MCCS arms credit a correct normal report (rewards/mccs.py: mccs_normal)
+    assert resolve_config(rm, rm.arm("mccs"), "rl", 0).rl.reward == "mccs_normal"
+    assert resolve_config(rm, rm.arm("mrg_r1"), "rl", 0).rl.reward == "mrg_r1_normal"
     mrg, mccs = (resolve_config(rm, rm.arm(a), "eval", 0) for a in ("mrg_r1", "mccs"))
     assert mrg.generation == mccs.generation and mrg.rl.select == mccs.rl.select  # same decoding and checkpoint rule
     from harness.config import to_dict

@@ -134,3 +134,70 @@ def test_registered_rewards_finite_and_context():
     ref_labels = np.vstack([labels(Edema=1)] * 3)
     assert compute_reward("mccs", cands, refs, ref_labels=ref_labels)[0] == 1.0
     assert mccs([], []).shape == (0,)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# mccs_normal (issue 42): a correct normal report against a normal reference that lists negatives.
+
+NORMAL = "no acute cardiopulmonary process ."
+NORMAL_REF = "the heart size is normal . the lungs are clear . no pleural effusion or pneumothorax ."
+
+
+def test_the_issues_example_gets_credit_under_mccs_normal_only():
+    # By hand: the candidate's labels are No Finding = 1 and nothing else (signed vector 0); the reference's are
+    # No Finding = 1 with Cardiomegaly, Lung Opacity, Edema, Consolidation, Pneumonia, Atelectasis, Pneumothorax,
+    # Pleural Effusion negative (signed vector: eight -1). CE-F1 = 1 (No Finding positive on both sides).
+    hyp, ref = label_reports([NORMAL]), label_reports([NORMAL_REF])
+    assert hyp[0, 0] == 1 and np.isnan(hyp[0, 1:]).all()
+    assert ref[0, 0] == 1 and (signed_vectors(ref)[0] == -1).sum() == 8 and (signed_vectors(ref)[0] == 1).sum() == 0
+    assert ce_f1([NORMAL], [NORMAL_REF])[0] == 1.0
+    assert mccs([NORMAL], [NORMAL_REF])[0] == 0.0  # the project's earlier rule: one zero vector -> 0
+    assert compute_reward("mccs_normal", [NORMAL], [NORMAL_REF])[0] == 1.0
+    # the other way round (a reference that only says "no acute process", a candidate listing negatives)
+    assert compute_reward("mccs_normal", [NORMAL_REF], [NORMAL])[0] == 1.0
+
+
+def test_mccs_normal_by_hand_on_label_rows():
+    normal = labels(No_Finding=1)
+    negatives = labels(No_Finding=1, Pleural_Effusion=0, Pneumothorax=0)   # (-1, -1)
+    f = lambda h, r: margin_cosine(h, r, DEFAULT_MARGIN, normal_agreement=True)[0]  # noqa: E731
+    assert f(normal, negatives) == 1.0 and f(negatives, normal) == 1.0
+    # the non-zero side names something present or possible: no credit (a missed finding)
+    assert f(normal, labels(No_Finding=1, Support_Devices=1, Pneumothorax=0)) == 0.0
+    assert f(normal, labels(No_Finding=0, Pleural_Effusion=-1)) == 0.0   # uncertain counts as present
+    assert f(normal, labels(No_Finding=0, Cardiomegaly=1)) == 0.0
+    # No Finding must be stated on both sides: an empty candidate earns nothing
+    assert f(labels(), negatives) == 0.0
+    assert f(normal, labels(Pleural_Effusion=0)) == 0.0  # reference without No Finding = 1
+    assert f(labels(No_Finding=0), negatives) == 0.0
+    # every other pair scores as mccs: two non-zero vectors (hand-computed cosine), two zero vectors
+    hyp = labels(Cardiomegaly=1, Pleural_Effusion=1, Pneumothorax=0)   # (1, 1, -1)
+    ref = labels(Cardiomegaly=1, Pleural_Effusion=1)                    # (1, 1, 0)
+    cos = 2 / (math.sqrt(3) * math.sqrt(2))
+    assert f(hyp, ref) == pytest.approx((cos - 0.5) / 0.5) == margin_cosine(hyp, ref)[0]
+    assert f(labels(), labels()) == 1.0 and f(normal, normal) == 1.0 and f(labels(), normal) == 0.0
+
+
+def test_mccs_normal_equals_mccs_except_on_one_zero_vector():
+    rng = np.random.default_rng(3)
+    values = np.array([1.0, 0.0, -1.0, np.nan])
+    hyp = values[rng.integers(0, 4, size=(400, NUM_OBSERVATIONS))]
+    ref = values[rng.integers(0, 4, size=(400, NUM_OBSERVATIONS))]
+    hyp[::7, 1:] = np.nan  # some rows with a zero vector, saying No Finding
+    hyp[::7, 0] = 1.0
+    ref[::3, 1:] = np.where(np.isnan(ref[::3, 1:]), np.nan, 0.0)  # some normal references: negatives only
+    ref[::3, 0] = 1.0
+    old, new = margin_cosine(hyp, ref), margin_cosine(hyp, ref, normal_agreement=True)
+    zero_h = (signed_vectors(hyp) == 0).all(axis=1)
+    zero_r = (signed_vectors(ref) == 0).all(axis=1)
+    assert (old[~(zero_h ^ zero_r)] == new[~(zero_h ^ zero_r)]).all()
+    assert ((new != old) == ((zero_h ^ zero_r) & (new == 1.0))).all() and (new != old).any()
+
+
+def test_mrg_r1_normal_is_the_weighted_sum_with_mccs_normal():
+    good = f"<think>nothing abnormal</think><report>{NORMAL}</report>"
+    out = compute_reward("mrg_r1_normal", [good, NORMAL], [NORMAL_REF] * 2)
+    fmt = compute_reward("format", [good, NORMAL], [NORMAL_REF] * 2)
+    assert fmt.tolist() == [1.0, 0.0]
+    assert out.tolist() == pytest.approx([0.75 * 1.0 + 0.25 * 1.0, 0.75 * 1.0])
+    assert compute_reward("mrg_r1", [good], [NORMAL_REF])[0] == pytest.approx(0.25)  # unchanged: MCCS part 0

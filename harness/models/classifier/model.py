@@ -16,6 +16,8 @@ from harness.models.classifier.config import TINY_ARCH, TINY_CNN_ARCH, TINY_VIT_
 
 # The package's name, so log records keep the logger name they had before the module was split.
 logger = logging.getLogger(__package__)
+# The weights file of a classifier folder (storage.py: save_classifier writes it).
+WEIGHTS_FILE = "classifier.safetensors"
 
 def build_classifier(cfg: ClassifierConfig) -> nn.Module:
     """A timm ViT with 14 logits, randomly initialised from `cfg.seed`, then `cfg.pretrained_path` if set.
@@ -57,9 +59,13 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
 def read_state_dict(path: str | os.PathLike[str], key: str = "classifier.pretrained_path",
                     allow_namespace: bool = False) -> dict[str, torch.Tensor]:
     """The tensors of a local checkpoint (safetensors, or a torch file read with weights_only=True: a pickled
-    object is refused, never executed); errors name `key`, the file and the fix. `allow_namespace`: an
-    argparse.Namespace may sit beside the tensors (MAE / Medical-MAE save their command line as "args")."""
+    object is refused, never executed), or of a classifier folder written by `regbench classifier train` (its
+    classifier.safetensors: IU-Xray's classifier starts from MIMIC-CXR's, study field `upstream`); errors name
+    `key`, the file and the fix. `allow_namespace`: an argparse.Namespace may sit beside the tensors (MAE /
+    Medical-MAE save their command line as "args")."""
     path = Path(path)
+    if path.is_dir() and (path / WEIGHTS_FILE).is_file():
+        path = path / WEIGHTS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"'{key}' = '{path}': file not found")
     fix = ("save the backbone as safetensors (safetensors.torch.save_file(model.state_dict(), 'x.safetensors')) or "

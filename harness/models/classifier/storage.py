@@ -13,10 +13,9 @@ from torch import nn
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
 from harness.models.classifier.config import ClassifierConfig
-from harness.models.classifier.model import build_classifier, freeze
+from harness.models.classifier.model import WEIGHTS_FILE, build_classifier, freeze
 from harness.runs.records import atomic_write_bytes, atomic_write_text
 
-WEIGHTS_FILE = "classifier.safetensors"
 META_FILE = "classifier.json"
 _FORMAT_VERSION = 1
 

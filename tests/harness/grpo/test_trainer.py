@@ -383,7 +383,7 @@ def test_token_weighting_modes_run_and_keep_mean_one(mode, tiny_model, tiny_proc
 
 
 OFFLINE_REWARDS = ["bleu4", "chexpert_f1", "entity_f1", "ce_f1", "mccs", "mccs_format", "mrg_r1", "ce_f1_format",
-                   "format", "diagnostic_f1"]
+                   "format", "diagnostic_f1", "mccs_normal", "mrg_r1_normal"]
 
 
 def test_offline_reward_list_is_complete():
