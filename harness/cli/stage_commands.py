@@ -53,8 +53,11 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
     if not (base_dir(cfg) / "DONE").is_file() and cfg.data.annotation:
         # A user's data set is read (and refused) in seconds, before minutes of stage 0.
         from harness.stages.common import load_splits, require_train
+        from harness.stages.loading import probe_user_reward
 
-        require_train(load_splits(cfg, progress), cfg, stage)
+        splits = require_train(load_splits(cfg, progress), cfg, stage)
+        if stage == "rl":  # a user reward that fails on the data is refused before stage 0 too
+            probe_user_reward(cfg, splits["train"])
     build_base(cfg, progress=progress)
 
 

@@ -140,7 +140,7 @@ CASES = [
     ("rl_user_reward_none", "user_reward_none", ["train", "rl", *DATA, "rl.reward=probe_user_reward_none:score"],
      ["probe_user_reward_none:score", "shape"]),
     ("rl_user_reward_inf", "user_reward_inf", ["train", "rl", *DATA,
-                                               "rl.reward={bleu4: 0.5, 'probe_user_reward_inf:score': 0.5}"],
+                                               "rl.reward={{bleu4: 0.5, 'probe_user_reward_inf:score': 0.5}}"],
      ["probe_user_reward_inf:score", "inf"]),
     # -- data synth --
     ("synth_seed_negative", "", ["data", "synth", "--n", "20", "--seed", "-1", "--out", "{out}"],
