@@ -161,30 +161,31 @@ def _vllm_problem(device: str | None) -> str | None:
 
 
 def _path_problem(need: Need) -> str | None:
-    from harness.preflight import check_base_model, check_classifier_dir
-
+    """The base model and classifier files, as harness/preflight.py's check_inputs checks them (without importing
+    it: preflight imports this module)."""
     if need.kind == "classifier_dir":
+        from harness.models.classifier.storage import read_classifier_meta
+
         if not need.target:
             return "stage 2 (sft) needs it: the folder written by `regbench classifier train`"
-        check_classifier_dir(need.target, need.key)
+        if not Path(need.target).is_dir():
+            return f"{need.target}: folder not found (the folder written by `regbench classifier train`)"
+        read_classifier_meta(need.target)  # FileNotFoundError / ValueError name the file
         return None
     if need.kind == "classifier_weights":
         p = Path(need.target)
         if not p.is_file():
             return f"{p}: file not found (a pretrained backbone checkpoint, .safetensors)"
         return f"{p} is empty" if p.stat().st_size == 0 else None
+    from harness.models.checkpoint import _is_hub_id, check_base_folder, local_model_folder
+
     target = Path(need.target)
-    if not target.exists() and not _looks_like_hub_id(need.target):
+    if not target.exists() and not _is_hub_id(need.target):
         return (f"{target}: folder not found (a local Hugging Face model folder: config.json and *.safetensors; "
                 f"e.g. `huggingface-cli download REPO --local-dir {target}`)")
-    check_base_model(need.target, need.key)  # a hub id only from the local cache; config.json + weights
+    # A hub id only from the local cache (never a download); then config.json and weights in the folder.
+    check_base_folder(local_model_folder(need.target, need.key), need.key)
     return None
-
-
-def _looks_like_hub_id(path: str) -> bool:
-    from harness.models.checkpoint import _is_hub_id
-
-    return _is_hub_id(path)
 
 
 def problem(need: Need) -> str | None:

@@ -234,3 +234,48 @@ def test_eval_with_chexbert_and_an_empty_home_fails_in_one_line_before_decoding(
     assert str(home / ".cache" / "chexbert" / "chexbert.pth") in err[0] and "'eval.ce_backend'" in err[0], err
     assert "decode" not in done.stderr
     assert not (tmp_path / "out").exists() and _snapshot(tmp_path) == before
+
+
+# ------------------------------------------------------------------------------------------------- files of the others
+def test_base_model_and_classifier_needs_are_checked_by_their_files(tmp_path):
+    from harness.needs import Need
+    from tests.harness.test_checks_before_writing import _classifier
+
+    def base(path):
+        return problem(Need("base_model", str(path), "model.path", str(path)))
+
+    assert "folder not found" in base(tmp_path / "qwen") and "huggingface-cli download" in base(tmp_path / "qwen")
+    assert "huggingface-cli download nobody-here/no-such-model" in base("nobody-here/no-such-model")
+    (tmp_path / "qwen").mkdir()
+    (tmp_path / "qwen" / "config.json").write_text("{}")
+    assert "no weights" in base(tmp_path / "qwen")
+    (tmp_path / "qwen" / "model-00001-of-00002.safetensors").write_bytes(b"x")
+    assert base(tmp_path / "qwen") is None
+
+    def weights(path):
+        return problem(Need("classifier_weights", str(path), "classifier.pretrained_path", str(path)))
+
+    assert "file not found" in weights(tmp_path / "mae.safetensors")
+    (tmp_path / "mae.safetensors").write_bytes(b"")
+    assert "is empty" in weights(tmp_path / "mae.safetensors")
+    (tmp_path / "mae.safetensors").write_bytes(b"x")
+    assert weights(tmp_path / "mae.safetensors") is None
+
+    def folder(path):
+        return problem(Need("classifier_dir", str(path), "classifier.dir", str(path)))
+
+    assert "folder not found" in folder(tmp_path / "clf")
+    assert folder(_classifier(tmp_path / "clf")) is None
+    assert "classifier.json" in folder(_classifier(tmp_path / "bad", "corrupt"))
+
+
+def test_experiment_run_refuses_a_missing_base_model_of_a_real_preset_before_any_stage_runs(tmp_path, calls):
+    from harness.experiments import load_study, run_experiment
+    from tests.harness.test_experiments import FAKES, write_study
+
+    path = write_study(tmp_path, "  - name: a\n", seeds="[0]")
+    study = load_study(path, preset=PRESETS / "mimic-qwen2.5vl-3b.yaml",
+                       sets=[f"common.model.path={tmp_path / 'qwen3b'}", "common.eval.ce_backend=rules"])
+    with pytest.raises(ConfigError, match=r"the warmup run of arm 'a', seed 0: .*qwen3b: folder not found"):
+        run_experiment(study, tmp_path / "out", workers=1, functions=FAKES, log=lambda s: None)
+    assert calls() == [] and not (tmp_path / "out").exists()
