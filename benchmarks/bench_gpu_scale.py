@@ -34,7 +34,9 @@ Then the device call (carry [".whl"], timeout_s 540):
         .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit; \
         python3 benchmarks/bench_gpu_scale.py --out $OUT
 
-Printed and written to OUT/gpu_scale.json. On the CPU, with tiny shapes (checks that the script runs):
+Printed, and written to OUT/gpu_scale.json as each shape ends (merged into the file, atomically: an out-of-memory or
+a kill at 7B keeps the 3B result; a shape that fails records its error, `out_of_memory` flagged, as its result, and
+the script then exits 1). On the CPU, with tiny shapes (checks that the script runs):
 
     PYTHONPATH=$PWD python benchmarks/bench_gpu_scale.py --smoke
 """
@@ -43,9 +45,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -247,6 +252,78 @@ def bench_step(model, processor, prompts, rl, w, device, steps: int, tmp: Path) 
             "median_update_achieved_tflops": statistics.median(r["update_achieved_tflops"] for r in rows)}
 
 
+def merge_json(path: Path, update: dict) -> dict:
+    """Merge `update` into the JSON object in `path` (created if absent or unreadable) and write it atomically (a
+    temporary file beside it, then os.replace): what was written before survives a crash, an OOM or a kill."""
+    try:
+        current = json.loads(path.read_text())
+    except (OSError, ValueError):
+        current = {}
+    current = {**(current if isinstance(current, dict) else {}), **update}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(current, indent=1))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return current
+
+
+def failure(error: BaseException) -> dict:
+    """A shape's result when it failed: the error, and whether it was an out-of-memory."""
+    text = str(error)
+    oom = type(error).__name__ == "OutOfMemoryError" or "out of memory" in text.lower()
+    return {"failed": True, "error": type(error).__name__, "out_of_memory": oom, "message": text[:4000]}
+
+
+def run_shapes(shapes, run_shape, report: dict, out: Path | None, cleanup=lambda: None) -> dict:
+    """`report[shape] = run_shape(shape)` for each shape, each result written into `out` (merge_json) as soon as
+    it exists; a shape that fails (an out-of-memory at 7B) records its failure as its result and the next shape
+    still runs, so no result is lost. `cleanup()` runs after each shape (frees the GPU's cache)."""
+    if out is not None:
+        merge_json(out, report)
+    for shape in shapes:
+        try:
+            result = run_shape(shape)
+        except Exception as e:  # noqa: BLE001 - recorded as the shape's result; the other shapes keep theirs
+            traceback.print_exc()
+            result = failure(e)
+            print(f"{shape}: failed, {result['error']}{' (out of memory)' if result['out_of_memory'] else ''}",
+                  flush=True)
+        cleanup()
+        report[shape] = result
+        if out is not None:
+            merge_json(out, {shape: result})
+    return report
+
+
+def measure_shape(shape: str, args, device, dtype, image_px: int, rl, rate: float) -> dict:
+    import torch
+
+    t0 = time.perf_counter()
+    model, processor, n_params = build(shape, args.smoke, device, dtype, image_px)
+    w = weights(model)
+    prompts = phantom_prompts(rl.prompts_per_step, image_px)
+    res = {"params": n_params, "weights": w, "build_s": time.perf_counter() - t0,
+           "model_gb": torch.cuda.memory_allocated() / 2**30 if device == "cuda" else None}
+    res["rollout"] = bench_rollout(model, processor, prompts, rl, w, device, args.repeats)
+    with tempfile.TemporaryDirectory() as tmp:
+        res["rl_step"] = bench_step(model, processor, prompts, rl, w, device, args.steps, Path(tmp))
+    for b in ("lean", "hf"):
+        res["rollout"][b]["mfu"] = res["rollout"][b]["achieved_tflops"] / rate
+    res["rl_step"]["update_mfu"] = res["rl_step"]["median_update_achieved_tflops"] / rate
+    ro, st = res["rollout"], res["rl_step"]
+    print(f"{shape}: {n_params / 1e9:.2f} B params, built in {res['build_s']:.0f} s; rollout "
+          f"{ro['rows']} x {ro['new_tokens']} new tokens: lean {ro['lean']['new_tokens_per_s']:.0f} tok/s "
+          f"(MFU {ro['lean']['mfu']:.3f}), hf {ro['hf']['new_tokens_per_s']:.0f} tok/s (MFU "
+          f"{ro['hf']['mfu']:.3f}); RL step update {st['median_update_tokens_per_s']:.0f} tok/s (MFU "
+          f"{st['update_mfu']:.3f}); peaks GB: rollout lean {ro.get('lean_peak_gb')}, hf {ro.get('hf_peak_gb')}, "
+          f"step {st['steps'][-1]['step_peak_gb']}", flush=True)
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=["3b", "7b"], choices=["3b", "7b"])
@@ -256,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, 2 prompts x G 2 x 8 tokens")
     args = parser.parse_args(argv)
 
-    import tempfile
+    import gc
 
     import torch
     import transformers
@@ -278,34 +355,17 @@ def main(argv: list[str] | None = None) -> int:
               "max_new_tokens": rl.max_new_tokens, "image_px": image_px}
     print(f"{report['device']}: measured {'bf16' if device == 'cuda' else 'fp32'} matmul {rate:.1f} TFLOP/s",
           flush=True)
-    for shape in args.shapes:
-        t0 = time.perf_counter()
-        model, processor, n_params = build(shape, args.smoke, device, dtype, image_px)
-        w = weights(model)
-        prompts = phantom_prompts(rl.prompts_per_step, image_px)
-        res = {"params": n_params, "weights": w, "build_s": time.perf_counter() - t0,
-               "model_gb": torch.cuda.memory_allocated() / 2**30 if device == "cuda" else None}
-        res["rollout"] = bench_rollout(model, processor, prompts, rl, w, device, args.repeats)
-        with tempfile.TemporaryDirectory() as tmp:
-            res["rl_step"] = bench_step(model, processor, prompts, rl, w, device, args.steps, Path(tmp))
-        for b in ("lean", "hf"):
-            res["rollout"][b]["mfu"] = res["rollout"][b]["achieved_tflops"] / rate
-        res["rl_step"]["update_mfu"] = res["rl_step"]["median_update_achieved_tflops"] / rate
-        report[shape] = res
-        ro, st = res["rollout"], res["rl_step"]
-        print(f"{shape}: {n_params / 1e9:.2f} B params, built in {res['build_s']:.0f} s; rollout "
-              f"{ro['rows']} x {ro['new_tokens']} new tokens: lean {ro['lean']['new_tokens_per_s']:.0f} tok/s "
-              f"(MFU {ro['lean']['mfu']:.3f}), hf {ro['hf']['new_tokens_per_s']:.0f} tok/s (MFU "
-              f"{ro['hf']['mfu']:.3f}); RL step update {st['median_update_tokens_per_s']:.0f} tok/s (MFU "
-              f"{st['update_mfu']:.3f}); peaks GB: rollout lean {ro.get('lean_peak_gb')}, hf {ro.get('hf_peak_gb')}, "
-              f"step {st['steps'][-1]['step_peak_gb']}", flush=True)
-        del model, processor
+
+    def cleanup() -> None:  # the failed or finished shape's model and activations
+        gc.collect()
         if device == "cuda":
             torch.cuda.empty_cache()
+
+    out = Path(args.out, "gpu_scale.json") if args.out else None
+    run_shapes(args.shapes, lambda shape: measure_shape(shape, args, device, dtype, image_px, rl, rate), report,
+               out, cleanup)
     print(json.dumps(report, indent=1))
-    if args.out:
-        Path(args.out, "gpu_scale.json").write_text(json.dumps(report, indent=1))
-    return 0
+    return 1 if any(report[shape].get("failed") for shape in args.shapes) else 0
 
 
 if __name__ == "__main__":

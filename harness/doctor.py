@@ -1,7 +1,9 @@
 """`regbench doctor`: what this machine has for regbench, offline (nothing is downloaded or asked of a hub).
 
 GPUs and their memory, the versions of the pinned packages, Java (METEOR), which weights are present (the Qwen
-base of each real preset, CheXbert, RadGraph, the disease classifier) and which presets can run here.
+base of each real preset, CheXbert, RadGraph, the disease classifier), which presets can run here, and what each
+stage of the given config or experiments preset will need and whether it is here (harness/needs.py: the checks
+preflight refuses a command with).
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ class Report:
     tools: list[Check] = field(default_factory=list)
     weights: list[Check] = field(default_factory=list)
     presets: list[Check] = field(default_factory=list)
+    needs: list[Check] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         def rows(checks):
             return [vars(c) for c in checks]
 
         return {"gpus": self.gpus, "packages": rows(self.packages), "tools": rows(self.tools),
-                "weights": rows(self.weights), "presets": rows(self.presets)}
+                "weights": rows(self.weights), "presets": rows(self.presets), "needs": rows(self.needs)}
 
 
 def gpus() -> list[dict]:
@@ -176,9 +179,50 @@ def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check
     return out
 
 
-def run_doctor(cfg) -> Report:
+# The stages whose needs the report lists: the pipeline's and the test evaluation.
+DOCTOR_STAGES = ("warmup", "classifier", "sft", "rl", "eval")
+
+
+def doctor_configs(config: str | None, overrides: list[str]) -> tuple[object, dict]:
+    """(the config of the general sections, {stage: its resolved config}). An experiments preset (common / stages)
+    is resolved for each stage, as its stage runs read it; any other config serves every stage (the general
+    sections then read the "eval" view of a preset: its common part)."""
+    from harness.config import load_config
+    from harness.config.loading import load_yaml
+
+    preset = bool(config) and any(k in load_yaml(config) for k in ("common", "stages"))
+    if not preset:
+        cfg = load_config(config, overrides)
+        return cfg, dict.fromkeys(DOCTOR_STAGES, cfg)
+    stages = {stage: load_config(config, overrides, stage=stage) for stage in DOCTOR_STAGES}
+    return stages["eval"], stages
+
+
+def need_checks(stages: dict) -> list[Check]:
+    """What each stage will need (harness/needs.py: stage_needs) and whether it is here (`problem`: files only)."""
+    from harness.needs import problem, stage_needs
+
+    out = []
+    for stage, cfg in stages.items():
+        for need in stage_needs(cfg, stage):
+            asked = f"{need.key} = {need.value!r}" + ("" if need.required else ", optional: reported when present")
+            if need.kind == "classifier_dir" and not need.target:  # an experiment sets it to its classifier run
+                out.append(Check(f"{stage}: classifier folder", True, f"{asked}: written by the classifier stage "
+                                 "(an experiment sets it; `regbench train sft` needs it set)"))
+                continue
+            detail = problem(need)
+            text = f"{asked}: present" if detail is None else " ".join(detail.split())
+            if detail is not None and not text.startswith(f"'{need.key}'"):  # preflight's messages name the key
+                text = f"{asked}: {text}"
+            out.append(Check(f"{stage}: {need.label}", detail is None, text))
+    return out
+
+
+def run_doctor(cfg, stages: dict | None = None) -> Report:
+    """The report for `cfg`; `stages` ({stage: config}, default `cfg` for each) for the needs section."""
     report = Report(gpus=gpus(), packages=package_checks(), tools=tool_checks(), weights=weight_checks(cfg))
     report.presets = preset_checks(cfg, report.gpus, report.weights)
+    report.needs = need_checks(stages if stages is not None else dict.fromkeys(DOCTOR_STAGES, cfg))
     return report
 
 
@@ -190,7 +234,8 @@ def format_report(report: Report) -> str:
         lines.append(f"  cuda:{g['index']} {g['name']}: {g['total_gib']} GiB ({g['free_gib']} free), "
                      f"compute {g['capability']}, bf16 {'yes' if g['bf16'] else 'no'}")
     for title, checks in (("Packages", report.packages), ("Tools", report.tools), ("Weights", report.weights),
-                          ("Presets that can run here", report.presets)):
+                          ("Presets that can run here", report.presets),
+                          ("Needed by each stage of this config (checked before a command runs)", report.needs)):
         lines.append(f"{title}:")
         lines.extend(f"  [{'ok' if c.ok else '--'}] {c.name}: {c.detail}" for c in checks)
     return "\n".join(lines)

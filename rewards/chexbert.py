@@ -328,6 +328,9 @@ def chexbert_f1(candidates: list[str], references: list[str], chexbert_mode: str
     return per_sample_f1(binarize(labels[:n], chexbert_mode), binarize(labels[n:], chexbert_mode))
 
 
+chexbert_f1.scorers = ("chexbert",)  # weights it loads: preflight checks them first (rewards/spec.py reward_scorers)
+
+
 def clear_cache() -> None:
     """Forget the loaded models and the per-text label cache (e.g. after replacing the weights)."""
     with _LOCK:

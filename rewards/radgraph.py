@@ -138,17 +138,21 @@ def _encoder_names(model_dir: Path) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def check_radgraph_files(model_type: str = "radgraph-xl") -> Path:
+def check_radgraph_files(model_type: str = "radgraph-xl", extract: bool = True) -> Path:
     """Make sure radgraph can load ``model_type`` without any download; return its model directory.
 
-    Extracts the model archive into the model directory when only the archive is cached. Raises
-    FileNotFoundError naming what is missing and where to put it.
+    Extracts the model archive into the model directory when only the archive is cached; with
+    ``extract=False`` (preflight: reads only) a cached archive counts as present, and the encoder named in its
+    config is checked when the scorer loads and extracts it. Raises FileNotFoundError naming what is missing and
+    where to put it.
     """
     model_dir = radgraph_model_dir(model_type)
     missing = _missing_model_files(model_dir)
     if missing and (not model_dir.exists() or not any(model_dir.iterdir())):
         archive = _cached_archive(model_type)
         if archive is not None:
+            if not extract:
+                return model_dir
             _extract(archive, model_dir)
             missing = _missing_model_files(model_dir)
     if missing:
@@ -310,3 +314,8 @@ def radgraph_reward(candidates: list[str], references: list[str], radgraph_model
         raise ValueError("the radgraph_f1 reward needs one reward level: simple, partial or complete")
     return radgraph_f1(candidates, references, model_type=radgraph_model_type,
                        reward_level=radgraph_reward_level, device=radgraph_device)
+
+
+# The weights it loads, for preflight (rewards/spec.py reward_scorers): the trainer and the validation pass no
+# radgraph_model_type, so the reward is always radgraph-xl's.
+radgraph_reward.scorers = ("radgraph-xl",)

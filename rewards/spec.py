@@ -8,7 +8,8 @@ A spec is
   to > 0, used as given).
 
 `resolve_reward` gives the function, `check_reward` resolves every part now (so that a typo fails when the config
-loads), `compute_reward` calls the function and checks its output, `reward_label` is the short text of a spec.
+loads), `compute_reward` calls the function and checks its output, `reward_label` is the short text of a spec,
+`reward_scorers` the model-based scorers a spec will load (so that preflight checks their weights first).
 This module sits above the registry and the composites: both are resolved from here, and neither imports it.
 """
 
@@ -23,7 +24,7 @@ from rewards.composite import check_weights, make_composite
 from rewards.registry import RewardFn, named_reward
 
 __all__ = ["RewardFailed", "check_reward", "compute_reward", "probe_reward", "resolve_reward", "reward_label",
-           "user_parts"]
+           "reward_scorers", "user_parts"]
 
 
 class RewardFailed(RuntimeError):
@@ -58,6 +59,22 @@ def check_reward(spec: Any) -> None:
                 raise ValueError(f"component '{name}' of the weighted reward: {e}") from e
     else:
         resolve_reward(spec)
+
+
+def reward_scorers(spec: Any) -> tuple[str, ...]:
+    """The scorers whose weights a spec's rewards load ("chexbert", "radgraph", "radgraph-xl"), each part of a
+    weighted sum with weight > 0 included, in order, without repeats. A reward declares them in its attribute
+    `scorers` (rewards/chexbert.py, rewards/radgraph.py; a `package.module:function` reward may do the same); a
+    composite (rewards/composite.py, attribute `weights`) is the union of its parts. Errors as `resolve_reward`."""
+    if isinstance(spec, Mapping):
+        parts = [name for name, weight in check_weights(spec).items() if weight > 0]
+    else:
+        fn = resolve_reward(spec)
+        weights = getattr(fn, "weights", None)
+        if not isinstance(weights, Mapping):
+            return tuple(dict.fromkeys(getattr(fn, "scorers", ())))
+        parts = [name for name, weight in weights.items() if weight > 0]
+    return tuple(dict.fromkeys(s for part in parts for s in reward_scorers(part)))
 
 
 def compute_reward(name: Any, candidates: list[str], references: list[str], **context) -> np.ndarray:

@@ -33,12 +33,13 @@ def add_config_args(p: argparse.ArgumentParser, restart: bool = True) -> None:
 
 def stage_config(ns, stage: str | None = None):
     """The resolved, checked config of a stage command (names checked before anything heavy is built)."""
-    from harness.preflight import check_names
+    from harness.preflight import check_names, check_scorers
     from harness.runs.state import request_restart
 
     config, overrides = split_config_args(ns.args)
     cfg = load_config(config, overrides, stage=stage)
     check_names(cfg, stage)  # unknown reward / metric names fail here, before any model or data set is built
+    check_scorers(cfg, stage)  # and missing CheXbert / RadGraph weights, before stage 0, a decode or a write
     request_restart(bool(getattr(ns, "restart", False)))
     return cfg
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from harness.cli.args import add_config_args, split_config_args, stage_config
+from harness.cli.args import add_config_args, split_config_args
 from harness.config import ConfigError, load_config
 
 
 def cmd_doctor(ns) -> int:
-    from harness.doctor import format_report, run_doctor
+    from harness.doctor import doctor_configs, format_report, run_doctor
 
-    report = run_doctor(stage_config(ns))
+    config, overrides = split_config_args(ns.args)  # an experiments preset is resolved for each of its stages
+    report = run_doctor(*doctor_configs(config, overrides))
     print(json.dumps(report.as_dict(), indent=2) if ns.json else format_report(report))
     return 0
 

@@ -80,12 +80,33 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
         selected = [k for k in plan.runs if k in {tuple(r) for r in runs}]
     else:
         selected = [k for k in plan.runs if (not arms or k[0] in arms) and (k[1] in (seeds or study.seeds))]
+    check_plan_needs(plan, selected)  # before any stage run starts: the last one must not find CheXbert missing
     if executor == "slurm":
         from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions
 
         return SlurmExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks,
                                   slurm or SlurmOptions()).run()
     return LocalExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks, max_requeues).run()
+
+
+def check_plan_needs(plan, selected: list[tuple[str, int]]) -> None:
+    """The scorer weights, base model, classifier checkpoint and vLLM that the stage runs and test evaluations of
+    the selected runs will need (harness/needs.py), checked before the first of them starts: a test evaluation
+    that needs CheXbert, or an RL validation that needs RadGraph, is refused before the hours of the stages
+    that come first. Runs already complete are not checked; `classifier.dir` is left to the SFT run (in a plan
+    it is the classifier run's output, which does not exist yet)."""
+    from harness.config import RunConfig, from_dict
+    from harness.needs import KINDS, check_needs
+
+    chosen = set(selected)
+    for node in plan.nodes.values():
+        if node.kind not in (*STAGES, "eval") or not chosen & set(node.users) or node_done(node):
+            continue
+        try:
+            check_needs(from_dict(RunConfig, node.config), node.kind, [k for k in KINDS if k != "classifier_dir"])
+        except ConfigError as e:
+            arm, seed = node.users[0]
+            raise ConfigError(f"{plan.study.path.name}: the {node.kind} run of arm '{arm}', seed {seed}: {e}") from e
 
 
 def with_recorded_seeds(out: Path, seeds: list[int] | None) -> list[int] | None:

@@ -17,7 +17,7 @@ from harness.config import RunConfig
 from harness.evaluation import findings_scores, label_with, nlg_scores_and_reports
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.output_format import report_part, well_formatted_fraction
-from harness.preflight import model_device
+from harness.preflight import check_scorers, model_device
 from harness.prompts import instructions_for, load_images, reference_labels
 from harness.runs import preemption
 from harness.runs.records import RunDir, atomic_write_text, dumps
@@ -97,6 +97,7 @@ def _stop_between_batches(model_dir: str | Path, split: str, n: int) -> Callable
 def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
                    run: RunDir | Callable[[], RunDir] | None = None,
                    label: str | None = None, progress: bool = True) -> dict:
+    check_scorers(cfg, "eval")  # CheXbert / RadGraph weights before the model loads and the split is decoded
     seed_everything(cfg.seed)
     cfg = copy.deepcopy(cfg)
     adopt_checkpoint_settings(cfg, model_dir)  # e.g. `eval --model RUN/model` alone: the run's image size

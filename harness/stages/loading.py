@@ -73,18 +73,19 @@ class StageStart:
 def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     """Seed, join the process group of a torchrun / accelerate launch (if any), open the run directory and,
     unless the run is complete, load the model and the data. Every check comes before the first write: the
-    config, names, input folders, device and run folder (harness/preflight.py), then the data and the model;
-    only then is the run folder locked and its manifest written. Rank 0 goes first: it builds the phantom set
+    config, names, scorer weights, input folders, device and run folder (harness/preflight.py), then the data and
+    the model; only then is the run folder locked and its manifest written. Rank 0 goes first: it builds the phantom set
     and writes the manifest; the other processes then read them. The tiny stage-0 base is not built here: the
     plan builds it as a node of its own, and `regbench train` in one explicit call before the stage
     (harness/cli/stage_commands.py: prepare_base), so a stage's seeded RNGs never depend on whether stage 0
     ran first; a stage that finds no base says how to build it (base_path)."""
-    from harness.preflight import check_inputs, check_names, check_run_folder
+    from harness.preflight import check_inputs, check_names, check_run_folder, check_scorers
     from harness.runs.records import FollowerRun
     from harness.runs.state import restart_requested
     from harness.stages.common import seed_everything, start_run
 
     check_names(cfg, stage)  # names and input folders first: a typo must not cost a model load or a stage 0
+    check_scorers(cfg, stage)  # the scorers' weights: RL's first validation must not find them missing
     check_inputs(cfg, stage)
     check_run_folder(cfg, stage)  # reads only: nothing is written before the data and the model are loaded
     if cfg.init_from:

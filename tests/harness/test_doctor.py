@@ -25,7 +25,7 @@ def test_doctor_runs_offline_and_reports_every_section(no_network, capsys, tmp_p
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty_hub"))
     assert main(["doctor", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"gpus", "packages", "tools", "weights", "presets"}
+    assert set(report) == {"gpus", "packages", "tools", "weights", "presets", "needs"}
     names = {c["name"] for c in report["weights"]}
     assert {"base qwen2.5-vl-3b", "base qwen2.5-vl-7b", "CheXbert", "classifier"} <= names
     assert any(n.startswith("RadGraph") for n in names)
@@ -68,3 +68,26 @@ def test_package_versions_are_compared_with_the_pins(monkeypatch):
                         lambda name: "5.0.1" if name == "transformers" else real(name))
     rows = {c.name: c for c in package_checks()}
     assert not rows["transformers"].ok and rows["transformers"].detail == "5.0.1 (pinned 4.57.6)"
+
+
+def test_doctor_of_an_experiments_preset_lists_what_each_stage_needs(no_network, capsys, tmp_path, monkeypatch):
+    """Resolved per stage, as its stage runs read it (harness/needs.py); absent here (empty caches)."""
+    import huggingface_hub.constants
+    from f1chexbert import f1chexbert
+    from radgraph import radgraph
+
+    monkeypatch.setattr(f1chexbert, "CACHE_DIR", str(tmp_path / "chexbert"))
+    monkeypatch.setattr(radgraph, "CACHE_DIR", str(tmp_path / "radgraph" / "0.1.18"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["doctor", "--json", "experiments/presets/mimic-qwen2.5vl-7b.yaml"]) == 0
+    needs = {c["name"]: c for c in json.loads(capsys.readouterr().out)["needs"]}
+    base = "base model Qwen/Qwen2.5-VL-7B-Instruct"
+    assert set(needs) == {f"warmup: {base}", f"sft: {base}", "sft: classifier folder", f"rl: {base}",
+                          "rl: RadGraph radgraph-xl", "eval: CheXbert", "eval: RadGraph radgraph-xl"}
+    assert not needs["eval: CheXbert"]["ok"] and str(tmp_path / "chexbert" / "chexbert.pth") in needs[
+        "eval: CheXbert"]["detail"]
+    assert needs["rl: RadGraph radgraph-xl"]["detail"].startswith("rl.val_rg_metric = 'radgraph': RadGraph weights")
+    assert "optional: reported when present" in needs["eval: RadGraph radgraph-xl"]["detail"]
+    assert needs["sft: classifier folder"]["ok"]  # an experiment's classifier run writes it
+    assert main(["doctor", "experiments/presets/mimic-qwen2.5vl-7b.yaml"]) == 0
+    assert "Needed by each stage" in capsys.readouterr().out

@@ -328,3 +328,29 @@ def test_rl_step_with_the_chexbert_f1_reward(tiny_chexbert, tiny_model, tiny_pro
     row = tr.train_step()
     assert 0.0 <= row["reward_min"] <= row["reward_max"] <= 1.0
     assert row["loss"] == row["loss"]  # finite, not NaN
+
+
+# ----------------------------------------------------------------------------------------- preflight (harness/needs.py)
+@pytest.mark.parametrize("legacy", [False, True])
+def test_preflight_passes_with_the_weights_in_the_package_layout_and_refuses_a_bad_file(offline_caches, legacy):
+    """The check a command runs before it decodes or trains: files only (nothing loaded), the exact path f1chexbert
+    reads, a torch checkpoint that is empty or not one refused."""
+    from harness.config import ConfigError, load_config
+    from harness.needs import check_needs
+
+    hub, cache_dir = offline_caches
+    eval_cfg = load_config(None, ["eval.ce_backend=chexbert", "eval.radgraph='off'"])
+    rl_cfg = load_config(None, ["rl.reward={bleu4: 0.5, chexbert_f1: 0.5}"])
+    with pytest.raises(ConfigError, match="'eval.ce_backend' = 'chexbert' needs CheXbert") as info:
+        check_needs(eval_cfg, "eval")
+    assert str(cache_dir / "chexbert.pth") in str(info.value)
+    path = write_tiny_chexbert(hub, cache_dir, legacy=legacy)
+    check_needs(eval_cfg, "eval")
+    check_needs(rl_cfg, "rl")
+    assert chexbert._MODELS == {}  # nothing was loaded
+    path.write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"chexbert.pth is empty .*StanfordAIMI/RRG_scorers"):
+        check_needs(rl_cfg, "rl")
+    path.write_bytes(b"<html>rate limited</html>")
+    with pytest.raises(ConfigError, match="chexbert.pth is not a torch checkpoint"):
+        check_needs(eval_cfg, "eval")

@@ -321,3 +321,28 @@ def test_rl_step_with_the_radgraph_f1_reward(tiny_radgraph_xl, tiny_model, tiny_
     row = tr.train_step()
     assert 0.0 <= row["reward_min"] <= row["reward_max"] <= 1.0
     assert row["loss"] == row["loss"]  # finite, not NaN
+
+
+# ----------------------------------------------------------------------------------------- preflight (harness/needs.py)
+def test_preflight_passes_with_the_cached_archive_or_the_model_directory_and_reads_only(radgraph_env):
+    """The check a command runs before it decodes or trains: a cached archive counts (the scorer extracts it when it
+    loads; preflight writes nothing), an extracted directory too; an empty weights.th is refused."""
+    from harness.config import ConfigError, load_config
+    from harness.needs import check_needs
+
+    tmp, _, cache_dir = radgraph_env
+    rl_cfg = load_config(None, ["rl.val_rg_metric=radgraph"])
+    eval_cfg = load_config(None, ["eval.radgraph=required"])
+    with pytest.raises(ConfigError, match="'rl.val_rg_metric' = 'radgraph' needs RadGraph radgraph-xl") as info:
+        check_needs(rl_cfg, "rl")
+    assert str(cache_dir / "radgraph-xl") in str(info.value) and "radgraph-xl.tar.gz" in str(info.value)
+    write_archive(cache_dir, tmp, "radgraph-xl")
+    check_needs(rl_cfg, "rl")
+    check_needs(eval_cfg, "eval")
+    assert not (cache_dir / "radgraph-xl").exists()  # read only
+    rg.check_radgraph_files("radgraph-xl")  # what the scorer's load does first: extracts it
+    check_needs(rl_cfg, "rl")
+    assert rg._SCORERS == {}  # nothing was loaded
+    (cache_dir / "radgraph-xl" / "weights.th").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"weights.th is empty .*radgraph-xl.tar.gz"):
+        check_needs(eval_cfg, "eval")
