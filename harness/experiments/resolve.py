@@ -67,7 +67,8 @@ _NOT_KEYED = ("train.preempt_signals", "train.report_to", "train.wandb_project")
 _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementation": "eager",
                    "pretrain.patch_embed": "conv", "rl.lora_pass": "peft", "rl.prompt_pass": "per_row",
                    "train.group_by_length": False, "pretrain.group_by_length": False,
-                   "classifier.amp_bf16": False}
+                   "classifier.amp_bf16": False, "generation.vllm_dtype": None,
+                   "generation.vllm_gpu_memory_utilization": 0.3, "generation.vllm_sleep_level": 1}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:
