@@ -94,16 +94,19 @@ def engine_weights(model, *, full: bool = True) -> Iterator[tuple[str, torch.Ten
         if id(t) in seen:  # a tied weight: the engine ties it itself
             continue
         seen.add(id(t))
-        with torch.no_grad():
+        value = None
+        with torch.no_grad():  # left before each yield: the consumer runs in its own grad mode
             if owner in lora and leaf == "weight":
                 mod = lora[owner]
-                yield name, (t + mod.get_delta_weight(mod.active_adapters[0])).to(t.dtype)
+                value = (t + mod.get_delta_weight(mod.active_adapters[0])).to(t.dtype)
             elif owner in tokens and leaf == "weight":
                 mod = tokens[owner]
                 if mod.tied_adapter is None:
-                    yield name, mod.get_merged_weights(mod.active_adapters).detach()
+                    value = mod.get_merged_weights(mod.active_adapters).detach()
             elif full or owner in lora or t.requires_grad:
-                yield name, t.detach()
+                value = t.detach()
+        if value is not None:
+            yield name, value
 
 
 def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
