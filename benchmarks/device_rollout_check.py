@@ -21,6 +21,8 @@ generation.vllm_gpu_memory_utilization `--vllm-memory`) and shows what only a GP
 - GPU memory (allocated / reserved by torch, free on the device) before the start, asleep, awake, asleep again,
   and the process's host memory (the level-1 sleep keeps the weights there): `vllm.memory`;
 - multi-image prompts through vLLM's processor (the views per prompt of `vllm.spec.max_images`);
+- a second engine in the same process after the first is dropped (what an experiment run without a launcher does
+  between stages): `vllm.restart_s` and its greedy tokens against the first engine's (`--no-restart` skips it);
 - sampled tokens/s of the engine next to generate and lean (`vllm` in the timings).
 Nothing of this can run on a CPU: vLLM's engine needs CUDA (the CPU tests use a stand-in of its declared API,
 tests/harness/sampling/test_vllm_rollout.py; the declared API is checked against an installed vLLM by
@@ -41,7 +43,8 @@ machines the vLLM leg prints "skipped: vllm not importable"; on a GPU machine wi
 0.33: torch 2.14.0, transformers 5.16-5.20, see pyproject.toml) it runs. Printed and written to
 OUT/device_rollout.json: per backend the median seconds per batch and new tokens/s, for lean vs generate whether
 the greedy tokens are equal (on CUDA the lean loop keeps finished rows, see harness/sampling/lean_decode.py), and
-the vLLM leg above.
+the vLLM leg above (`vllm_leg`). Read: `greedy_vs_lean.first_token_equal` near 1 and far above
+`greedy_vs_base.first_token_equal` (random weights have near-tied logits, so whole rows may part later in bf16).
 """
 
 from __future__ import annotations
@@ -115,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-px", type=int, default=224)
     parser.add_argument("--max-views", type=int, default=2, help="prompt i has 1 + i %% max_views views")
     parser.add_argument("--vllm-memory", type=float, default=0.3, help="generation.vllm_gpu_memory_utilization")
+    parser.add_argument("--no-restart", action="store_true",
+                        help="skip the second engine start in the same process (about a minute at 3B)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--smoke", action="store_true",
                         help="CPU, tiny model, 4 prompts x 8 tokens: checks this script runs (no GPU needed)")
@@ -237,6 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     for b in backends:
         med = statistics.median(times[b])
         report[b] = {"median_s": med, "tokens_per_s": args.prompts * args.new_tokens / med, "times": times[b]}
+    if use_vllm and not args.no_restart:  # a later stage in the same process: the old engine goes, a new one starts
+        from harness.sampling import vllm_rollout
+
+        t0 = time.perf_counter()
+        engine = vllm_rollout.start_engine(model, processor, gcfg, [(images, instructions, args.new_tokens + 1)],
+                                           seed=0, model_path=base_dir.name)
+        again = run("vllm", do_sample=False)
+        report["vllm_leg"]["restart_s"] = time.perf_counter() - t0
+        report["vllm_leg"]["restart_greedy_vs_first_engine"] = agreement(again[:, P:], greedy["vllm"][:, P:])
+        report["vllm_leg"]["memory"]["after_restart"] = memory()
     print(json.dumps(report, indent=1))
     if args.out:
         Path(args.out, "device_rollout.json").write_text(json.dumps(report, indent=1))

@@ -12,7 +12,9 @@ Design (vLLM's colocated offline engine, as TRL's `vllm_mode="colocate"`):
   gets a world of one), tensor parallel 1, the run's seed plus the rank. The stage starts it (`start_engine`) on
   every rank at once, before training (building it is collective), from the base model's folder, with the
   settings of vllm_plan.engine_spec: image count per prompt and context length from the stage's data and config,
-  dtype and memory share from the generation config.
+  dtype and memory share from the generation config. One engine per process: a start with the same settings
+  keeps it for another policy (an analysis' policy before and after RL), other settings drop it first (a later
+  stage of an experiment run without a launcher, in the same process; `stop_engines`).
 - Sleep mode (generation.vllm_sleep_level 1 or 2): the engine sleeps as soon as it is built and after every
   rollout / decoding (`sleep_engines`), so the policy update has the memory; before the next decoding it wakes
   the weights, receives the policy's weights, then wakes the KV cache (vLLM's documented order).
@@ -38,6 +40,7 @@ Design (vLLM's colocated offline engine, as TRL's `vllm_mode="colocate"`):
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import socket
@@ -224,16 +227,26 @@ def start_engine(model, processor, generation, prompt_sets: Sequence[tuple], *, 
     path = model_path or unwrap(model).config._name_or_path
     spec = engine_spec(path, processor, generation, prompt_sets,
                        policy_dtype=str(base_dtype(model)).removeprefix("torch."), seed=seed, rank=rank)
-    for key, engine in list(_ENGINES.items()):  # vLLM's parallel state is per process: one engine per process
+    for key, engine in list(_ENGINES.items()):  # one engine per process (vLLM's parallel state is per process)
         if engine.spec != spec:
-            raise ValueError(f"generation.backend=vllm: this process already runs a vLLM engine with other settings "
-                             f"({engine.spec}); run each stage in its own process")
+            stop_engines()  # an earlier stage's (an experiment run without a launcher runs its nodes in one process)
+            break
         del _ENGINES[key]  # the same engine serves another policy (an analysis' policy before and after RL)
         engine._sent = None
         _ENGINES[id(model)] = engine
         return engine
     _ENGINES[id(model)] = engine = VLLMEngine(spec, processor, device)
     return engine
+
+
+def stop_engines() -> None:
+    """Drop this process's engines; vLLM frees an engine with its last reference (its executor's shutdown)."""
+    if not _ENGINES:
+        return
+    _ENGINES.clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def sleep_engines() -> None:

@@ -346,3 +346,29 @@ def test_engine_calls_in_order_against_a_stand_in(monkeypatch, tiny_tokenizer, t
     _, prompts, params = rec.calls[5]
     assert len(prompts) == 4 and [p.n for p in params] == [1] * 4 and params[0].temperature == 0.0
     assert len(texts) == 4
+
+
+def test_one_engine_per_process(monkeypatch, tiny_tokenizer, tiny_processor, xray_images):
+    """The same settings: the engine is kept for another policy (resynced in full); other settings (a later stage
+    in the same process): the old engine is dropped before the new one starts."""
+    import sys
+
+    rec = _Recorder()
+    monkeypatch.setitem(sys.modules, "vllm", _stand_in_vllm(rec, 1))
+    monkeypatch.setattr(vllm_rollout, "require_vllm", lambda device: None)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setattr(vllm_rollout, "_ENGINES", {})
+    _, before = _trained_lora_model(tiny_tokenizer, False)
+    _, after = _trained_lora_model(tiny_tokenizer, False)
+    gen = load_config(None, []).generation
+    sets = [([xray_images[:2]], ["describe"], 8)]
+    first = vllm_rollout.start_engine(before, tiny_processor, gen, sets, seed=0, model_path="/base")
+    first._sent = []
+    assert vllm_rollout.start_engine(after, tiny_processor, gen, sets, seed=0, model_path="/base") is first
+    assert first._sent is None and vllm_rollout.engine_for(after) is first
+    with pytest.raises(ValueError, match="no engine was started"):
+        vllm_rollout.engine_for(before)
+    other = vllm_rollout.start_engine(after, tiny_processor, gen, [(*sets[0][:2], 50)], seed=0, model_path="/base")
+    assert other is not first and list(vllm_rollout._ENGINES.values()) == [other]
+    assert [c[0] for c in rec.calls].count("LLM") == 2
