@@ -22,8 +22,13 @@ def check_split(split: str, key: str = "split") -> None:
         raise ConfigError(f"{key} = {split!r} must be one of {', '.join(SPLITS)}")
 
 
+# Stages whose decoding follows generation.backend (RL rollouts and validation, evaluation).
+DECODING_STAGES = ("rl", "eval")
+
+
 def check_names(cfg: RunConfig, stage: str | None) -> None:
     """Registered names the config refers to (only the stages that use them)."""
+    check_generation_backend(cfg, stage)
     if stage == "rl":
         from rewards.spec import check_reward
 
@@ -41,6 +46,25 @@ def check_scorers(cfg: RunConfig, stage: str | None) -> None:
         from harness.needs import SCORER_KINDS, check_needs
 
         check_needs(cfg, stage, SCORER_KINDS)
+
+
+def check_generation_backend(cfg: RunConfig, stage: str | None) -> None:
+    """generation.backend=vllm in a stage that decodes: the vllm package must import here (pip install
+    'regbench[vllm]'), refused in one line before any model, data set or decoding."""
+    if cfg.generation.backend != "vllm" or stage not in DECODING_STAGES:
+        return
+    from harness.sampling.vllm_rollout import vllm_missing
+
+    missing = vllm_missing()
+    if missing:
+        raise ConfigError(f"'generation.backend' = 'vllm' {missing}; use generation.backend=lean")
+    try:
+        device = model_device(cfg)
+    except ValueError:
+        return  # check_device names the device problem
+    if device.type != "cuda":
+        raise ConfigError(f"'generation.backend' = 'vllm' needs a CUDA GPU (the model runs on {device} here); "
+                          "use generation.backend=lean")
 
 
 def check_inputs(cfg: RunConfig, stage: str) -> None:

@@ -365,7 +365,22 @@ class GenerationConfig:
                                 "tests/harness/sampling/test_fused_step.py; float32 weights only), greedy "
                                 "validation and test stay lean's exact tokens; \"vllm\" = "
                                 "harness/sampling/vllm_rollout.py, a colocated vLLM engine on a GPU (other tokens; "
-                                "not yet run on a GPU).")
+                                "not yet run on a GPU; pip install 'regbench[vllm]').")
+    vllm_dtype: str | None = knob(None, "generation.backend=vllm: the engine's weight dtype (bfloat16, float16, "
+                                        "float32): null = the policy's own base dtype (model.dtype). This project "
+                                        "(issue 43; the engine was bf16 whatever the model).")
+    vllm_gpu_memory_utilization: float = knob(0.3, "generation.backend=vllm: share of the GPU's memory the colocated "
+                                                   "engine may take for its weights, activations and KV cache, in "
+                                                   "(0, 1] (vLLM's gpu_memory_utilization; TRL's colocate default "
+                                                   "0.3). The policy, its optimizer and snapshots need the rest "
+                                                   "while the engine is awake. This project (issue 43).")
+    vllm_sleep_level: int = knob(1, "generation.backend=vllm: vLLM's sleep mode between decodings (issue 43): 1 = "
+                                    "after every rollout or decoding the engine's weights go to CPU memory and its KV "
+                                    "cache is freed, so the policy update has the GPU (host memory: the model's "
+                                    "bf16 weights per process, 16.6 GB at 7B); 2 = the weights are discarded "
+                                    "instead and the whole model is sent at each wake (TRL's choice; vLLM's level 2 "
+                                    "has corrupted some VLMs' rollouts, NVIDIA-NeMo/RL#2631); 0 = no sleep, the "
+                                    "engine keeps its share the whole run.")
 
 
 @dataclass

@@ -188,6 +188,12 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         _check_trackers(cfg, need)
         need(cfg.generation.backend in ("hf", "lean", "fused", "vllm"), "generation.backend", cfg.generation.backend,
              "must be hf, lean, fused or vllm")
+        need(cfg.generation.vllm_dtype in (None, "bfloat16", "float16", "float32"), "generation.vllm_dtype",
+             cfg.generation.vllm_dtype, "must be null, bfloat16, float16 or float32")
+        need(0 < cfg.generation.vllm_gpu_memory_utilization <= 1, "generation.vllm_gpu_memory_utilization",
+             cfg.generation.vllm_gpu_memory_utilization, "must be in (0, 1]")
+        need(cfg.generation.vllm_sleep_level in (0, 1, 2), "generation.vllm_sleep_level",
+             cfg.generation.vllm_sleep_level, "must be 0, 1 or 2")
     # Then every other count and seed >= 0, after the knobs' own bounds: a message states the bound that the
     # value is then held to (rl.group_size=-1 is told ">= 2", not ">= 0" and then ">= 2").
     for key, value in _numeric_fields(cfg):

@@ -73,7 +73,9 @@ _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementatio
                    "classifier.max_grad_norm": None, "classifier.select": "val_loss",
                    "prompt.disease_list_format": "comma",
                    "prompt.disease_separator": " ", "model.lora_patch_embed": False,
-                   "model.warmup_trainable": "merger", "train.handoff": "last"}
+                   "model.warmup_trainable": "merger", "train.handoff": "last",
+                   "generation.vllm_dtype": None,
+                   "generation.vllm_gpu_memory_utilization": 0.3, "generation.vllm_sleep_level": 1}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

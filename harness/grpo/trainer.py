@@ -255,6 +255,10 @@ class GRPOTrainer:
                     temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k, max_new_tokens=rl.max_new_tokens,
                     min_new_tokens=rl.min_new_tokens, repetition_penalty=rl.repetition_penalty,
                     backend=self.generation_backend, image_keys=keys, memo=memo))
+        if self.generation_backend == "vllm":  # the engine's memory back to the update (generation.vllm_sleep_level)
+            from harness.sampling.vllm_rollout import sleep_engines
+
+            sleep_engines()
         return concat_rollouts(parts, self.processor.tokenizer.pad_token_id)
 
     def _chunks(self, n: int) -> list[tuple[int, int]]:

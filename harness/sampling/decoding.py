@@ -13,7 +13,7 @@ from harness.models.precision import autocast_for
 # generation.backend: "hf" = transformers' `generate`; "lean" = harness/sampling/lean_decode.py (the same tokens);
 # "fused" = the lean loop with harness/sampling/fused_step.py's decode step when sampling (fewer ops, float rounding
 # differs; greedy decoding, i.e. validation and test, stays the exact lean loop); "vllm" =
-# harness/sampling/vllm_rollout.py (GPUs; other tokens; not yet run on a GPU).
+# harness/sampling/vllm_rollout.py (GPUs; other tokens; a colocated engine the stage starts; not yet run on a GPU).
 BACKENDS = ("hf", "lean", "fused", "vllm")
 # Backends that decode repeated prompts (one row per candidate) instead of generate's num_return_sequences.
 REPEATING = ("lean", "fused", "vllm")
@@ -106,5 +106,9 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
         new = seqs[:, batch["input_ids"].shape[1]:]
         out.extend(t.strip() for t in tok.batch_decode(new, skip_special_tokens=True))
+    if backend == "vllm":  # the engine's memory back to training (generation.vllm_sleep_level)
+        from harness.sampling.vllm_rollout import sleep_engines
+
+        sleep_engines()
     model.train(was_training)
     return out

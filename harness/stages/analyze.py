@@ -98,6 +98,11 @@ def _sample(model, processor, prompts, cfg, group_size: int, seed: int, batch_pr
     from harness.grpo.rollout import sample_rollout
 
     rl = cfg.rl
+    if cfg.generation.backend == "vllm":  # one engine, resynced for the policy after RL (vllm_rollout.start_engine)
+        from harness.sampling.vllm_rollout import start_engine
+
+        start_engine(model, processor, cfg.generation, [(prompts.images, prompts.instructions, rl.max_new_tokens)],
+                     seed=seed)
     texts: list[str] = []
     for start in range(0, len(prompts.ids), batch_prompts):
         torch.manual_seed(seed * 1_000_003 + start)

@@ -109,6 +109,11 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     samples = splits[split]
     instructions = instructions_for(cfg, samples, spec)
     images = load_images(samples, cfg.model.image_size, cache_dir=eval_pixel_dir(cfg, split))
+    if cfg.generation.backend == "vllm":  # sized by this split's prompts (harness/sampling/vllm_rollout.py)
+        from harness.sampling.vllm_rollout import start_engine
+
+        start_engine(model, processor, cfg.generation, [(images, instructions, cfg.generation.max_new_tokens)],
+                     seed=cfg.seed)
     outputs = generate_reports(model, processor, images, instructions,
                                **greedy_settings(cfg.generation), progress=progress, desc=f"decode {split}",
                                before_batch=_stop_between_batches(model_dir, split, len(samples)))

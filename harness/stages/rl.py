@@ -175,6 +175,13 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
                               image_truth(val_samples))
     # The start policy's validation is the same for every run from this model: computed once, shared.
     validate = shared_start_validation(validate, cfg, start_policy, dist)
+    if cfg.generation.backend == "vllm":  # every rank at once, before training (harness/sampling/vllm_rollout.py)
+        from harness.sampling.vllm_rollout import start_engine
+
+        start_engine(model, processor, cfg.generation,
+                     [(train.images, train.instructions, cfg.rl.max_new_tokens),
+                      (val.images, val.instructions, cfg.generation.max_new_tokens)],
+                     seed=cfg.seed, rank=dist.rank, model_path=str(base_path))
     trainer = GRPOTrainer(model, processor, cfg.rl, cfg.train, run, train, val, seed=cfg.seed,
                           validate=validate, progress=progress,
                           dist=dist, on_validation=on_validation, generation=cfg.generation,
