@@ -67,7 +67,10 @@ _NOT_KEYED = ("train.preempt_signals", "train.report_to", "train.wandb_project")
 _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementation": "eager",
                    "pretrain.patch_embed": "conv", "rl.lora_pass": "peft", "rl.prompt_pass": "per_row",
                    "train.group_by_length": False, "pretrain.group_by_length": False,
-                   "classifier.amp_bf16": False}
+                   "classifier.amp_bf16": False,
+                   # the learning-rate schedule's options (issue 42): their defaults are the schedule before them
+                   "train.warmup_type": "project", "train.warmup_min_ratio": 0.0, "train.cos_min_ratio": 0.0,
+                   "train.cosine_total_steps": None}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:
