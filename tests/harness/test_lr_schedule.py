@@ -202,6 +202,75 @@ def test_deepspeed_warmups_equal_deepspeed_on_every_setting(scheduler, warmup_ty
                                    err_msg=str((warm, wmr, cmr, total, horizon)))
 
 
+# The engine itself: DeepSpeed ZeRO-1 on its CPU accelerator, one process, the scheduler from the config as the official
+# runner gives it (reva_po/runners/runner_base.py: deepspeed.initialize, then model.step() per update).
+ENGINE_CASES = [
+    ({"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-4, "warmup_num_steps": 5,
+                                     "warmup_type": "linear"}},
+     {"scheduler": "warmup_constant", "warmup_steps": 5, "warmup_type": "linear"}),
+    ({"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0, "warmup_num_steps": 3, "total_num_steps": 8,
+                                           "warmup_type": "linear", "cos_min_ratio": 0.001}},
+     {"scheduler": "warmup_cosine", "warmup_steps": 3, "warmup_type": "linear", "cos_min_ratio": 0.001,
+      "cosine_total_steps": 8}),
+    ({"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.1, "warmup_num_steps": 4, "total_num_steps": 9,
+                                           "warmup_type": "log", "cos_min_ratio": 0.0}},
+     {"scheduler": "warmup_cosine", "warmup_steps": 4, "warmup_type": "log", "warmup_min_ratio": 0.1,
+      "cosine_total_steps": 9}),
+]
+ENGINE_STEPS = 12
+
+
+def _engine_worker(rank: int, world: int, port: int, out: str) -> None:
+    import json
+    import os
+    import traceback
+
+    try:
+        from tests.harness.parallel.test_distributed import _env
+
+        _env(rank, world, port)
+        os.environ["DS_ACCELERATOR"] = "cpu"  # read when deepspeed is first imported
+        import deepspeed
+
+        rows = []
+        for section, _ in ENGINE_CASES:
+            torch.manual_seed(0)
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=1e-3)  # no JIT-built FusedAdam
+            config = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1},
+                      "zero_allow_untested_optimizer": True, "gradient_clipping": 1.0, "scheduler": section}
+            engine, opt, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+            lrs = []
+            for _ in range(ENGINE_STEPS):
+                lrs.append(float(opt.param_groups[0]["lr"]))
+                engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
+                engine.step()
+            rows.append(lrs)
+        Path(out, "lrs.json").write_text(json.dumps(rows))
+    except BaseException:
+        Path(out, "error.txt").write_text(traceback.format_exc())
+        raise
+
+
+@pytest.mark.slow
+def test_the_deepspeed_engine_steps_its_scheduler_as_modelled(tmp_path):
+    """A real DeepSpeed engine (ZeRO-1, CPU accelerator) with the schedulers of the official configs' kind: the lr
+    of each of its updates equals make_scheduler's (updates 0 and 1 at 0 with a linear warm-up from 0)."""
+    import json
+
+    from harness.parallel.zero import unavailable
+    from tests.harness.parallel.test_distributed import _launch
+
+    if unavailable() is not None:
+        pytest.skip(str(unavailable()))
+    _launch(_engine_worker, 1, str(tmp_path))
+    engine_lrs = json.loads((tmp_path / "lrs.json").read_text())
+    for (_, fields), got in zip(ENGINE_CASES, engine_lrs, strict=True):
+        cfg = TrainConfig(lr=1e-4, **fields)
+        np.testing.assert_allclose(_ours(cfg, ENGINE_STEPS), got, rtol=1e-12, atol=0, err_msg=str(fields))
+    assert engine_lrs[0][:3] == [0.0, 0.0, 2e-05] and engine_lrs[0][6] == 1e-4
+
+
 # --- transformers' schedules -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("warm", [0, 1, 5, 20])
