@@ -271,6 +271,36 @@ def test_the_deepspeed_engine_steps_its_scheduler_as_modelled(tmp_path):
     assert engine_lrs[0][:3] == [0.0, 0.0, 2e-05] and engine_lrs[0][6] == 1e-4
 
 
+def test_a_resumed_run_takes_the_official_rates_of_an_uninterrupted_one(tiny_tokenizer, tiny_processor, xray_images,
+                                                                       tmp_path):
+    """The warm-up loop with the official stage-1 kind of schedule, killed after its step-2 checkpoint and resumed:
+    every step logs the rate of the uninterrupted run, DeepSpeed's (0, 0, 1/W, ...), and ends at its weights."""
+    from harness.runs.records import RunDir
+    from harness.stages.lm_train import train_lm
+    from tests.harness.stages.test_lm_train import _data, _model
+    from tests.killed_runs import KilledAt
+
+    data = _data(xray_images)
+    cfg = TrainConfig(epochs=3, batch_size=2, lr=1e-2, scheduler="warmup_cosine", warmup_steps=2,
+                      warmup_type="linear", cos_min_ratio=0.1, cosine_total_steps=5, max_steps=6, checkpoint_every=2)
+    full = _model(tiny_tokenizer)
+    train_lm(full, tiny_processor, data, None, cfg, RunDir(tmp_path / "full"), seed=3, max_report_tokens=10,
+             progress=False)
+    try:  # killed after the step-2 checkpoint, during step 3
+        train_lm(_model(tiny_tokenizer), tiny_processor, data, None, cfg, KilledAt(tmp_path / "part", 3), seed=3,
+                 max_report_tokens=10, progress=False)
+    except KeyboardInterrupt:
+        pass
+    resumed, run = _model(tiny_tokenizer), RunDir(tmp_path / "part")
+    train_lm(resumed, tiny_processor, data, None, cfg, run, seed=3, max_report_tokens=10, progress=False)
+    expected = _deepspeed("WarmupCosineLR", {"total_num_steps": 5, "warmup_min_ratio": 0, "warmup_num_steps": 2,
+                                             "cos_min_ratio": 0.1, "warmup_type": "linear"}, 1e-2, 6)
+    assert [r["lr"] for r in RunDir(tmp_path / "full").steps()] == pytest.approx(expected, rel=1e-12)
+    assert [r["lr"] for r in run.steps()] == pytest.approx(expected, rel=1e-12)
+    a, b = dict(full.named_parameters()), dict(resumed.named_parameters())
+    assert all(torch.allclose(a[n], b[n], atol=1e-6) for n in a)
+
+
 # --- transformers' schedules -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("warm", [0, 1, 5, 20])
