@@ -154,16 +154,18 @@ class TrainConfig(StepConfig):
                                     'zero_*.json); "warmup_cosine" = cosine from train.lr to train.cos_min_ratio x '
                                     'train.lr at train.cosine_total_steps (DeepSpeed WarmupCosineLR: the official '
                                     'stage 1, train_configs/stage1/zero_*_stage1.json). harness/schedule.py.')
-    warmup_type: str = knob("project", 'How the rate rises over the W = train.warmup_steps first optimizer updates '
-                            'k = 0, 1, ...: "project" = (k+1)/W, the peak at update W-1 (this project; one update '
-                            "ahead of transformers'); \"transformers\" = k/W (transformers' "
-                            "get_constant_schedule_with_warmup / get_cosine_schedule_with_warmup); \"linear\" / "
-                            "\"log\" = DeepSpeed's WarmupLR / WarmupCosineLR warmup_type as DeepSpeed's engine "
-                            "steps them (the official code sets linear: train_configs/stage{1,2,3}/zero_*.json): "
-                            "update 0 at 0 (WarmupLR: at train.warmup_min_ratio), update k at (k-1)/W (log: "
-                            "ln(k)/ln(W)), the peak from update W+1 on, W at least 2 (DeepSpeed's floor; W >= 1 "
-                            "needed). Every ramp runs from train.warmup_min_ratio to 1. Equality with each library: "
-                            "tests/harness/test_schedule.py.")
+    warmup_type: str = knob("project", "How the rate rises over W = train.warmup_steps, at optimizer update k = 0, "
+                                       "1, ...: 'project' = (k+1)/W for k < W, the peak at update W-1 (this "
+                                       "project; one update ahead of transformers'); 'transformers' = k/W for k < W "
+                                       "(transformers' get_constant_schedule_with_warmup / "
+                                       "get_cosine_schedule_with_warmup); 'linear' / 'log' = DeepSpeed's WarmupLR / "
+                                       "WarmupCosineLR warmup_type as DeepSpeed's engine steps them (the official "
+                                       "code sets linear: train_configs/stage{1,2,3}/zero_*.json): update 0 at 0 "
+                                       "(WarmupLR: at train.warmup_min_ratio), update k <= W at (k-1)/W (log: "
+                                       "ln(k)/ln(W)), the peak from update W+1 on (one update behind "
+                                       "transformers'), W at least 2 (DeepSpeed's floor; needs warmup_steps >= 1). "
+                                       "Each ramp runs from train.warmup_min_ratio to 1. Proven equal to each "
+                                       "library: tests/harness/test_lr_schedule.py.")
     warmup_min_ratio: float = knob(0.0, "Where the warm-up starts, a fraction of train.lr in [0, 1] (DeepSpeed "
                                         "WarmupCosineLR warmup_min_ratio, WarmupLR warmup_min_lr / lr; the official "
                                         "configs: 0, train_configs/stage{1,2,3}/zero_*.json).")
