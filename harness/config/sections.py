@@ -143,7 +143,8 @@ class StepConfig:
     batch_size: int = knob(16, "Samples per optimizer step over all processes, > 0.")
     lr: float = knob(1e-3, "Peak learning rate (AdamW), > 0.")
     weight_decay: float = knob(0.0, "AdamW weight decay, >= 0.")
-    warmup_steps: int = knob(0, "Linear learning-rate warm-up, in optimizer steps.")
+    warmup_steps: int = knob(0, "Learning-rate warm-up, in optimizer steps (a count, not a fraction of the run: "
+                                "the official configs state counts for the full training set).")
     vision_lr_mult: float = knob(1.0, "Learning-rate multiplier for the vision tower and merger (1 = the paper's "
                                       "single lr).")
     group_by_length: bool = knob(False, "Batches of samples of similar length (transformers' Trainer "
@@ -160,8 +161,41 @@ class StepConfig:
 
 @dataclass
 class TrainConfig(StepConfig):
-    scheduler: str = knob("cosine", 'Learning-rate schedule: "cosine" (stage 1, Supp. D.2), "constant", '
-                                    '"warmup_constant" (stage 3, official code).')
+    scheduler: str = knob("cosine", 'Learning-rate schedule after the warm-up (train.warmup_steps, '
+                                    'train.warmup_type): "cosine" = to 0 at the last step (this project; stage 0 '
+                                    'and the tiny presets); "constant" / "warmup_constant" = flat at train.lr (the '
+                                    'official stages 2 and 3: DeepSpeed WarmupLR, train_configs/stage{2,3}/'
+                                    'zero_*.json); "warmup_cosine" = cosine from train.lr to train.cos_min_ratio x '
+                                    'train.lr at train.cosine_total_steps (DeepSpeed WarmupCosineLR: the official '
+                                    'stage 1, train_configs/stage1/zero_*_stage1.json). harness/schedule.py.')
+    warmup_type: str = knob("project", "How the rate rises over W = train.warmup_steps, at optimizer update k = 0, "
+                                       "1, ...: 'project' = (k+1)/W for k < W, the peak at update W-1 (this "
+                                       "project; one update ahead of transformers'); 'transformers' = k/W for k < W "
+                                       "(transformers' get_constant_schedule_with_warmup / "
+                                       "get_cosine_schedule_with_warmup); 'linear' / 'log' = DeepSpeed's WarmupLR / "
+                                       "WarmupCosineLR warmup_type as DeepSpeed's engine steps them (the official "
+                                       "code sets linear: train_configs/stage{1,2,3}/zero_*.json): update 0 at 0 "
+                                       "(WarmupLR: at train.warmup_min_ratio), update k <= W at (k-1)/W (log: "
+                                       "ln(k)/ln(W)), the peak from update W+1 on (one update behind "
+                                       "transformers'), W at least 2 (DeepSpeed's floor; needs warmup_steps >= 1). "
+                                       "Each ramp runs from train.warmup_min_ratio to 1. Proven equal to each "
+                                       "library: tests/harness/test_lr_schedule.py.")
+    warmup_min_ratio: float = knob(0.0, "Where the warm-up starts, a fraction of train.lr in [0, 1] (DeepSpeed "
+                                        "WarmupCosineLR warmup_min_ratio, WarmupLR warmup_min_lr / lr; the official "
+                                        "configs: 0, train_configs/stage{1,2,3}/zero_*.json).")
+    cos_min_ratio: float = knob(0.0, "Floor of train.scheduler=warmup_cosine, a fraction of train.lr in [0, 1] "
+                                     "(DeepSpeed WarmupCosineLR cos_min_ratio, whose own default is 1e-4): the "
+                                     "official stage 1 sets 0.001 on MIMIC-CXR and 1.0 (no decay: flat after the "
+                                     "warm-up) on IU-Xray (train_configs/stage1/zero_{mimic,iuxray}_stage1.json). "
+                                     "0 = to 0, as scheduler=cosine.")
+    cosine_total_steps: int | None = knob(None, "Optimizer step at which scheduler cosine / warmup_cosine reaches "
+                                                "its floor, where it then stays (DeepSpeed WarmupCosineLR "
+                                                "total_num_steps: the official stage 1 states 84,622 on MIMIC-CXR "
+                                                "and 192 on IU-Xray, train_configs/stage1/zero_*_stage1.json); "
+                                                "null = the stage's own number of optimizer steps (this project). "
+                                                "A count, like train.warmup_steps: the paper presets state the "
+                                                "official counts, which hold for the full training set at the "
+                                                "preset's batch size.")
     grad_clip: float = knob(1.0, "Gradient-norm clip, >= 0.")
     micro_batch_size: int | None = knob(None, "Samples per forward/backward pass in warm-up and SFT (gradient "
                                               "accumulation up to each process's share of batch_size; the step "

@@ -123,8 +123,7 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(cfg.train.batch_size > 0, "train.batch_size", cfg.train.batch_size, "must be > 0")
         need(cfg.train.lr > 0, "train.lr", cfg.train.lr, "must be > 0")
         need(cfg.train.weight_decay >= 0, "train.weight_decay", cfg.train.weight_decay, "must be >= 0")
-        need(cfg.train.scheduler in ("cosine", "constant", "warmup_constant"), "train.scheduler",
-             cfg.train.scheduler, "must be cosine, constant or warmup_constant")
+        _check_schedule(cfg, need)
         need(cfg.train.micro_batch_size is None or cfg.train.micro_batch_size > 0, "train.micro_batch_size",
              cfg.train.micro_batch_size, "must be > 0 or null")
         need(cfg.train.num_workers >= 0, "train.num_workers", cfg.train.num_workers, "must be >= 0")
@@ -214,6 +213,30 @@ def _check_trackers(cfg: RunConfig, need) -> None:
     need(problem is None, "train.report_to", cfg.train.report_to, f"is not valid: {problem}")
     need("wandb" not in names or importlib.util.find_spec("wandb") is not None, "train.report_to",
          cfg.train.report_to, "asks for wandb, which is not installed here (pip install wandb)")
+
+
+def _check_schedule(cfg: RunConfig, need) -> None:
+    """train.scheduler and its warm-up / cosine fields (harness/schedule.py): known names, ratios in [0, 1], and no
+    field set that the chosen schedule would ignore."""
+    from harness.schedule import COSINE_SCHEDULERS, DEEPSPEED_WARMUP_TYPES, SCHEDULERS, WARMUP_TYPES
+
+    t = cfg.train
+    need(t.scheduler in SCHEDULERS, "train.scheduler", t.scheduler, f"must be {', '.join(SCHEDULERS)}")
+    need(t.warmup_type in WARMUP_TYPES, "train.warmup_type", t.warmup_type, f"must be {', '.join(WARMUP_TYPES)}")
+    need(t.warmup_type not in DEEPSPEED_WARMUP_TYPES or t.warmup_steps >= 1, "train.warmup_steps", t.warmup_steps,
+         f"must be >= 1 with train.warmup_type={t.warmup_type} (DeepSpeed's warmup_num_steps)")
+    for key in ("warmup_min_ratio", "cos_min_ratio"):
+        value = getattr(t, key)
+        need(0 <= value <= 1, f"train.{key}", value, "must be in [0, 1]")
+    need(t.warmup_min_ratio == 0 or t.warmup_steps >= 1, "train.warmup_min_ratio", t.warmup_min_ratio,
+         "needs train.warmup_steps >= 1 (it is where the warm-up starts)")
+    need(t.cos_min_ratio == 0 or t.scheduler == "warmup_cosine", "train.cos_min_ratio", t.cos_min_ratio,
+         f"is used only by train.scheduler=warmup_cosine (here {t.scheduler}); leave it at 0")
+    need(t.cosine_total_steps is None or t.cosine_total_steps >= 1, "train.cosine_total_steps",
+         t.cosine_total_steps, "must be >= 1 or null")
+    need(t.cosine_total_steps is None or t.scheduler in COSINE_SCHEDULERS, "train.cosine_total_steps",
+         t.cosine_total_steps, f"is used only by train.scheduler=cosine or warmup_cosine (here {t.scheduler}); "
+         "leave it null")
 
 
 def _numeric_fields(obj, prefix: str = ""):

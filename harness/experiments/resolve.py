@@ -75,7 +75,10 @@ _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementatio
                    "prompt.disease_separator": " ", "model.lora_patch_embed": False,
                    "model.warmup_trainable": "merger", "train.handoff": "last",
                    "generation.vllm_dtype": None,
-                   "generation.vllm_gpu_memory_utilization": 0.3, "generation.vllm_sleep_level": 1}
+                   "generation.vllm_gpu_memory_utilization": 0.3, "generation.vllm_sleep_level": 1,
+                   # the learning-rate schedule's options (issue 42): their defaults are the schedule before them
+                   "train.warmup_type": "project", "train.warmup_min_ratio": 0.0, "train.cos_min_ratio": 0.0,
+                   "train.cosine_total_steps": None}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:
