@@ -100,6 +100,9 @@ def stage_needs(cfg: RunConfig, stage: str | None) -> list[Need]:
     if stage == "classifier" and cfg.classifier.pretrained_path:
         needs.append(Need("classifier_weights", cfg.classifier.pretrained_path, "classifier.pretrained_path",
                           cfg.classifier.pretrained_path))
+    if stage in ("warmup", "sft") and cfg.train.handoff == "best_val" and cfg.rl.val_rg_metric == "radgraph":
+        # the epochs' validation (harness/stages/handoff.py) scores with RL's validation score, RG term included
+        needs += [Need(n.kind, n.target, "rl.val_rg_metric", "radgraph") for n in _reward_needs("radgraph_f1", "")]
     if stage == "rl":
         needs += _reward_needs(cfg.rl.reward, "rl.reward")
         if cfg.rl.val_rg_metric == "radgraph":  # harness/stages/rl.py: score_validation's RG term
@@ -215,12 +218,24 @@ def describe(need: Need, detail: str) -> str:
     return f"'{need.key}' = {need.value!r} needs {need.label}: {detail}"
 
 
-def check_needs(cfg: RunConfig, stage: str | None, kinds: Iterable[str] | None = None) -> None:
+def check_needs(cfg: RunConfig, stage: str | None, kinds: Iterable[str] | None = None,
+                produced_under: str | Path | None = None) -> None:
     """Refuse (ConfigError, one line) the first required need of the stage (of `kinds`, default all) that is not
-    met here."""
+    met here. `produced_under`: a folder whose files are outputs of earlier runs of the same plan (a study's
+    stages folder: an upstream classifier, a model handed on), not checked here: they do not exist yet."""
     kinds = tuple(kinds) if kinds is not None else KINDS
+    later = Path(produced_under).resolve() if produced_under is not None else None
     for need in stage_needs(cfg, stage):
+        if later is not None and need.target and _is_under(need.target, later):
+            continue
         if need.required and need.kind in kinds:
             detail = problem(need)
             if detail:
                 raise ConfigError(describe(need, detail))
+
+
+def _is_under(target: str, folder: Path) -> bool:
+    try:
+        return Path(target).resolve().is_relative_to(folder)
+    except (OSError, ValueError):
+        return False

@@ -103,7 +103,8 @@ def check_plan_needs(plan, selected: list[tuple[str, int]]) -> None:
         if node.kind not in (*STAGES, "eval") or not chosen & set(node.users) or node_done(node):
             continue
         try:
-            check_needs(from_dict(RunConfig, node.config), node.kind, [k for k in KINDS if k != "classifier_dir"])
+            check_needs(from_dict(RunConfig, node.config), node.kind, [k for k in KINDS if k != "classifier_dir"],
+                        produced_under=plan.stages_root)
         except ConfigError as e:
             arm, seed = node.users[0]
             raise ConfigError(f"{plan.study.path.name}: the {node.kind} run of arm '{arm}', seed {seed}: {e}") from e

@@ -83,7 +83,9 @@ def test_doctor_of_an_experiments_preset_lists_what_each_stage_needs(no_network,
     needs = {c["name"]: c for c in json.loads(capsys.readouterr().out)["needs"]}
     base = "base model Qwen/Qwen2.5-VL-7B-Instruct"
     assert set(needs) == {f"warmup: {base}", f"sft: {base}", "sft: classifier folder", f"rl: {base}",
-                          "rl: RadGraph radgraph-xl", "eval: CheXbert", "eval: RadGraph radgraph-xl"}
+                          "rl: RadGraph radgraph-xl", "eval: CheXbert", "eval: RadGraph radgraph-xl",
+                          "warmup: RadGraph radgraph-xl", "sft: RadGraph radgraph-xl",
+                          "classifier: classifier checkpoint weights/vit-b_CXR_0.5M_mae_CheXpert.pth"}
     assert not needs["eval: CheXbert"]["ok"] and str(tmp_path / "chexbert" / "chexbert.pth") in needs[
         "eval: CheXbert"]["detail"]
     assert needs["rl: RadGraph radgraph-xl"]["detail"].startswith("rl.val_rg_metric = 'radgraph': RadGraph weights")

@@ -67,9 +67,14 @@ def _needs(preset: str, stage: str) -> set[tuple]:
 def test_each_paper_preset_stage_lists_what_it_needs(preset):
     base = {"7b": "Qwen/Qwen2.5-VL-7B-Instruct", "3b": "Qwen/Qwen2.5-VL-3B-Instruct"}[preset[-2:]]
     model = ("base_model", base, "model.path", True)
-    assert _needs(preset, "warmup") == {model}
-    assert _needs(preset, "classifier") == set()  # no pretrained_path in the presets (their comment says how)
-    assert _needs(preset, "sft") == {model, ("classifier_dir", None, "classifier.dir", True)}
+    # stages 1-2 hand on their best-validation epoch, scored with Eq. 10's RG term as in RL (issue 42)
+    rg = ("radgraph", "radgraph-xl", "rl.val_rg_metric", True)
+    assert _needs(preset, "warmup") == {model, rg}
+    # MIMIC-CXR: Medical-MAE's ViT-B/16, a local file (issue 42); IU-Xray starts from MIMIC-CXR's (study upstream)
+    medical_mae = {("classifier_weights", "weights/vit-b_CXR_0.5M_mae_CheXpert.pth", "classifier.pretrained_path",
+                    True)}
+    assert _needs(preset, "classifier") == (medical_mae if preset.startswith("mimic") else set())
+    assert _needs(preset, "sft") == {model, rg, ("classifier_dir", None, "classifier.dir", True)}
     # Eq. 10's RG term with RadGraph F1 (radgraph-xl, partial); the reward is BLEU-4, which loads nothing.
     assert _needs(preset, "rl") == {model, ("radgraph", "radgraph-xl", "rl.val_rg_metric", True)}
     # CE with CheXbert; RadGraph F1 with `auto`: reported when present, so listed but not required.
