@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
-from rewards.hub_offline import hub_offline
+from rewards.hub_offline import hub_cache_dir, hub_offline
 from rewards.registry import register_reward
 
 __all__ = [
@@ -112,9 +112,7 @@ def chexbert_checkpoint_path() -> Path:
 
 
 def _hub_cache_dir() -> str:
-    from transformers.utils import hub
-
-    return str(hub.TRANSFORMERS_CACHE)
+    return hub_cache_dir()
 
 
 def _cached_hub_file(repo_id: str, filename: str, cache_dir: str | None = None) -> str | None:
@@ -180,6 +178,10 @@ def _load(device: str):
             return _MODELS[key]
         checkpoint = check_chexbert_files()
         from f1chexbert import F1CheXbert
+
+        from rewards import hf_compat
+
+        hf_compat.install()  # f1chexbert calls encode_plus, gone in transformers 5.x
 
         with hub_offline():
             scorer = F1CheXbert(device=key)

@@ -5,13 +5,25 @@ from __future__ import annotations
 import contextlib
 
 
+def hub_cache_dir() -> str:
+    """The Hugging Face hub cache transformers reads models from.
+
+    transformers 4.x names it ``transformers.utils.hub.TRANSFORMERS_CACHE``; 5.x dropped that name and reads
+    ``huggingface_hub.constants.HF_HUB_CACHE`` directly (the value 4.x's name defaults to).
+    """
+    import huggingface_hub.constants as hub_constants
+    import transformers.utils.hub as transformers_hub
+
+    return str(getattr(transformers_hub, "TRANSFORMERS_CACHE", None) or hub_constants.HF_HUB_CACHE)
+
+
 @contextlib.contextmanager
 def hub_offline():
     """Keep huggingface_hub and transformers on local files while a package loads (its files were checked first).
 
     Without this, outside HF_HUB_OFFLINE=1 they would ask the Hub whether the cached config / tokenizer are
     current: a network request at run time, which regbench never makes. It flips two process-wide settings for
-    the duration of the block.
+    the duration of the block. (transformers 5.x has no flag of its own: it asks huggingface_hub's.)
     """
     import huggingface_hub.constants as hub_constants
     import transformers.utils.hub as transformers_hub

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rewards.hub_offline import hub_offline
+from rewards.hub_offline import hub_cache_dir, hub_offline
 from rewards.registry import register_reward
 
 __all__ = [
@@ -176,11 +176,9 @@ def check_radgraph_files(model_type: str = "radgraph-xl", extract: bool = True) 
             except (OSError, ValueError) as error:
                 lacking = [f"a loadable tokenizer ({error.__class__.__name__}: {str(error)[:200]})"]
         if lacking:
-            from transformers.utils import hub
-
             raise FileNotFoundError(
                 f"RadGraph '{model_type}' needs the config and tokenizer of '{encoder}' (named in "
-                f"{model_dir}/config.json) in the Hugging Face cache ({hub.TRANSFORMERS_CACHE}); missing: "
+                f"{model_dir}/config.json) in the Hugging Face cache ({hub_cache_dir()}); missing: "
                 f"{', '.join(lacking)}. Put them there, e.g. `huggingface-cli download {encoder} config.json "
                 "vocab.txt tokenizer_config.json` on a machine with network access (HF_HOME / HF_HUB_CACHE "
                 "choose the cache folder); its weights are not needed."
@@ -221,6 +219,10 @@ def _load(model_type: str, device: str):
             return _SCORERS[key]
         check_radgraph_files(model_type)
         from radgraph import F1RadGraph
+
+        from rewards import hf_compat
+
+        hf_compat.install()  # radgraph calls encode_plus, gone in transformers 5.x
 
         cuda = -1 if device == "cpu" else int(device.split(":")[1])
         with hub_offline(), contextlib.redirect_stdout(io.StringIO()):  # it prints "Using device: ..."

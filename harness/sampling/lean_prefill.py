@@ -61,6 +61,13 @@ def unique_images(pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> tuple[l
     return firsts, inverse
 
 
+def _split_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor):
+    """`get_image_features` split per image: a tuple of tensors in transformers 4.x, the `pooler_output` of the
+    output it returns in 5.x."""
+    out = hf.model.get_image_features(pixel_values, grid_thw)
+    return out.pooler_output if hasattr(out, "pooler_output") else out
+
+
 def image_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor, dedupe: bool, *,
                    keys: Sequence[Hashable] | None = None, memo: FeatureMemo | None = None) -> torch.Tensor:
     """Features of every image in order (torch.cat of get_image_features), each distinct image encoded once.
@@ -69,15 +76,15 @@ def image_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor, dedup
     if memo is not None and torch.is_grad_enabled():
         raise ValueError("a feature memo holds no graph: pass one only to a pass without grad")
     if not dedupe:
-        return torch.cat(hf.model.get_image_features(pixel_values, grid_thw), dim=0)
+        return torch.cat(_split_features(hf, pixel_values, grid_thw), dim=0)
     if memo is not None and keys is not None:
         return _memo_features(hf, pixel_values, grid_thw, keys, memo)
     firsts, inverse = unique_images(pixel_values, grid_thw)
     if len(firsts) == len(inverse):
-        return torch.cat(hf.model.get_image_features(pixel_values, grid_thw), dim=0)
+        return torch.cat(_split_features(hf, pixel_values, grid_thw), dim=0)
     sizes = grid_thw.prod(-1).tolist()
     blocks = torch.split(pixel_values, sizes)
-    feats = hf.model.get_image_features(torch.cat([blocks[i] for i in firsts]), grid_thw[firsts])
+    feats = _split_features(hf, torch.cat([blocks[i] for i in firsts]), grid_thw[firsts])
     return torch.cat([feats[u] for u in inverse], dim=0)
 
 
@@ -91,7 +98,7 @@ def _memo_features(hf, pixel_values: torch.Tensor, grid_thw: torch.Tensor, keys:
         first = {key: keys.index(key) for key in missing}
         blocks = torch.split(pixel_values, grid_thw.prod(-1).tolist())
         order = [first[key] for key in missing]
-        feats = hf.model.get_image_features(torch.cat([blocks[i] for i in order]), grid_thw[order])
+        feats = _split_features(hf, torch.cat([blocks[i] for i in order]), grid_thw[order])
         for key, f in zip(missing, feats, strict=True):
             found[key] = f
             memo.put(key, f)

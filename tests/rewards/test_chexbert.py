@@ -27,6 +27,7 @@ from rewards.chexbert import (
     label_reports_chexbert,
     labels_from_classes,
 )
+from tests.rewards.hf_cache import patch_transformers_hub
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 WORDS = (
@@ -79,7 +80,6 @@ def tiny_bert_files(hidden: int = 32) -> dict[str, str]:
 def offline_caches(tmp_path, monkeypatch, network_attempts):
     """Point every cache the packages read at tmp_path, offline; return (hub cache, chexbert cache dir)."""
     import huggingface_hub.constants
-    import transformers.utils.hub
     from f1chexbert import f1chexbert as package
 
     hf_home = tmp_path / "hf"
@@ -93,8 +93,7 @@ def offline_caches(tmp_path, monkeypatch, network_attempts):
     # These libraries read the environment once, at import: patch the values they captured too.
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(transformers.utils.hub, "TRANSFORMERS_CACHE", str(hub))
-    monkeypatch.setattr(transformers.utils.hub, "_is_offline_mode", True)
+    patch_transformers_hub(monkeypatch, offline=True, cache=str(hub))
     monkeypatch.setattr(package, "CACHE_DIR", str(xdg / "chexbert"))
     monkeypatch.setattr(chexbert, "_MODELS", {})
     monkeypatch.setattr(chexbert, "_LABEL_CACHE", OrderedDict())
@@ -190,10 +189,9 @@ def test_labels_offline_end_to_end(tiny_chexbert, network_attempts):
 
 def test_loads_without_network_outside_offline_mode(tiny_chexbert, monkeypatch, network_attempts):
     import huggingface_hub.constants
-    import transformers.utils.hub
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(transformers.utils.hub, "_is_offline_mode", False)
+    patch_transformers_hub(monkeypatch, offline=False)
     assert label_reports_chexbert(REPORTS[:2]).shape == (2, NUM_OBSERVATIONS)  # sockets refuse any connection
     assert huggingface_hub.constants.HF_HUB_OFFLINE is False  # restored after loading
     assert network_attempts == []

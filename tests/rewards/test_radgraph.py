@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from rewards import radgraph as rg
+from tests.rewards.hf_cache import patch_transformers_hub
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 ENCODER = "microsoft/BiomedNLP-PubMedBERT-base-uncased-abstract-fulltext"
@@ -126,7 +127,6 @@ def write_archive(cache_dir: Path, tmp: Path, model_type: str) -> Path:
 def radgraph_env(tmp_path, monkeypatch, network_attempts):
     """Offline caches under tmp_path: (tmp_path, HF hub cache, radgraph CACHE_DIR); encoder files written."""
     import huggingface_hub.constants
-    import transformers.utils.hub
     from radgraph import radgraph as package
     from radgraph.allennlp.common import cached_transformers
 
@@ -140,8 +140,7 @@ def radgraph_env(tmp_path, monkeypatch, network_attempts):
     # These libraries read the environment once, at import: patch the values they captured too.
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(transformers.utils.hub, "TRANSFORMERS_CACHE", str(hub))
-    monkeypatch.setattr(transformers.utils.hub, "_is_offline_mode", True)
+    patch_transformers_hub(monkeypatch, offline=True, cache=str(hub))
     monkeypatch.setattr(package, "CACHE_DIR", str(cache_dir))
     monkeypatch.setattr(cached_transformers, "_model_cache", {})
     monkeypatch.setattr(cached_transformers, "_tokenizer_cache", {})
@@ -176,10 +175,9 @@ def test_scores_offline_from_the_cached_archive(radgraph_env, model_type, networ
 
 def test_loads_without_network_outside_offline_mode(tiny_radgraph_xl, monkeypatch, network_attempts):
     import huggingface_hub.constants
-    import transformers.utils.hub
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(transformers.utils.hub, "_is_offline_mode", False)
+    patch_transformers_hub(monkeypatch, offline=False)
     assert rg.radgraph_f1(HYPS, REFS, device="cpu").shape == (len(HYPS),)  # sockets refuse any connection
     assert huggingface_hub.constants.HF_HUB_OFFLINE is False  # restored after loading
     assert network_attempts == []
