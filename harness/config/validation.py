@@ -144,7 +144,23 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(0 < rl.top_p <= 1, "rl.top_p", rl.top_p, "must be in (0, 1]")
         need(rl.min_new_tokens <= rl.max_new_tokens, "rl.min_new_tokens", rl.min_new_tokens,
              "must be <= rl.max_new_tokens")
-        need(rl.kl_estimator in ("k1", "k2", "k3"), "rl.kl_estimator", rl.kl_estimator, "must be k1, k2 or k3")
+        need(rl.kl_estimator in ("k1", "k2", "k3", "k3_is"), "rl.kl_estimator", rl.kl_estimator,
+             "must be k1, k2, k3 or k3_is")
+        need(rl.kl_placement in ("loss", "reward"), "rl.kl_placement", rl.kl_placement, "must be loss or reward")
+        need(rl.kl_placement == "loss" or rl.kl_estimator != "k3_is", "rl.kl_estimator", rl.kl_estimator,
+             "needs rl.kl_placement loss (the reward's KL has no gradient for the ratio to correct)")
+        need(rl.kl_reward_reduce in ("sum", "mean"), "rl.kl_reward_reduce", rl.kl_reward_reduce,
+             "must be sum or mean")
+        need(rl.kl_cap is None or rl.kl_cap > 0, "rl.kl_cap", rl.kl_cap, "must be > 0 or null")
+        need(rl.advantage_std in ("population", "bessel"), "rl.advantage_std", rl.advantage_std,
+             "must be population or bessel")
+        need(rl.importance_sampling in ("token", "sequence"), "rl.importance_sampling", rl.importance_sampling,
+             "must be token or sequence")
+        need(rl.surrogate in ("clip", "cispo", "sapo"), "rl.surrogate", rl.surrogate, "must be clip, cispo or sapo")
+        need(rl.surrogate == "clip" or rl.dual_clip is None, "rl.dual_clip", rl.dual_clip,
+             f"must be null with rl.surrogate {rl.surrogate} (the dual clip caps the clip surrogate's loss)")
+        need(rl.sapo_tau_pos > 0 and rl.sapo_tau_neg > 0, "rl.sapo_tau_pos/sapo_tau_neg",
+             (rl.sapo_tau_pos, rl.sapo_tau_neg), "must be > 0")
         need(rl.advantage_scale in ("std", "none"), "rl.advantage_scale", rl.advantage_scale, "must be std or none")
         need(rl.aggregation != "dr_grpo" or rl.advantage_scale == "none", "rl.advantage_scale", rl.advantage_scale,
              "must be none with rl.aggregation=dr_grpo (Liu et al.'s Dr. GRPO also drops the std division)")

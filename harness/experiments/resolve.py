@@ -67,7 +67,9 @@ _NOT_KEYED = ("train.preempt_signals", "train.report_to", "train.wandb_project")
 _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementation": "eager",
                    "pretrain.patch_embed": "conv", "rl.lora_pass": "peft", "rl.prompt_pass": "per_row",
                    "train.group_by_length": False, "pretrain.group_by_length": False,
-                   "classifier.amp_bf16": False}
+                   "classifier.amp_bf16": False, "rl.kl_placement": "loss", "rl.kl_reward_reduce": "sum",
+                   "rl.kl_cap": 10.0, "rl.advantage_std": "population", "rl.importance_sampling": "token",
+                   "rl.surrogate": "clip", "rl.sapo_tau_pos": 1.0, "rl.sapo_tau_neg": 1.05}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:
