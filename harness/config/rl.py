@@ -88,8 +88,9 @@ class RLConfig:
                                           "averaged over the ranks; the paper presets; equal for any number of "
                                           "processes and micro-batches), seq_mean_token_mean (original GRPO), "
                                           "dr_grpo (Liu et al. 2025: token sum / (N x max_new_tokens); needs "
-                                          "advantage_scale none, as Dr. GRPO also drops the std division). "
-                                          "docs/paper_vs_code.md.")
+                                          "advantage_scale none, as Dr. GRPO also drops the std division), "
+                                          "seq_mean_token_mean_all / seq_sum (TRL's loss_type grpo / luspo: "
+                                          "harness/aggregation/trl_sequence.py). docs/paper_vs_code.md.")
     policy_dropout: bool = knob(False, "Whether the current policy's forward pass (the one with grad) runs in "
                                        "train mode, so that model.lora_dropout is active in it, as in the official "
                                        "code (the paper presets); the rollouts and the old, reference and "
