@@ -44,6 +44,9 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
                               ("rl.reference", rl.reference, available_references()),
                               ("rl.aggregation", rl.aggregation, available_aggregations()),
                               ("rl.token_weighting", rl.token_weighting, available_token_weightings())):
+        if key in ("rl.regularizer", "rl.reference") and ":" in str(value) and value not in names:
+            need(_importable(key, value) is None, key, value, f"cannot be loaded: {_importable(key, value)}")
+            continue
         need(value in names, key, value, f"is not registered; registered: {', '.join(names)}")
     try:  # a registered name, package.module:function, or {name: weight}: every part resolved and checked now
         check_reward(rl.reward)
@@ -53,15 +56,29 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
     need(problem is None, "rl.reward", rl.reward, f"is not a usable reward: {problem}")
 
 
+def _importable(key: str, path: str) -> str | None:
+    """Why the user's class ``package.module:Class`` for rl.regularizer / rl.reference cannot be used, or None."""
+    from regularizers.registry import _REGISTRIES
+
+    try:
+        _REGISTRIES["regularizer" if key == "rl.regularizer" else "reference strategy"].lookup(path)
+    except (TypeError, ValueError) as e:
+        return str(e)
+    return None
+
+
 def _trial_build(rl: RLConfig, where) -> None:
     """Build the regularizer and the reference strategy from this config once: what the class refuses (its own
     bounds, a plug-in option it lacks) fails at load time. Runs after the config's own range checks, whose
     messages name the exact key."""
-    from regularizers.registry import reference_from_config, regularizer_from_config
+    from regularizers.registry import check_state_contract, reference_from_config, regularizer_from_config
 
     for key, build in (("rl.regularizer", regularizer_from_config), ("rl.reference", reference_from_config)):
         try:
-            build(rl)
+            plugin = build(rl)  # checks the state contract after construction
+            if key == "rl.regularizer":  # and after one step's update (a throw-away instance)
+                plugin.after_step(rl.kl_target, rl.prompts_per_step * rl.group_size)
+                check_state_contract(plugin, "regularizer")
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{where(key)}: '{key}' = {getattr(rl, key[3:])!r} cannot be built from this "
                               f"config: {e}") from e
