@@ -9,8 +9,9 @@ old and reference log-probs, advantages and mask go to both; printed are max |lo
 
 TRL's `_compute_loss` runs unchanged, as an unbound method on a stub trainer that holds the attributes it reads
 and returns the given log-probs from `_get_per_token_logps_and_entropies` (one process, no gradient
-accumulation, steps_per_generation 1, no vLLM, no entropy mask or bonus). TRL is a test-only dependency in its
-own venv over the project's packages (benchmarks/bench_vs_trl.py's docstring shows how); then
+accumulation, steps_per_generation 1, no vLLM, no entropy mask or bonus). TRL 1.16.0 is a test-only dependency:
+the dev extra (`pip install -e .[dev]`), or its own venv over the project's packages (benchmarks/bench_vs_trl.py's
+docstring shows how); then
 
     PYTHONPATH=$PWD /tmp/trlvenv/bin/python benchmarks/trl_equality.py
 

@@ -14,7 +14,8 @@ class RLConfig:
     official code where the paper is silent (docs/DESIGN.md "RL objective")."""
 
     regularizer: str = knob("rer", "Regularizer (regularizers/, any registered name): none | constant | adaptive | "
-                                   "rer.")
+                                   "rer, or a class in your code as package.module:Class (a Regularizer "
+                                   "subclass; README, Extending).")
     beta_min: float = knob(0.05, "RER lower bound, Eq. 7-9 (MIMIC-CXR 0.05; IU-Xray 0.05); 0 <= beta_min <= "
                                  "beta_base.")
     beta_base: float = knob(0.10, "RER base coefficient, Eq. 7-9 (MIMIC-CXR 0.10; IU-Xray 0.10); `constant` uses "
@@ -26,7 +27,8 @@ class RLConfig:
     kl_horizon: int = knob(10000, "Adaptive PPO controller (Ziegler et al. 2019): horizon in samples, > 0.2 x "
                                   "prompts_per_step x group_size so beta stays > 0.")
     reference: str = knob("vapr", "Reference strategy (regularizers/reference/, any registered name): static | ema "
-                                  "| vapr.")
+                                  "| vapr, or a class in your code as package.module:Class (a ReferenceStrategy "
+                                  "subclass).")
     ema_rate: float = knob(0.01, "EMA reference: weight of the current policy per update, in [0, 1].")
     ema_period: int = knob(1, "EMA reference: update every k optimizer steps, >= 1.")
     reset_every_epochs: int = knob(3, "VAPR: reset reference, current and old policies to the best every M epochs "
