@@ -11,6 +11,7 @@ packages on first use, so nothing lists the plug-ins by hand:
     class RER(Regularizer): ...
 
     REGULARIZERS.lookup("rer")   # the class; an unknown name is a ValueError listing the registered names
+    REGULARIZERS.lookup("my_pkg.my_module:MyKL")   # a class in the user's code, imported (as rl.reward=mod:fn)
     REGULARIZERS.names()         # sorted registered names
 
 A registered class's config is its dataclass fields (the builders pass the config values whose names match). A class
@@ -132,11 +133,40 @@ class Registry(Generic[T]):
             self._loading = False
 
     def lookup(self, name: str) -> T:
-        """The plug-in registered as ``name``; an unknown name is a ValueError listing the registered ones."""
+        """The plug-in registered as ``name``, or the class that ``package.module:Class`` names (imported, checked
+        as a registration checks it); an unknown name is a ValueError listing the registered ones."""
         self.load()
+        if ":" in name and name not in self.entries:
+            return self.import_path(name)
         if name not in self.entries:
             raise ValueError(f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}")
         return self.entries[name]
+
+    def import_path(self, path: str) -> T:
+        """The class ``package.module:Class`` (``Class`` may be dotted) from the user's code, with the checks of
+        :meth:`add` (subclass of ``base``, dataclass when it declares fields); its ``name_attr`` is set to ``path``.
+        A ValueError names what is wrong (module, attribute, base class)."""
+        module_name, _, attr = path.partition(":")
+        if not module_name.strip() or not attr.strip():
+            raise ValueError(f"{self.kind} {path!r} must be a registered name or look like package.module:Class")
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ValueError(f"{self.kind} {path!r}: cannot import module '{module_name}' ({e}); is its folder on "
+                             "the Python path (PYTHONPATH)?") from e
+        for part in attr.split("."):
+            if not hasattr(obj, part):
+                raise ValueError(f"{self.kind} {path!r}: module '{module_name}' has no attribute '{attr}'")
+            obj = getattr(obj, part)
+        if self.base is not None and not (isinstance(obj, type) and issubclass(obj, self.base)):
+            raise ValueError(f"{self.kind} {path!r} is {obj!r}, not a subclass of {self.base.__name__}")
+        missing = undeclared_config_fields(obj, self.base)
+        if missing:
+            raise ValueError(f"{self.kind} {path!r} declares config field(s) {missing} but is not a dataclass, so "
+                             "values given for them would be silently ignored; add @dataclass to it")
+        if self.name_attr is not None and not getattr(obj, self.name_attr, ""):
+            setattr(obj, self.name_attr, path)
+        return obj
 
     def names(self) -> list[str]:
         """The registered names, sorted."""

@@ -11,6 +11,13 @@ is a TypeError):
     class RER(Regularizer): ...
 
     reg = build_regularizer("rer", beta_min=0.05, beta_base=0.1, beta_max=0.12)
+
+A class in the user's own code is named ``package.module:Class`` (``rl.regularizer=my_kl:MyKL``, the module on
+PYTHONPATH), as a reward is. The plug-in contract: a checkpoint holds ``state_dict()``, so every instance attribute
+that is not a config field (a dataclass init field) must be a key of ``state_dict()`` (and be restored by
+``load_state_dict``), or be named in ``derived_attrs`` (rebuilt from the config on construction). A plug-in that
+breaks it is refused (:func:`check_state_contract`) when it is built, after a trial ``after_step`` at config load
+(regularizers) and before every checkpoint is written: a resumed run never restarts state silently.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ __all__ = [
     "available_regularizers",
     "build_reference",
     "build_regularizer",
+    "check_state_contract",
     "config_fields",
     "reference_from_config",
     "regularizer_from_config",
@@ -56,6 +64,8 @@ class Regularizer:
     needs_reference: ClassVar[bool] = True
     # True: the loop computes h_ref[B, G] (reference full-vocabulary entropy, mean over response tokens).
     needs_reference_entropy: ClassVar[bool] = False
+    # Instance attributes rebuilt from the config on construction (not state): exempt from check_state_contract.
+    derived_attrs: ClassVar[tuple[str, ...]] = ()
 
     def betas(self, advantages: torch.Tensor, h_ref: torch.Tensor | None = None) -> torch.Tensor:
         """``beta[B, G]`` for advantages ``[B, G]`` (and reference entropies ``[B, G]`` when needed)."""
@@ -93,6 +103,8 @@ class ReferenceStrategy:
     name: ClassVar[str] = ""
     # Steps between mid-epoch validations that the loop runs for this strategy (None: only at epoch ends).
     val_every_steps: int | None = None
+    # Instance attributes rebuilt from the config on construction (not state): exempt from check_state_contract.
+    derived_attrs: ClassVar[tuple[str, ...]] = ()
 
     def on_start(self, store: SnapshotStore) -> None:
         store.capture("ref")
@@ -159,7 +171,29 @@ def _build(registry: Registry, name: str, cfg: dict[str, Any]):
     unknown = sorted(set(cfg) - set(fields))
     if unknown and dataclasses.is_dataclass(cls):
         raise ValueError(f"{registry.kind} {name!r} got unknown option(s) {unknown}; its options: {sorted(fields)}")
-    return cls(**cfg)
+    plugin = cls(**cfg)
+    check_state_contract(plugin, registry.kind)
+    return plugin
+
+
+def unsaved_state(plugin: Regularizer | ReferenceStrategy) -> list[str]:
+    """Instance attributes of ``plugin`` that are neither config (its dataclass init fields), nor keys of its
+    ``state_dict()``, nor named in its ``derived_attrs``: state a checkpoint would not hold."""
+    kept = set(_init_fields(type(plugin))) | set(plugin.derived_attrs) | set(plugin.state_dict())
+    return sorted(a for a in vars(plugin) if a not in kept)
+
+
+def check_state_contract(plugin: Regularizer | ReferenceStrategy, kind: str) -> None:
+    """Refuse (ValueError, one line) a plug-in holding attributes its checkpoint state would lose. Refusing rather
+    than pickling ``vars()`` automatically: checkpoints are read with the safe loader (weights only), so saved
+    state must be plain numbers, strings, lists, dicts and tensors, which only the plug-in knows how to make."""
+    missing = unsaved_state(plugin)
+    if missing:
+        raise ValueError(
+            f"{kind} {plugin.name or type(plugin).__qualname__!r} ({type(plugin).__module__}."
+            f"{type(plugin).__qualname__}) holds attribute(s) {missing} that its state_dict() does not return, so a "
+            f"resumed run would restart them from their initial values: return them from state_dict() and restore "
+            f"them in load_state_dict(), or name them in derived_attrs if they are rebuilt from the config")
 
 
 def config_fields(kind: str, name: str, section: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def registered():
 
 
 def test_every_extending_example_registers_a_working_plugin(registered):
-    assert len(_extending_examples()) == 5
+    assert len(_extending_examples()) == 6
     cfg = load_config(None, ["rl.regularizer=scaled", "rl.regularizer_args={scale: 0.5}", "rl.reference=periodic",
                              "rl.reference_args={period: 20}", "rl.reward=words", "rl.aggregation=row_sum_mean",
                              "rl.token_weighting=uniform", "rl.token_weight_boost=3"])

@@ -14,7 +14,8 @@ class RLConfig:
     official code where the paper is silent (docs/DESIGN.md "RL objective")."""
 
     regularizer: str = knob("rer", "Regularizer (regularizers/, any registered name): none | constant | adaptive | "
-                                   "rer.")
+                                   "rer, or a class in your code as package.module:Class (a Regularizer "
+                                   "subclass; README, Extending).")
     beta_min: float = knob(0.05, "RER lower bound, Eq. 7-9 (MIMIC-CXR 0.05; IU-Xray 0.05); 0 <= beta_min <= "
                                  "beta_base.")
     beta_base: float = knob(0.10, "RER base coefficient, Eq. 7-9 (MIMIC-CXR 0.10; IU-Xray 0.10); `constant` uses "
@@ -26,7 +27,8 @@ class RLConfig:
     kl_horizon: int = knob(10000, "Adaptive PPO controller (Ziegler et al. 2019): horizon in samples, > 0.2 x "
                                   "prompts_per_step x group_size so beta stays > 0.")
     reference: str = knob("vapr", "Reference strategy (regularizers/reference/, any registered name): static | ema "
-                                  "| vapr.")
+                                  "| vapr, or a class in your code as package.module:Class (a ReferenceStrategy "
+                                  "subclass).")
     ema_rate: float = knob(0.01, "EMA reference: weight of the current policy per update, in [0, 1].")
     ema_period: int = knob(1, "EMA reference: update every k optimizer steps, >= 1.")
     reset_every_epochs: int = knob(3, "VAPR: reset reference, current and old policies to the best every M epochs "
@@ -61,7 +63,26 @@ class RLConfig:
                                  "clip, DAPO).")
     dual_clip: float | None = knob(10.0, "Surrogate: the official code's dual clip c = 10 for negative advantages, "
                                          "> 1 or null (off).")
-    kl_estimator: str = knob("k3", "KL estimator per token: k1, k2 or k3 (k3 = Eq. 6).")
+    kl_estimator: str = knob("k3", "KL estimator per token (harness/grpo/core.py kl_penalty): k1, k2, k3 (Eq. 6; "
+                                   "the official code) or k3_is: k3 times the importance ratio pi_theta / pi_old, "
+                                   "whose gradient is the unbiased reverse-KL gradient off-policy (DeepSeek-V3.2 "
+                                   "Sec. 3.1; TRL's GRPOConfig use_bias_correction_kl, its default since 1.x); "
+                                   "loss placement only. With rl.kl_placement reward: k1 as verl's kl_penalty 'kl', "
+                                   "k2 its 'mse', k3 its 'low_var_kl'.")
+    kl_placement: str = knob("loss", "Where the KL to the reference acts: loss = a per-token term beta_i KL of the "
+                                     "loss (Eq. 3; the official code, TRL's beta); reward = subtracted from each "
+                                     "response's reward before the group advantages, R_i - beta_i sum_t KL_t, with "
+                                     "KL between the old (sampling) policy and the reference, no gradient (verl's "
+                                     "algorithm.use_kl_in_reward: token_level_rewards = scores - beta kld, summed "
+                                     "per response by its GRPO advantage). The betas come from rl.regularizer as "
+                                     "in the loss (RER's from the task reward's advantages; this project). "
+                                     "Combine with rl.kl_estimator k1 for verl's default.")
+    kl_reward_reduce: str = knob("sum", "rl.kl_placement reward: the per-token KL summed over the response (sum; "
+                                        "verl, whose GRPO advantage sums the token-level rewards) or its token mean "
+                                        "(mean; length-independent, this project).")
+    kl_cap: float | None = knob(10.0, "Cap on the per-token k3 (and k3_is before the ratio): 10 as the official "
+                                      "code and verl's kl_penalty low_var_kl (docs/paper_vs_code.md, k3 cap); "
+                                      "null = no cap (Eq. 6 as written; TRL's GRPOTrainer._compute_loss), > 0.")
     aggregation: str = knob("token_mean", "Loss aggregation (harness/aggregation/, aggregate): token_mean (all "
                                           "tokens of the step, DAPO; this project's default), group_token_mean "
                                           "(per group, then the mean over groups: Eq. 3 as written, and what the "
@@ -69,8 +90,9 @@ class RLConfig:
                                           "averaged over the ranks; the paper presets; equal for any number of "
                                           "processes and micro-batches), seq_mean_token_mean (original GRPO), "
                                           "dr_grpo (Liu et al. 2025: token sum / (N x max_new_tokens); needs "
-                                          "advantage_scale none, as Dr. GRPO also drops the std division). "
-                                          "docs/paper_vs_code.md.")
+                                          "advantage_scale none, as Dr. GRPO also drops the std division), "
+                                          "seq_mean_token_mean_all / seq_sum (TRL's loss_type grpo / luspo: "
+                                          "harness/aggregation/trl_sequence.py). docs/paper_vs_code.md.")
     policy_dropout: bool = knob(False, "Whether the current policy's forward pass (the one with grad) runs in "
                                        "train mode, so that model.lora_dropout is active in it, as in the official "
                                        "code (the paper presets); the rollouts and the old, reference and "
@@ -94,6 +116,25 @@ class RLConfig:
                                        "~0.7x the time at 8 prompts x 4. Needs rl.policy_dropout false.")
     advantage_scale: str = knob("std", 'Advantage scale (Eq. 2): "std" divides by the group\'s std (+1e-6); '
                                        '"none" keeps R - mean (Dr. GRPO).')
+    advantage_std: str = knob("population", 'The group std of Eq. 2 (rl.advantage_scale std): "population" divides '
+                                            "by G (the official code; numpy/torch unbiased=False) or \"bessel\" by "
+                                            "G - 1 (TRL's GRPOTrainer, rewards.std(): advantages sqrt((G-1)/G) "
+                                            "times the population ones, 0.866x at G = 4).")
+    importance_sampling: str = knob("token", "Importance ratio of the surrogate: token (pi_theta / pi_old per "
+                                             "token; PPO, the official code) or sequence (the geometric mean of the "
+                                             "token ratios over the response, exp(mean_t log r_t), clipped once per "
+                                             "response: GSPO, Zheng et al. 2025 Eq. 7; TRL's "
+                                             "importance_sampling_level sequence).")
+    surrogate: str = knob("clip", "Policy surrogate (harness/grpo/core.py surrogate_loss): clip (PPO's clipped "
+                                  "ratio, eps_low / eps_high; the official code), cispo (the ratio clipped at 1 + "
+                                  "eps_high and detached, times A log pi: every token keeps a gradient; MiniMax-M1 "
+                                  "Sec. 3.1, TRL's loss_type cispo with epsilon_high = 1 + eps_high) or sapo (a "
+                                  "sigmoid gate 4/tau sigmoid(tau (r - 1)) in place of the clip; SAPO, Gao et al. "
+                                  "2025, TRL's loss_type sapo). cispo and sapo need rl.dual_clip null.")
+    sapo_tau_pos: float = knob(1.0, "rl.surrogate sapo: gate temperature for A > 0 (TRL's sapo_temperature_pos, "
+                                    "1.0), > 0.")
+    sapo_tau_neg: float = knob(1.05, "rl.surrogate sapo: gate temperature for A <= 0 (TRL's sapo_temperature_neg, "
+                                     "1.05), > 0.")
     entropy_coef: float = knob(0.0, "Entropy bonus, >= 0 (0 for MIMIC-CXR, 0.001 for IU-Xray).")
     logprob_temperature: float | None = knob(None, "Temperature of the logits used for log-probs/KL/entropy; null "
                                                    "= the sampling temperature (official code); 1.0 = the paper's "

@@ -44,6 +44,9 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
                               ("rl.reference", rl.reference, available_references()),
                               ("rl.aggregation", rl.aggregation, available_aggregations()),
                               ("rl.token_weighting", rl.token_weighting, available_token_weightings())):
+        if key in ("rl.regularizer", "rl.reference") and ":" in str(value) and value not in names:
+            need(_importable(key, value) is None, key, value, f"cannot be loaded: {_importable(key, value)}")
+            continue
         need(value in names, key, value, f"is not registered; registered: {', '.join(names)}")
     try:  # a registered name, package.module:function, or {name: weight}: every part resolved and checked now
         check_reward(rl.reward)
@@ -53,15 +56,29 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
     need(problem is None, "rl.reward", rl.reward, f"is not a usable reward: {problem}")
 
 
+def _importable(key: str, path: str) -> str | None:
+    """Why the user's class ``package.module:Class`` for rl.regularizer / rl.reference cannot be used, or None."""
+    from regularizers.registry import _REGISTRIES
+
+    try:
+        _REGISTRIES["regularizer" if key == "rl.regularizer" else "reference strategy"].lookup(path)
+    except (TypeError, ValueError) as e:
+        return str(e)
+    return None
+
+
 def _trial_build(rl: RLConfig, where) -> None:
     """Build the regularizer and the reference strategy from this config once: what the class refuses (its own
     bounds, a plug-in option it lacks) fails at load time. Runs after the config's own range checks, whose
     messages name the exact key."""
-    from regularizers.registry import reference_from_config, regularizer_from_config
+    from regularizers.registry import check_state_contract, reference_from_config, regularizer_from_config
 
     for key, build in (("rl.regularizer", regularizer_from_config), ("rl.reference", reference_from_config)):
         try:
-            build(rl)
+            plugin = build(rl)  # checks the state contract after construction
+            if key == "rl.regularizer":  # and after one step's update (a throw-away instance)
+                plugin.after_step(rl.kl_target, rl.prompts_per_step * rl.group_size)
+                check_state_contract(plugin, "regularizer")
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{where(key)}: '{key}' = {getattr(rl, key[3:])!r} cannot be built from this "
                               f"config: {e}") from e
@@ -149,7 +166,23 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(0 < rl.top_p <= 1, "rl.top_p", rl.top_p, "must be in (0, 1]")
         need(rl.min_new_tokens <= rl.max_new_tokens, "rl.min_new_tokens", rl.min_new_tokens,
              "must be <= rl.max_new_tokens")
-        need(rl.kl_estimator in ("k1", "k2", "k3"), "rl.kl_estimator", rl.kl_estimator, "must be k1, k2 or k3")
+        need(rl.kl_estimator in ("k1", "k2", "k3", "k3_is"), "rl.kl_estimator", rl.kl_estimator,
+             "must be k1, k2, k3 or k3_is")
+        need(rl.kl_placement in ("loss", "reward"), "rl.kl_placement", rl.kl_placement, "must be loss or reward")
+        need(rl.kl_placement == "loss" or rl.kl_estimator != "k3_is", "rl.kl_estimator", rl.kl_estimator,
+             "needs rl.kl_placement loss (the reward's KL has no gradient for the ratio to correct)")
+        need(rl.kl_reward_reduce in ("sum", "mean"), "rl.kl_reward_reduce", rl.kl_reward_reduce,
+             "must be sum or mean")
+        need(rl.kl_cap is None or rl.kl_cap > 0, "rl.kl_cap", rl.kl_cap, "must be > 0 or null")
+        need(rl.advantage_std in ("population", "bessel"), "rl.advantage_std", rl.advantage_std,
+             "must be population or bessel")
+        need(rl.importance_sampling in ("token", "sequence"), "rl.importance_sampling", rl.importance_sampling,
+             "must be token or sequence")
+        need(rl.surrogate in ("clip", "cispo", "sapo"), "rl.surrogate", rl.surrogate, "must be clip, cispo or sapo")
+        need(rl.surrogate == "clip" or rl.dual_clip is None, "rl.dual_clip", rl.dual_clip,
+             f"must be null with rl.surrogate {rl.surrogate} (the dual clip caps the clip surrogate's loss)")
+        need(rl.sapo_tau_pos > 0 and rl.sapo_tau_neg > 0, "rl.sapo_tau_pos/sapo_tau_neg",
+             (rl.sapo_tau_pos, rl.sapo_tau_neg), "must be > 0")
         need(rl.advantage_scale in ("std", "none"), "rl.advantage_scale", rl.advantage_scale, "must be std or none")
         need(rl.aggregation != "dr_grpo" or rl.advantage_scale == "none", "rl.advantage_scale", rl.advantage_scale,
              "must be none with rl.aggregation=dr_grpo (Liu et al.'s Dr. GRPO also drops the std division)")

@@ -17,6 +17,7 @@ import torch
 
 from harness.runs.checkpoint_io import begin, commit, resume_folder, staging_dir, write_state
 from harness.runs.records import RunDir
+from regularizers.registry import check_state_contract
 
 
 def checkpoint_path(run: RunDir) -> Path:
@@ -26,6 +27,10 @@ def checkpoint_path(run: RunDir) -> Path:
 def save_checkpoint(trainer) -> None:
     """Write the trainer's state (rank 0; every process writes its ZeRO optimizer partition) and wait for it."""
     path = checkpoint_path(trainer.run)
+    # A plug-in whose state_dict() misses some of its attributes would resume from their initial values: refused
+    # before anything is written (regularizers/registry.py, check_state_contract; every process holds the same).
+    check_state_contract(trainer.regularizer, "regularizer")
+    check_state_contract(trainer.reference, "reference strategy")
     if trainer.dist.main:
         begin(path.parent)
     trainer.dist.barrier()

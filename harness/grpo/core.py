@@ -29,10 +29,12 @@ __all__ = [
     "aggregate",
     "aggregation_weights",
     "group_advantages",
+    "importance_ratio",
     "kl_penalty",
     "masked_mean",
     "policy_loss",
     "response_mean",
+    "surrogate_loss",
     "token_entropy",
     "token_logprobs",
     "zero_std_groups",
@@ -43,17 +45,23 @@ LOG_RATIO_CLAMP = 20.0
 # Cap on the k3 estimator per token (Eq. 6 as in the official code): one outlier token cannot dominate.
 K3_MAX = 10.0
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
+# k3_is: k3 times the importance ratio current / old (DeepSeek-V3.2; TRL's use_bias_correction_kl).
+KL_ESTIMATORS = ("k1", "k2", "k3", "k3_is")
 ADVANTAGE_SCALES = ("std", "none")
+ADVANTAGE_STDS = ("population", "bessel")
+IMPORTANCE_SAMPLING = ("token", "sequence")
+SURROGATES = ("clip", "cispo", "sapo")
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Advantages (Eq. 2)
 # ----------------------------------------------------------------------------------------------------------
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, scale: str = "std") -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, scale: str = "std",
+                     std: str = "population") -> torch.Tensor:
     """Group-relative advantages, REVA-PO Eq. 2: ``A = (R - mean_G R) / (std_G R + eps)``.
 
-    ``rewards`` is ``[B, G]``; the std is the population std (divide by G, not G - 1). ``scale="none"`` drops
+    ``rewards`` is ``[B, G]``; ``std="population"`` divides by G (the official code), ``"bessel"`` by G - 1
+    (TRL's ``rewards.std()``: advantages sqrt((G - 1) / G) times the population ones). ``scale="none"`` drops
     the division (Dr. GRPO, Liu et al. 2025, Sec. 3.1: ``A = R - mean_G R``).
 
     A group whose rewards are all equal gets exactly 0. That needs an explicit zero: the float mean of G equal
@@ -65,9 +73,12 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, scale: str = "std
         raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
     if scale not in ADVANTAGE_SCALES:
         raise ValueError(f"advantage scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
+    if std not in ADVANTAGE_STDS:
+        raise ValueError(f"advantage std must be one of {ADVANTAGE_STDS}, got {std!r}")
     r = rewards if rewards.is_floating_point() else rewards.float()
     centred = r - r.mean(dim=1, keepdim=True)
-    adv = centred / (r.std(dim=1, keepdim=True, unbiased=False) + eps) if scale == "std" else centred
+    sd = r.std(dim=1, keepdim=True, unbiased=std == "bessel")
+    adv = centred / (sd + eps) if scale == "std" else centred
     return torch.where(zero_std_groups(r).unsqueeze(1), torch.zeros_like(adv), adv)
 
 
@@ -84,20 +95,70 @@ def zero_std_groups(rewards: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------
 # KL estimators and aggregation
 # ----------------------------------------------------------------------------------------------------------
-def kl_penalty(logp: torch.Tensor, logp_ref: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+def kl_penalty(logp: torch.Tensor, logp_ref: torch.Tensor, estimator: str = "k3", cap: float | None = K3_MAX,
+               ratio: torch.Tensor | None = None) -> torch.Tensor:
     """Per-token estimate of KL(pi_theta || pi_ref) from samples of the old policy (Eq. 6 for k3).
 
     With ``d = clamp(logp_ref - logp, -20, 20)``: ``k1 = -d``, ``k2 = d^2 / 2``,
-    ``k3 = clamp(exp(d) - d - 1, max=10)`` (non-negative, unbiased before the cap; the default).
+    ``k3 = clamp(exp(d) - d - 1, max=cap)`` (non-negative, unbiased before the cap; the default; ``cap`` 10 as the
+    official code, None: no cap, as TRL), ``k3_is = ratio * k3`` with ``ratio`` = pi_theta / pi_old (with grad):
+    the importance-corrected k3 whose gradient is the unbiased reverse-KL gradient off-policy (DeepSeek-V3.2,
+    TRL's ``use_bias_correction_kl``).
     """
     d = torch.clamp(logp_ref - logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if estimator == "k1":
         return -d
     if estimator == "k2":
         return 0.5 * d * d
-    if estimator == "k3":
-        return torch.clamp(torch.exp(d) - d - 1.0, max=K3_MAX)
+    if estimator in ("k3", "k3_is"):
+        k3 = torch.exp(d) - d - 1.0
+        k3 = k3 if cap is None else torch.clamp(k3, max=cap)
+        if estimator == "k3":
+            return k3
+        if ratio is None:
+            raise ValueError("kl_estimator k3_is needs the importance ratio pi_theta / pi_old")
+        return ratio * k3
     raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+
+
+def importance_ratio(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor,
+                     level: str = "token") -> torch.Tensor:
+    """``r = pi_theta / pi_old`` with the log-ratio clamped to [-20, 20]: per token ``[N, T]`` (``level="token"``),
+    or per sequence ``[N, 1]``: ``exp(mean_t log r_t)`` over the response's tokens, the geometric mean of the
+    token ratios (GSPO, Zheng et al. 2025, Eq. 7; TRL's ``importance_sampling_level="sequence"``); clipped at the
+    sequence level by the surrogate, as one value per response."""
+    log_ratio = torch.clamp(logp - logp_old.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if level == "sequence":
+        m = mask.to(log_ratio.dtype)
+        log_ratio = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    elif level != "token":
+        raise ValueError(f"importance_sampling must be one of {IMPORTANCE_SAMPLING}, got {level!r}")
+    return torch.exp(log_ratio)
+
+
+def surrogate_loss(ratio: torch.Tensor, adv: torch.Tensor, logp: torch.Tensor, kind: str = "clip", *,
+                   eps_low: float = 0.2, eps_high: float = 0.28, sapo_tau_pos: float = 1.0,
+                   sapo_tau_neg: float = 1.05) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token policy loss ``-l`` (to minimise), and the unclipped / clipped losses for the clip statistics.
+
+    - ``clip``: ``max(-r A, -clip(r, 1 - eps_low, 1 + eps_high) A)`` (PPO; asymmetric clip, DAPO);
+    - ``cispo``: ``-sg(min(r, 1 + eps_high)) A log pi_theta``: the ratio is clipped and detached, every token keeps
+      its gradient (MiniMax-M1, Sec. 3.1; TRL's ``loss_type="cispo"`` with its ``epsilon_high`` = 1 + eps_high);
+    - ``sapo``: ``-sigmoid(tau (r - 1)) 4 / tau A``, tau = sapo_tau_pos for A > 0 else sapo_tau_neg: a soft gate
+      in place of the hard clip (Gao et al. 2025, SAPO; TRL's ``loss_type="sapo"``).
+    """
+    loss_unclipped = -adv * ratio
+    loss_clipped = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    if kind == "clip":
+        per_tok = torch.maximum(loss_unclipped, loss_clipped)
+    elif kind == "cispo":
+        per_tok = -torch.clamp(ratio, max=1.0 + eps_high).detach() * adv * logp
+    elif kind == "sapo":
+        tau = torch.where(adv > 0, torch.full_like(adv, sapo_tau_pos), torch.full_like(adv, sapo_tau_neg))
+        per_tok = -torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau * adv
+    else:
+        raise ValueError(f"surrogate must be one of {SURROGATES}, got {kind!r}")
+    return per_tok, loss_unclipped, loss_clipped
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -121,16 +182,24 @@ def policy_loss(
     group_size: int | None = None,
     max_len: int | None = None,
     token_weights: torch.Tensor | None = None,
+    kl_cap: float | None = K3_MAX,
+    importance_sampling: str = "token",
+    surrogate: str = "clip",
+    sapo_tau_pos: float = 1.0,
+    sapo_tau_neg: float = 1.05,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The negated REVA-PO objective (Eq. 3), to minimise.
 
     ``loss = agg(-l_{i,t}) + agg(beta_i * KL_{i,t}) - entropy_coef * agg(H_{i,t})`` with
 
-    - ``r = exp(clamp(logp - logp_old, -20, 20))`` and the clipped surrogate
-      ``l = min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)`` (asymmetric clip, DAPO);
-    - dual clip: for ``A < 0`` the per-token loss ``-l`` is capped at ``dual_clip * |A|`` (``None``: off);
-    - ``KL`` from :func:`kl_penalty` (``logp_ref=None``: no KL term; ``kl_mean`` and ``log_ratio_ref_mean``
-      are then absent from the stats, never 0: nothing was measured);
+    - ``r = exp(clamp(logp - logp_old, -20, 20))`` per token, or per sequence (``importance_sampling``, GSPO:
+      :func:`importance_ratio`) and the clipped surrogate ``l = min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)``
+      (asymmetric clip, DAPO), or CISPO's / SAPO's (``surrogate``, :func:`surrogate_loss`);
+    - dual clip: for ``A < 0`` the per-token loss ``-l`` is capped at ``dual_clip * |A|`` (``None``: off; clip
+      surrogate only);
+    - ``KL`` from :func:`kl_penalty` with ``kl_cap`` (``logp_ref=None``: no KL term; ``kl_mean`` and
+      ``log_ratio_ref_mean`` are then absent from the stats, never 0: nothing was measured); ``k3_is`` weighs k3
+      by the same ratio ``r`` as the surrogate;
     - ``agg`` from :func:`aggregate` (``group_size`` for ``group_token_mean``, ``max_len`` for ``dr_grpo``), or
       ``(token_weights * x).sum()`` when ``token_weights`` are given: a micro-batch's rows of the whole step's
       :func:`aggregation_weights`, so that the micro-batches' losses add up to the step's loss.
@@ -156,6 +225,8 @@ def policy_loss(
     get_aggregation(aggregation)  # an unknown name fails here, listing the registered ones
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+    if dual_clip is not None and surrogate != "clip":
+        raise ValueError(f"dual_clip caps the clip surrogate's loss; set it to None for surrogate {surrogate!r}")
 
     adv = per_token(advantages, shape, logp, "advantages")
     beta_rows = torch.as_tensor(beta, dtype=logp.dtype, device=logp.device)
@@ -163,11 +234,11 @@ def policy_loss(
     mask_f = mask.to(logp.dtype)
 
     # Clipped surrogate l_{i,t} of Eq. 3. The old policy's log-probs carry no gradient.
-    log_ratio = torch.clamp(logp - logp_old.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
-    loss_unclipped = -adv * ratio
-    loss_clipped = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    pg_tok = torch.maximum(loss_unclipped, loss_clipped)
+    ratio = importance_ratio(logp, logp_old, mask_f, importance_sampling)  # [N, T], or [N, 1] per sequence
+    pg_tok, loss_unclipped, loss_clipped = surrogate_loss(
+        ratio, adv, logp, surrogate, eps_low=eps_low, eps_high=eps_high, sapo_tau_pos=sapo_tau_pos,
+        sapo_tau_neg=sapo_tau_neg)
+    ratio = ratio.expand(shape)
     if dual_clip is not None:
         # For A < 0 the ratio is unbounded above; cap the loss so one stale token cannot blow up the step.
         cap = dual_clip * adv.abs()
@@ -188,7 +259,7 @@ def policy_loss(
 
     # KL to the reference, weighted per response (Eq. 3 with beta_i).
     if logp_ref is not None:
-        kl_tok = kl_penalty(logp, logp_ref.detach(), kl_estimator)
+        kl_tok = kl_penalty(logp, logp_ref.detach(), kl_estimator, kl_cap, ratio)
         kl_loss = agg(beta_tok * kl_tok)
     else:
         kl_tok = None

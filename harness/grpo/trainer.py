@@ -53,12 +53,15 @@ from harness.grpo.core import (
     aggregation_normalizer,
     aggregation_weights,
     group_advantages,
+    kl_penalty,
+    masked_mean,
     policy_loss,
     response_mean,
     token_entropy,
     token_logprobs,
     zero_std_groups,
 )
+from harness.grpo.kl_reward import kl_shaped_rewards, response_kl
 from harness.grpo.nonfinite import count_skipped, count_taken, frozen_problem, new_counts, reward_problem, stop_error
 from harness.grpo.rollout import (
     Rollout,
@@ -113,17 +116,24 @@ class StepLoss:
     current pass when ref == current in one micro-batch) and the per-token values for `stats()`."""
 
     def __init__(self, rl: RLConfig, regularizer, lp_temp: float, ro: Rollout, chunks, frozen: dict,
-                 adv: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor):
+                 adv: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, kl_in_reward: dict | None = None):
+        # kl_in_reward (rl.kl_placement reward): {"beta": [N] betas the rewards were shaped with, "stats": {...}};
+        # the loss then has no KL term.
         self.rl, self.regularizer, self.lp_temp, self.ro, self.frozen = rl, regularizer, lp_temp, ro, frozen
         self.adv, self.advantages, self.mask, self.whole = adv, advantages, mask, len(chunks) == 1
+        self.kl_in_reward = kl_in_reward
         agg = {"group_size": adv.shape[1], "max_len": rl.max_new_tokens}
         self.kw = dict(eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip, kl_estimator=rl.kl_estimator,
-                       aggregation=rl.aggregation, entropy_coef=rl.entropy_coef, **agg)
+                       aggregation=rl.aggregation, entropy_coef=rl.entropy_coef, kl_cap=rl.kl_cap,
+                       importance_sampling=rl.importance_sampling, surrogate=rl.surrogate,
+                       sapo_tau_pos=rl.sapo_tau_pos, sapo_tau_neg=rl.sapo_tau_neg, **agg)
         self.weights = None if self.whole else aggregation_weights(mask, rl.aggregation, **agg)
         self.normalizer = aggregation_normalizer(mask, rl.aggregation, **agg)  # this process's share (Updater)
         self.h_ref = frozen["ref"][1] if "ref" in frozen else None  # [N, T] reference entropies (RER)
         self.beta, self.kept, self.last = None, [], {}
-        if not (regularizer.needs_reference and regularizer.needs_reference_entropy) or self.h_ref is not None:
+        if kl_in_reward is not None:
+            self.beta = kl_in_reward["beta"]
+        elif not (regularizer.needs_reference and regularizer.needs_reference_entropy) or self.h_ref is not None:
             self.beta = self._betas(self.h_ref)
 
     def _betas(self, h_tok: torch.Tensor | None) -> torch.Tensor:
@@ -145,6 +155,8 @@ class StepLoss:
             if self.beta is None:  # one micro-batch, ref == current: its entropies are this pass's (detached)
                 self.h_ref = ent.detach()
                 self.beta = self._betas(self.h_ref)
+        if self.kl_in_reward is not None:
+            lp_ref = None  # the KL acted on the rewards
         loss, self.last = policy_loss(logp, lp_old, lp_ref, self.advantages[a:b], self.beta[a:b], self.mask[a:b],
                                       entropy=ent, token_weights=None if self.whole else self.weights[a:b], **self.kw)
         if not torch.isfinite(loss):
@@ -153,13 +165,14 @@ class StepLoss:
         return loss
 
     def stats(self) -> dict:
-        """The step's loss statistics, exactly as one batch gives them."""
+        """The step's loss statistics, exactly as one batch gives them (with the reward's KL statistics)."""
+        extra = self.kl_in_reward["stats"] if self.kl_in_reward is not None else {}
         if self.whole:
-            return self.last
+            return {**self.last, **extra}
         cat = [torch.cat(parts) if parts[0] is not None else None for parts in zip(*self.kept, strict=True)]
         with torch.no_grad():
-            return policy_loss(cat[0], cat[1], cat[2], self.advantages, self.beta, self.mask, entropy=cat[3],
-                               **self.kw)[1]
+            return {**policy_loss(cat[0], cat[1], cat[2], self.advantages, self.beta, self.mask, entropy=cat[3],
+                                  **self.kw)[1], **extra}
 
 
 class GRPOTrainer:
@@ -293,11 +306,32 @@ class GRPOTrainer:
             ent_here = name == "ref" and self.regularizer.needs_reference_entropy
             if not self.store.equal_to_live(name):
                 frozen[name] = self._frozen_pass(name, ro, chunks, ent_here)
-            elif self.rl.policy_dropout or (ent_here and len(chunks) > 1):
+            elif self.rl.policy_dropout or (ent_here and len(chunks) > 1) or self._kl_in_reward:
                 # rl.policy_dropout: the current pass runs with dropout, so its values are not this policy's
-                # (eval-mode) values; the live parameters are this snapshot's, so no swap is needed.
+                # (eval-mode) values; the live parameters are this snapshot's, so no swap is needed. KL in the
+                # reward: the advantages need old and reference log-probs before the policy's own pass.
                 frozen[name] = self._frozen_pass(None, ro, chunks, ent_here)
         return frozen
+
+    @property
+    def _kl_in_reward(self) -> bool:
+        return self.rl.kl_placement == "reward" and self.regularizer.needs_reference
+
+    def _shape_rewards(self, rewards: torch.Tensor, adv: torch.Tensor, ro: Rollout, frozen: dict):
+        """rl.kl_placement reward: the rewards minus beta_i times each response's KL (old vs reference; verl's
+        use_kl_in_reward, harness/grpo/kl_reward.py), and what StepLoss needs: the betas (from the regularizer, on
+        the task reward's advantages as in the loss placement) and the KL statistics for the log (kl_mean: the
+        token mean of the estimator, which the adaptive controller reads)."""
+        rl, resp = self.rl, ro.response_mask.float()
+        h = frozen["ref"][1]
+        h = response_mean(h, resp).view(*adv.shape) if h is not None else None
+        beta = self.regularizer.betas(adv, h).reshape(-1).to(rewards.device)
+        lp_old, lp_ref = frozen["old"][0], frozen["ref"][0]
+        kl = response_kl(lp_old, lp_ref, resp, rl.kl_estimator, rl.kl_cap, rl.kl_reward_reduce)
+        shaped = kl_shaped_rewards(rewards, kl, beta)
+        stats = {"kl_mean": float(masked_mean(kl_penalty(lp_old, lp_ref, rl.kl_estimator, rl.kl_cap), resp)),
+                 "kl_reward_mean": float((beta * kl.to(beta.dtype)).mean())}
+        return shaped, {"beta": beta, "stats": stats}
 
     def _token_advantages(self, adv: torch.Tensor, ro: Rollout, chunks) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[N] advantages; with token weighting (DiTPO) [N, T]: A[i, t] = w[i, t] * A[i], and the weights w (the
@@ -320,15 +354,20 @@ class GRPOTrainer:
         raw = np.asarray(compute_reward(rl.reward, reward_inputs(rl.reward, ro.texts, fmt), refs), dtype=np.float64)
         # Rewards (and so advantages and betas) on the model's device, beside the log-probs they weigh.
         rewards = torch.tensor(raw, dtype=torch.float32, device=ro.response_mask.device).view(B, G)
-        adv = group_advantages(rewards, scale=rl.advantage_scale)
+        adv = group_advantages(rewards, scale=rl.advantage_scale, std=rl.advantage_std)
         zero_std = zero_std_groups(rewards)
+        chunks = self._chunks(B * G)
+        frozen = self._frozen_passes(ro, chunks)  # before the policy's own forward (see _frozen_pass)
+        kl_in_reward = None
+        if self._kl_in_reward:  # the advantages of the KL-shaped rewards (rl.kl_placement reward)
+            shaped, kl_in_reward = self._shape_rewards(rewards, adv, ro, frozen)
+            adv = group_advantages(shaped, scale=rl.advantage_scale, std=rl.advantage_std)
+            zero_std = zero_std_groups(shaped)
         mask = ro.response_mask.float()
         if rl.zero_std_groups == "drop":
             mask = mask * (~zero_std).repeat_interleave(G).float().unsqueeze(1)
-        chunks = self._chunks(B * G)
-        frozen = self._frozen_passes(ro, chunks)  # before the policy's own forward (see _frozen_pass)
         advantages, token_w = self._token_advantages(adv, ro, chunks)
-        loss = StepLoss(rl, self.regularizer, self.lp_temp, ro, chunks, frozen, adv, advantages, mask)
+        loss = StepLoss(rl, self.regularizer, self.lp_temp, ro, chunks, frozen, adv, advantages, mask, kl_in_reward)
         lr = self.optimizer.param_groups[0]["lr"]
         try:
             # the current policy's pass with grad (rl.policy_dropout; gradient checkpointing needs train mode)

@@ -71,7 +71,7 @@ def test_every_study_resolves_with_every_preset(study_file, preset, tmp_path):
     assert not (tmp_path / "out").exists()  # planning writes nothing
 
 
-POWERED = ("table4_rl_ablation", "regularizer_matrix", "overoptimization")
+POWERED = ("table4_rl_ablation", "regularizer_matrix", "overoptimization", "kl_placement")
 
 
 @pytest.mark.parametrize("study_file", STUDIES, ids=lambda p: p.stem)
@@ -108,8 +108,29 @@ def test_studies_as_written(study_file):
                                                     ("ckl_large", "bleu4"), ("rer_vapr", "bleu4"), ("no_kl", "entity"),
                                                     ("ckl", "entity"), ("rer_vapr", "entity"), ("no_kl", "chexpert"),
                                                     ("ckl", "chexpert"), ("rer_vapr", "chexpert"))},
+        "kl_placement": {"kl_loss_k3", "kl_loss_k3_is", "kl_loss_k2", "kl_reward_k1", "no_kl", "rer"},
     }[study.name]
     assert names == expected
+
+
+def test_kl_placement_study_varies_one_kl_choice_per_arm_and_shares_the_matrix_runs():
+    """Issue 45: every arm against today's default on gold F1 and BLEU-4; the arms that express today's options
+    resolve to the regularizer matrix's stage runs (same keys), so a shared --stages-dir reuses them."""
+    study = load_study(EXPERIMENTS / "kl_placement.yaml")
+    assert study.baseline == "kl_loss_k3"
+    assert {(c["arm"], c["metric"]) for c in study.contrasts} == {
+        (a, m) for a in ("kl_loss_k3_is", "kl_loss_k2", "kl_reward_k1", "no_kl", "rer") for m in ("gold_f1", "BLEU_4")}
+    rl = {a.name: resolve_config(study, a, "rl", 0).rl for a in study.arms}
+    assert (rl["kl_loss_k3_is"].kl_estimator, rl["kl_loss_k2"].kl_estimator) == ("k3_is", "k2")
+    assert (rl["kl_reward_k1"].kl_placement, rl["kl_reward_k1"].kl_estimator) == ("reward", "k1")
+    assert {r.reference for r in rl.values()} == {"static"}
+    matrix = load_study(EXPERIMENTS / "regularizer_matrix.yaml")
+    keys = {}
+    for s in (study, matrix):
+        for node in build_plan(s, Path("/nonexistent/out")).stage_nodes():
+            if node.kind == "rl":
+                keys.setdefault(s.name, set()).add(node.key)
+    assert len(keys["kl_placement"] & keys["regularizer_matrix"]) == 9  # kl_loss_k3, no_kl, rer x 3 seeds
 
 
 def test_overoptimization_has_clinical_proxy_arms_and_decides_on_the_gold_readers_f1():
