@@ -79,7 +79,7 @@ _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementatio
                    # the learning-rate schedule's options (issue 42): their defaults are the schedule before them
                    "train.warmup_type": "project", "train.warmup_min_ratio": 0.0, "train.cos_min_ratio": 0.0,
                    "train.cosine_total_steps": None,
-"rl.kl_placement": "loss", "rl.kl_reward_reduce": "sum",
+                   "rl.kl_placement": "loss", "rl.kl_reward_reduce": "sum",
                    "rl.kl_cap": 10.0, "rl.advantage_std": "population", "rl.importance_sampling": "token",
                    "rl.surrogate": "clip", "rl.sapo_tau_pos": 1.0, "rl.sapo_tau_neg": 1.05}
 
