@@ -188,7 +188,7 @@ def test_vllm_backend_without_vllm_is_refused_before_anything_runs(tmp_path, cap
     before = _snapshot(tmp_path)
     assert main([a.format(**names) for a in ["train", "rl", *DATA, "generation.backend=vllm"]]) == 2
     err = capsys.readouterr().err.strip()
-    assert "'generation.backend' = 'vllm' needs vLLM: the vllm package is not installed here" in err, err
+    assert "'generation.backend' = 'vllm' needs the vllm package, which is not installed here" in err, err
     assert _snapshot(tmp_path) == before
 
 
