@@ -194,3 +194,62 @@ def format_report(report: Report) -> str:
         lines.append(f"{title}:")
         lines.extend(f"  [{'ok' if c.ok else '--'}] {c.name}: {c.detail}" for c in checks)
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The memory plan of an experiments preset (harness/memory_plan.py)
+
+PLAN_STAGES = ("warmup", "sft", "rl", "classifier", "eval")
+# An 80 GB A100 / H100 as torch reports it (torch.cuda.mem_get_info: 79.1 GiB on an H100 80GB HBM3).
+DEFAULT_GPU_GIB = 79.1
+# The plan must leave this share of the GPU free: the caching allocator's fragmentation and temporaries the
+# activation model does not count (this project's margin).
+PLAN_MARGIN = 0.10
+
+
+def preset_plans(path: str, overrides: list[str], doc: dict, world_size: int | None, gpu_gib: float | None,
+                 gpu_list: list[dict]) -> dict:
+    """{"gpu_gib", "stages": {stage: plan + {"fits", "world_size"}}} for each stage of an experiments preset."""
+    from harness.config import load_config
+    from harness.experiments.resources import check_resources
+    from harness.memory_plan import memory_plan
+
+    if gpu_gib is None:
+        gpu_gib = min((g["total_gib"] for g in gpu_list), default=DEFAULT_GPU_GIB)
+    resources = check_resources(doc.get("resources"), str(path))
+    out = {"gpu_gib": gpu_gib, "margin": PLAN_MARGIN, "stages": {}}
+    for stage in PLAN_STAGES:
+        cfg = load_config(path, overrides, stage=stage)
+        if cfg.model.preset == "tiny":
+            return {}
+        res = resources[stage]
+        world = world_size if world_size and stage in ("warmup", "sft", "rl") else max(1, res.gpus) * res.nodes
+        plan = memory_plan(cfg, stage, world)
+        plan["fits"] = plan["total"] <= gpu_gib * (1 - PLAN_MARGIN)
+        out["stages"][stage] = plan
+    return out
+
+
+def format_plans(plans: dict) -> str:
+    gib = plans["gpu_gib"]
+    lines = [f"Memory plan per GPU (GiB; fits = total <= {1 - plans['margin']:.0%} of {gib:g} GiB; "
+             "harness/memory_plan.py):",
+             f"  {'stage':<10} {'procs':>5} {'batch':>5} {'weights':>8} {'grads':>6} {'optim':>6} {'snaps':>6} "
+             f"{'activ':>6} {'total':>6}  fits  notes"]
+    for stage, p in plans["stages"].items():
+        notes = []
+        if stage in ("warmup", "sft", "rl"):
+            notes.append(f"ZeRO-{p['zero']}" if p["zero"] else "DDP")
+            notes.append("grad ckpt" if p["gradient_checkpointing"] else "no grad ckpt")
+            notes.append(f"{p['prompt']}+{p['report']} tokens, {p['patches']} patches/sample")
+            if p["lora_dropout"]:
+                notes.append("LoRA dropout")
+            notes.append(f"{p['trained_params'] / 1e6:.1f}M of {p['total_params'] / 1e9:.2f}B trained")
+        elif stage == "eval":
+            notes.append(f"KV cache of {p['batch']} x {p['prompt']}+max_new tokens")
+        else:
+            notes.append(f"{p['total_params'] / 1e6:.1f}M params, fp32")
+        lines.append(f"  {stage:<10} {p['world_size']:>5} {p['batch']:>5} {p['weights']:>8.1f} {p['grads']:>6.1f} "
+                     f"{p['optimizer']:>6.1f} {p['snapshots']:>6.1f} {p['activations']:>6.1f} {p['total']:>6.1f}  "
+                     f"{'yes' if p['fits'] else 'NO ':<4}  {', '.join(notes)}")
+    return "\n".join(lines)

@@ -10,11 +10,21 @@ from harness.config import ConfigError, load_config
 
 
 def cmd_doctor(ns) -> int:
-    from harness.doctor import format_report, run_doctor
+    from harness.config.loading import load_yaml
+    from harness.doctor import format_plans, format_report, preset_plans, run_doctor
 
-    report = run_doctor(stage_config(ns))
-    print(json.dumps(report.as_dict(), indent=2) if ns.json else format_report(report))
-    return 0
+    config, overrides = split_config_args(ns.args)
+    doc = load_yaml(config) if config else {}
+    experiment = isinstance(doc, dict) and any(k in doc for k in ("common", "stages"))
+    # An experiments preset: the checks see its RL stage, and a memory plan is printed for each stage.
+    cfg = load_config(config, overrides, stage="rl") if experiment else stage_config(ns)
+    report = run_doctor(cfg)
+    plans = preset_plans(config, overrides, doc, ns.world_size, ns.gpu_mem_gib, report.gpus) if experiment else None
+    if ns.json:
+        print(json.dumps({**report.as_dict(), **({"memory_plan": plans} if plans else {})}, indent=2))
+    else:
+        print(format_report(report) + ("\n" + format_plans(plans) if plans else ""))
+    return 0 if not plans or all(p["fits"] for p in plans["stages"].values()) else 1
 
 
 def cmd_config_show(ns) -> int:
@@ -49,9 +59,17 @@ def cmd_config_show(ns) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    doctor = sub.add_parser("doctor", help="GPUs, package versions, weights present, presets that can run here")
+    doctor = sub.add_parser("doctor", help="GPUs, package versions, weights present, presets that can run here; "
+                                           "with an experiments preset, its per-GPU memory plan for each stage "
+                                           "(exit status 1 when a stage does not fit)")
     add_config_args(doctor)
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--gpu-mem-gib", type=float, default=None,
+                        help="GPU memory the memory plan of an experiments preset is checked against (default: the "
+                             "smallest GPU here, else 79.1 GiB: an 80 GB A100/H100 as torch reports it)")
+    doctor.add_argument("--world-size", type=int, default=None,
+                        help="processes of warm-up / SFT / RL in the memory plan (default: the preset's "
+                             "resources.<stage>.gpus x nodes)")
     doctor.set_defaults(func=cmd_doctor)
 
     cfg_cmd = sub.add_parser("config", help="show the resolved config with each field's help") \
