@@ -159,10 +159,10 @@ def sequence(cfg, config, stage: str) -> dict[str, int]:
 
 def pass_size(cfg, stage: str, world_size: int) -> int:
     """Samples (SFT / warm-up) or responses (RL) in one forward/backward pass of a process."""
-    if stage == "rl":
-        share = max(1, cfg.rl.prompts_per_step * cfg.rl.group_size // world_size)
+    if stage == "rl":  # the largest share (ceil) of the step's responses
+        share = -(-cfg.rl.prompts_per_step * cfg.rl.group_size // world_size)
         return min(share, cfg.rl.micro_batch_size or share)
-    share = max(1, cfg.train.batch_size // world_size)
+    share = -(-cfg.train.batch_size // world_size)
     return min(share, cfg.train.micro_batch_size or share)
 
 

@@ -93,6 +93,7 @@ def test_doctor_refuses_a_plan_on_a_small_gpu(capsys):
     assert rc == 1 and "Memory plan per GPU" in out and "NO" in out.split("Memory plan per GPU")[1]
 
 
+@pytest.mark.slow  # ~100 s on 2 loaded cores (2026-12-04): two fresh processes, each one SFT step
 def test_a_measured_step_at_a_quarter_width_is_near_the_model(tmp_path):
     """One more decoder layer costs what text_layer_bytes says, within a loose bound (RSS on a loaded CPU)."""
     script = ROOT / "benchmarks" / "memory_plan_check.py"
