@@ -18,12 +18,13 @@ PINNED = {
     "accelerate": "1.15.0", "timm": "1.0.31", "scikit-learn": "1.7.2", "optuna": "5.0.0",
     "pycocoevalcap": "1.2", "radgraph": "0.1.18", "f1chexbert": "0.0.2", "deepspeed": "0.19.8",
 }
-# Parameters of the real presets' models (Hugging Face model cards: 3.75B and 8.29B), for the memory estimate.
+# Parameters of the real presets' models (Hugging Face model cards: 3.75B and 8.29B); the keys name the presets
+# the report checks.
 PARAMS = {"qwen2.5-vl-3b": 3.75e9, "qwen2.5-vl-7b": 8.29e9}
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# The frozen base dominates a LoRA run; activations, LoRA + merger with AdamW state and the logits take the
-# rest. A rough floor (this project's estimate, one micro-batch), not a promise that a given batch fits.
-MEMORY_OVERHEAD = 1.5
+# The paper preset whose memory plan (harness/memory_plan.py: its largest warm-up / SFT / RL stage per GPU, plus
+# the plan's margin) is each model preset's need of GPU memory (issue 43: the former floor, 1.5 x the bf16 base,
+# was not the RL step's need).
+NEED_PRESETS = {"qwen2.5-vl-3b": "mimic-qwen2.5vl-3b.yaml", "qwen2.5-vl-7b": "mimic-qwen2.5vl-7b.yaml"}
 
 
 @dataclass
@@ -163,7 +164,7 @@ def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check
     found = {c.name: c.ok for c in weights}
     for name in PARAMS:
         preset = PRESETS[name]
-        need = PARAMS[name] * _BYTES[preset.dtype] * MEMORY_OVERHEAD / 2**30
+        need = planned_need(name)
         fits = [g for g in gpu_list if g["total_gib"] >= need and (preset.dtype != "bfloat16" or g["bf16"])]
         reasons = []
         if not found.get(f"base {name}"):
@@ -171,9 +172,19 @@ def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check
         if not fits:
             reasons.append(f"no GPU with >= {need:.0f} GiB" + (" and bf16" if preset.dtype == "bfloat16" else ""))
         detail = (f"{len(fits)} GPU(s) with >= {need:.0f} GiB ({preset.dtype})" if not reasons
-                  else "; ".join(reasons))
+                  else "; ".join(reasons)) + f" (the memory plan of experiments/presets/{NEED_PRESETS[name]})"
         out.append(Check(name, not reasons, detail))
     return out
+
+
+def planned_need(name: str) -> float:
+    """GiB of GPU memory the paper preset of model preset `name` needs: its largest warm-up / SFT / RL total per
+    GPU at its resources' process count, over (1 - PLAN_MARGIN)."""
+    from harness.config.loading import load_yaml
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "presets" / NEED_PRESETS[name]
+    plans = preset_plans(str(path), [], load_yaml(path), None, DEFAULT_GPU_GIB, [], stages=("warmup", "sft", "rl"))
+    return max(p["total"] for p in plans["stages"].values()) / (1 - PLAN_MARGIN)
 
 
 def run_doctor(cfg) -> Report:
@@ -208,7 +219,7 @@ PLAN_MARGIN = 0.10
 
 
 def preset_plans(path: str, overrides: list[str], doc: dict, world_size: int | None, gpu_gib: float | None,
-                 gpu_list: list[dict]) -> dict:
+                 gpu_list: list[dict], stages: tuple[str, ...] = PLAN_STAGES) -> dict:
     """{"gpu_gib", "stages": {stage: plan + {"fits", "world_size"}}} for each stage of an experiments preset."""
     from harness.config import load_config
     from harness.experiments.resources import check_resources
@@ -218,7 +229,7 @@ def preset_plans(path: str, overrides: list[str], doc: dict, world_size: int | N
         gpu_gib = min((g["total_gib"] for g in gpu_list), default=DEFAULT_GPU_GIB)
     resources = check_resources(doc.get("resources"), str(path))
     out = {"gpu_gib": gpu_gib, "margin": PLAN_MARGIN, "stages": {}}
-    for stage in PLAN_STAGES:
+    for stage in stages:
         cfg = load_config(path, overrides, stage=stage)
         if cfg.model.preset == "tiny":
             return {}
