@@ -13,6 +13,9 @@ def cmd_doctor(ns) -> int:
     from harness.config.loading import load_yaml
     from harness.doctor import format_plans, format_report, preset_plans, run_doctor
 
+    for flag, value in (("--world-size", ns.world_size), ("--gpu-mem-gib", ns.gpu_mem_gib)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"doctor {flag} must be > 0, got {value:g}")
     config, overrides = split_config_args(ns.args)
     doc = load_yaml(config) if config else {}
     experiment = isinstance(doc, dict) and any(k in doc for k in ("common", "stages"))

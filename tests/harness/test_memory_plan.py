@@ -110,3 +110,12 @@ def test_a_measured_step_at_a_quarter_width_is_near_the_model(tmp_path):
         sys.path.remove(str(script.parent))
     (pair,) = compare(rows)
     assert pair["what"] == "text layer" and 0.5 < pair["ratio"] < 1.5, pair
+
+
+def test_doctor_takes_the_tiny_experiments_preset_without_a_plan_and_checks_its_flags(capsys):
+    """Before issue 43 `regbench doctor experiments/presets/tiny.yaml` was refused (an experiments preset)."""
+    assert main(["doctor", str(ROOT / "experiments" / "presets" / "tiny.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "Presets that can run here" in out and "Memory plan" not in out
+    assert main(["doctor", str(PRESET_7B), "--world-size", "0"]) == 2
+    assert "doctor --world-size must be > 0, got 0" in capsys.readouterr().err
