@@ -256,8 +256,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, 2 prompts x G 2 x 8 tokens")
     args = parser.parse_args(argv)
 
-    import tempfile
-
     import torch
     import transformers
 
@@ -279,33 +277,49 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{report['device']}: measured {'bf16' if device == 'cuda' else 'fp32'} matmul {rate:.1f} TFLOP/s",
           flush=True)
     for shape in args.shapes:
-        t0 = time.perf_counter()
-        model, processor, n_params = build(shape, args.smoke, device, dtype, image_px)
-        w = weights(model)
-        prompts = phantom_prompts(rl.prompts_per_step, image_px)
-        res = {"params": n_params, "weights": w, "build_s": time.perf_counter() - t0,
-               "model_gb": torch.cuda.memory_allocated() / 2**30 if device == "cuda" else None}
-        res["rollout"] = bench_rollout(model, processor, prompts, rl, w, device, args.repeats)
-        with tempfile.TemporaryDirectory() as tmp:
-            res["rl_step"] = bench_step(model, processor, prompts, rl, w, device, args.steps, Path(tmp))
-        for b in ("lean", "hf"):
-            res["rollout"][b]["mfu"] = res["rollout"][b]["achieved_tflops"] / rate
-        res["rl_step"]["update_mfu"] = res["rl_step"]["median_update_achieved_tflops"] / rate
-        report[shape] = res
-        ro, st = res["rollout"], res["rl_step"]
-        print(f"{shape}: {n_params / 1e9:.2f} B params, built in {res['build_s']:.0f} s; rollout "
-              f"{ro['rows']} x {ro['new_tokens']} new tokens: lean {ro['lean']['new_tokens_per_s']:.0f} tok/s "
-              f"(MFU {ro['lean']['mfu']:.3f}), hf {ro['hf']['new_tokens_per_s']:.0f} tok/s (MFU "
-              f"{ro['hf']['mfu']:.3f}); RL step update {st['median_update_tokens_per_s']:.0f} tok/s (MFU "
-              f"{st['update_mfu']:.3f}); peaks GB: rollout lean {ro.get('lean_peak_gb')}, hf {ro.get('hf_peak_gb')}, "
-              f"step {st['steps'][-1]['step_peak_gb']}", flush=True)
-        del model, processor
+        try:
+            measure_shape(shape, args, rl, report, rate, device, dtype, image_px)
+        except torch.cuda.OutOfMemoryError as e:  # recorded: the shapes measured before keep their results
+            report[shape] = {"error": f"OutOfMemoryError: {str(e).splitlines()[0]}"}
+            print(f"{shape}: {report[shape]['error']}", flush=True)
         if device == "cuda":
             torch.cuda.empty_cache()
+        write_report(report, args.out)  # after each shape, so an out-of-memory at 7B keeps the 3B result
     print(json.dumps(report, indent=1))
-    if args.out:
-        Path(args.out, "gpu_scale.json").write_text(json.dumps(report, indent=1))
     return 0
+
+
+def write_report(report: dict, out: str | None) -> None:
+    if out:
+        Path(out, "gpu_scale.json").write_text(json.dumps(report, indent=1))
+
+
+def measure_shape(shape: str, args, rl, report: dict, rate: float, device: str, dtype, image_px: int) -> None:
+    import tempfile
+
+    import torch
+
+    t0 = time.perf_counter()
+    model, processor, n_params = build(shape, args.smoke, device, dtype, image_px)
+    w = weights(model)
+    prompts = phantom_prompts(rl.prompts_per_step, image_px)
+    res = {"params": n_params, "weights": w, "build_s": time.perf_counter() - t0,
+           "model_gb": torch.cuda.memory_allocated() / 2**30 if device == "cuda" else None}
+    res["rollout"] = bench_rollout(model, processor, prompts, rl, w, device, args.repeats)
+    with tempfile.TemporaryDirectory() as tmp:
+        res["rl_step"] = bench_step(model, processor, prompts, rl, w, device, args.steps, Path(tmp))
+    for b in ("lean", "hf"):
+        res["rollout"][b]["mfu"] = res["rollout"][b]["achieved_tflops"] / rate
+    res["rl_step"]["update_mfu"] = res["rl_step"]["median_update_achieved_tflops"] / rate
+    report[shape] = res
+    ro, st = res["rollout"], res["rl_step"]
+    print(f"{shape}: {n_params / 1e9:.2f} B params, built in {res['build_s']:.0f} s; rollout "
+          f"{ro['rows']} x {ro['new_tokens']} new tokens: lean {ro['lean']['new_tokens_per_s']:.0f} tok/s "
+          f"(MFU {ro['lean']['mfu']:.3f}), hf {ro['hf']['new_tokens_per_s']:.0f} tok/s (MFU "
+          f"{ro['hf']['mfu']:.3f}); RL step update {st['median_update_tokens_per_s']:.0f} tok/s (MFU "
+          f"{st['update_mfu']:.3f}); peaks GB: rollout lean {ro.get('lean_peak_gb')}, hf {ro.get('hf_peak_gb')}, "
+          f"step {st['steps'][-1]['step_peak_gb']}", flush=True)
+    del model, processor
 
 
 if __name__ == "__main__":
