@@ -9,6 +9,10 @@ a signal, or lost with its node) is submitted again, up to `max_resubmits` times
 checkpoint (a stage rerun on the same folder does); the jobs that waited on it are pointed at the new job
 (`scontrol update ... Dependency=`). A job that fails for real fails its node, and its dependents leave the queue.
 
+A warm-up / SFT / RL run with `resources.<stage>.nodes` N > 1 is one job over N nodes (one srun task each): task 0
+runs the node as above, every task runs a torchrun agent (`--nnodes N --rdzv_backend c10d`, the rendezvous on the
+job's first node, the job id as its id), and tasks > 0 log to the stage folder's launch.node<K>.log.
+
 Job ids are kept in index.json (per stage run, and all of them under `slurm_jobs`); a runner started again on the
 same folder adopts the jobs still queued instead of submitting them twice. `regbench experiment status DIR` shows
 them with their queue state. Job logs: `<out>/slurm/<job id>/`.
