@@ -8,25 +8,7 @@ the vocabulary keeps the published size (the embedding and lm_head are the large
 
 from __future__ import annotations
 
-# name: (text section, vision section) of the published config.json.
-PUBLISHED = {
-    "3b": (
-        dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-             num_attention_heads=16, num_key_value_heads=2, rope_theta=1000000.0, rms_norm_eps=1e-6,
-             mrope_section=[16, 24, 24], tie_word_embeddings=True),
-        dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
-             patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
-             fullatt_block_indexes=[7, 15, 23, 31]),
-    ),
-    "7b": (
-        dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-             num_attention_heads=28, num_key_value_heads=4, rope_theta=1000000.0, rms_norm_eps=1e-6,
-             mrope_section=[16, 24, 24], tie_word_embeddings=False),
-        dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584,
-             patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
-             fullatt_block_indexes=[7, 15, 23, 31]),
-    ),
-}
+from harness.models.published import PUBLISHED  # the numbers, cited there
 
 
 def qwen_config(name: str, tokenizer, text_layers: int | None = None, vision_depth: int | None = None):

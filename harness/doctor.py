@@ -20,12 +20,13 @@ PINNED = {
     "accelerate": "1.15.0", "timm": "1.0.31", "scikit-learn": "1.7.2", "optuna": "5.0.0",
     "pycocoevalcap": "1.2", "radgraph": "0.1.18", "f1chexbert": "0.0.2", "deepspeed": "0.19.8",
 }
-# Parameters of the real presets' models (Hugging Face model cards: 3.75B and 8.29B), for the memory estimate.
+# Parameters of the real presets' models (Hugging Face model cards: 3.75B and 8.29B); the keys name the presets
+# the report checks.
 PARAMS = {"qwen2.5-vl-3b": 3.75e9, "qwen2.5-vl-7b": 8.29e9}
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# The frozen base dominates a LoRA run; activations, LoRA + merger with AdamW state and the logits take the
-# rest. A rough floor (this project's estimate, one micro-batch), not a promise that a given batch fits.
-MEMORY_OVERHEAD = 1.5
+# The paper preset whose memory plan (harness/memory_plan.py: its largest warm-up / SFT / RL stage per GPU, plus
+# the plan's margin) is each model preset's need of GPU memory (issue 43: the former floor, 1.5 x the bf16 base,
+# was not the RL step's need).
+NEED_PRESETS = {"qwen2.5-vl-3b": "mimic-qwen2.5vl-3b.yaml", "qwen2.5-vl-7b": "mimic-qwen2.5vl-7b.yaml"}
 
 
 @dataclass
@@ -166,7 +167,7 @@ def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check
     found = {c.name: c.ok for c in weights}
     for name in PARAMS:
         preset = PRESETS[name]
-        need = PARAMS[name] * _BYTES[preset.dtype] * MEMORY_OVERHEAD / 2**30
+        need = planned_need(name)
         fits = [g for g in gpu_list if g["total_gib"] >= need and (preset.dtype != "bfloat16" or g["bf16"])]
         reasons = []
         if not found.get(f"base {name}"):
@@ -174,9 +175,19 @@ def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check
         if not fits:
             reasons.append(f"no GPU with >= {need:.0f} GiB" + (" and bf16" if preset.dtype == "bfloat16" else ""))
         detail = (f"{len(fits)} GPU(s) with >= {need:.0f} GiB ({preset.dtype})" if not reasons
-                  else "; ".join(reasons))
+                  else "; ".join(reasons)) + f" (the memory plan of experiments/presets/{NEED_PRESETS[name]})"
         out.append(Check(name, not reasons, detail))
     return out
+
+
+def planned_need(name: str) -> float:
+    """GiB of GPU memory the paper preset of model preset `name` needs: its largest warm-up / SFT / RL total per
+    GPU at its resources' process count, over (1 - PLAN_MARGIN)."""
+    from harness.config.loading import load_yaml
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "presets" / NEED_PRESETS[name]
+    plans = preset_plans(str(path), [], load_yaml(path), None, DEFAULT_GPU_GIB, [], stages=("warmup", "sft", "rl"))
+    return max(p["total"] for p in plans["stages"].values()) / (1 - PLAN_MARGIN)
 
 
 # The stages whose needs the report lists: the pipeline's and the test evaluation.
@@ -186,7 +197,7 @@ DOCTOR_STAGES = ("warmup", "classifier", "sft", "rl", "eval")
 def doctor_configs(config: str | None, overrides: list[str]) -> tuple[object, dict]:
     """(the config of the general sections, {stage: its resolved config}). An experiments preset (common / stages)
     is resolved for each stage, as its stage runs read it; any other config serves every stage (the general
-    sections then read the "eval" view of a preset: its common part)."""
+    sections then read the RL stage's view of a preset, the stage that uses the most of it)."""
     from harness.config import load_config
     from harness.config.loading import load_yaml
 
@@ -195,7 +206,7 @@ def doctor_configs(config: str | None, overrides: list[str]) -> tuple[object, di
         cfg = load_config(config, overrides)
         return cfg, dict.fromkeys(DOCTOR_STAGES, cfg)
     stages = {stage: load_config(config, overrides, stage=stage) for stage in DOCTOR_STAGES}
-    return stages["eval"], stages
+    return stages["rl"], stages
 
 
 def need_checks(stages: dict) -> list[Check]:
@@ -238,4 +249,63 @@ def format_report(report: Report) -> str:
                           ("Needed by each stage of this config (checked before a command runs)", report.needs)):
         lines.append(f"{title}:")
         lines.extend(f"  [{'ok' if c.ok else '--'}] {c.name}: {c.detail}" for c in checks)
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The memory plan of an experiments preset (harness/memory_plan.py)
+
+PLAN_STAGES = ("warmup", "sft", "rl", "classifier", "eval")
+# An 80 GB A100 / H100 as torch reports it (torch.cuda.mem_get_info: 79.1 GiB on an H100 80GB HBM3).
+DEFAULT_GPU_GIB = 79.1
+# The plan must leave this share of the GPU free: the caching allocator's fragmentation and temporaries the
+# activation model does not count (this project's margin).
+PLAN_MARGIN = 0.10
+
+
+def preset_plans(path: str, overrides: list[str], doc: dict, world_size: int | None, gpu_gib: float | None,
+                 gpu_list: list[dict], stages: tuple[str, ...] = PLAN_STAGES) -> dict:
+    """{"gpu_gib", "stages": {stage: plan + {"fits", "world_size"}}} for each stage of an experiments preset."""
+    from harness.config import load_config
+    from harness.experiments.resources import check_resources
+    from harness.memory_plan import memory_plan
+
+    if gpu_gib is None:
+        gpu_gib = min((g["total_gib"] for g in gpu_list), default=DEFAULT_GPU_GIB)
+    resources = check_resources(doc.get("resources"), str(path))
+    out = {"gpu_gib": gpu_gib, "margin": PLAN_MARGIN, "stages": {}}
+    for stage in stages:
+        cfg = load_config(path, overrides, stage=stage)
+        if cfg.model.preset == "tiny":
+            return {}
+        res = resources[stage]
+        world = world_size if world_size and stage in ("warmup", "sft", "rl") else max(1, res.gpus) * res.nodes
+        plan = memory_plan(cfg, stage, world)
+        plan["fits"] = plan["total"] <= gpu_gib * (1 - PLAN_MARGIN)
+        out["stages"][stage] = plan
+    return out
+
+
+def format_plans(plans: dict) -> str:
+    gib = plans["gpu_gib"]
+    lines = [f"Memory plan per GPU (GiB; fits = total <= {1 - plans['margin']:.0%} of {gib:g} GiB; "
+             "harness/memory_plan.py):",
+             f"  {'stage':<10} {'procs':>5} {'batch':>5} {'weights':>8} {'grads':>6} {'optim':>6} {'snaps':>6} "
+             f"{'activ':>6} {'total':>6}  fits  notes"]
+    for stage, p in plans["stages"].items():
+        notes = []
+        if stage in ("warmup", "sft", "rl"):
+            notes.append(f"ZeRO-{p['zero']}" if p["zero"] else "DDP")
+            notes.append("grad ckpt" if p["gradient_checkpointing"] else "no grad ckpt")
+            notes.append(f"{p['prompt']}+{p['report']} tokens, {p['patches']} patches/sample")
+            if p["lora_dropout"]:
+                notes.append("LoRA dropout")
+            notes.append(f"{p['trained_params'] / 1e6:.1f}M of {p['total_params'] / 1e9:.2f}B trained")
+        elif stage == "eval":
+            notes.append(f"KV cache of {p['batch']} x {p['prompt']}+max_new tokens")
+        else:
+            notes.append(f"{p['total_params'] / 1e6:.1f}M params, fp32")
+        lines.append(f"  {stage:<10} {p['world_size']:>5} {p['batch']:>5} {p['weights']:>8.1f} {p['grads']:>6.1f} "
+                     f"{p['optimizer']:>6.1f} {p['snapshots']:>6.1f} {p['activations']:>6.1f} {p['total']:>6.1f}  "
+                     f"{'yes' if p['fits'] else 'NO ':<4}  {', '.join(notes)}")
     return "\n".join(lines)

@@ -10,12 +10,25 @@ from harness.config import ConfigError, load_config
 
 
 def cmd_doctor(ns) -> int:
-    from harness.doctor import doctor_configs, format_report, run_doctor
+    from harness.config.loading import load_yaml
+    from harness.doctor import doctor_configs, format_plans, format_report, preset_plans, run_doctor
 
-    config, overrides = split_config_args(ns.args)  # an experiments preset is resolved for each of its stages
-    report = run_doctor(*doctor_configs(config, overrides))
-    print(json.dumps(report.as_dict(), indent=2) if ns.json else format_report(report))
-    return 0
+    for flag, value in (("--world-size", ns.world_size), ("--gpu-mem-gib", ns.gpu_mem_gib)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"doctor {flag} must be > 0, got {value:g}")
+    config, overrides = split_config_args(ns.args)
+    doc = load_yaml(config) if config else {}
+    experiment = isinstance(doc, dict) and any(k in doc for k in ("common", "stages"))
+    # An experiments preset is resolved for each of its stages (what each needs, its memory plan); the general
+    # checks read its RL stage's view.
+    cfg, stages = doctor_configs(config, overrides)
+    report = run_doctor(cfg, stages)
+    plans = preset_plans(config, overrides, doc, ns.world_size, ns.gpu_mem_gib, report.gpus) if experiment else None
+    if ns.json:
+        print(json.dumps({**report.as_dict(), **({"memory_plan": plans} if plans else {})}, indent=2))
+    else:
+        print(format_report(report) + ("\n" + format_plans(plans) if plans else ""))
+    return 0 if not plans or all(p["fits"] for p in plans["stages"].values()) else 1
 
 
 def cmd_config_show(ns) -> int:
@@ -50,9 +63,17 @@ def cmd_config_show(ns) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    doctor = sub.add_parser("doctor", help="GPUs, package versions, weights present, presets that can run here")
+    doctor = sub.add_parser("doctor", help="GPUs, package versions, weights present, presets that can run here; "
+                                           "with an experiments preset, its per-GPU memory plan for each stage "
+                                           "(exit status 1 when a stage does not fit)")
     add_config_args(doctor)
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--gpu-mem-gib", type=float, default=None,
+                        help="GPU memory the memory plan of an experiments preset is checked against (default: the "
+                             "smallest GPU here, else 79.1 GiB: an 80 GB A100/H100 as torch reports it)")
+    doctor.add_argument("--world-size", type=int, default=None,
+                        help="processes of warm-up / SFT / RL in the memory plan (default: the preset's "
+                             "resources.<stage>.gpus x nodes)")
     doctor.set_defaults(func=cmd_doctor)
 
     cfg_cmd = sub.add_parser("config", help="show the resolved config with each field's help") \

@@ -19,6 +19,9 @@ from typing import Any
 from harness.config import ConfigError
 from harness.constants import PIPELINE_STAGES
 
+# The kinds whose stage runs under torchrun (harness/experiments/workers.py: LAUNCHED_STAGES), so may span nodes.
+MULTI_NODE_KINDS = ("warmup", "sft", "rl")
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -28,9 +31,14 @@ class Resources:
     cpus: int = 1          # CPU cores for the job's one task (sbatch --cpus-per-task)
     mem_gb: float = 4.0    # memory of the job's node (sbatch --mem)
     time_min: int = 60     # wall-clock limit (sbatch --time); a job that hits it is resubmitted and resumes
+    # Nodes of a warm-up / SFT / RL job (sbatch --nodes, one task each): > 1 runs the stage as one srun task per
+    # node, each a torchrun agent over its node's GPUs meeting the others through a c10d rendezvous on the first
+    # node (harness/experiments/slurm.py); gpus, cpus and mem_gb are per node. 1: the one-node job of before.
+    nodes: int = 1
 
     def describe(self) -> str:
-        return f"{self.gpus} GPU, {self.cpus} CPU, {self.mem_gb:g} GB, {self.time_min} min"
+        where = f" per node x {self.nodes} nodes" if self.nodes > 1 else ""
+        return f"{self.gpus} GPU, {self.cpus} CPU, {self.mem_gb:g} GB{where}, {self.time_min} min"
 
 
 # The node kinds of a plan (harness/experiments/plan.py: NODE_ORDER), and `default` for those not listed.
@@ -53,7 +61,7 @@ def check_resources(value: Any, where: str) -> dict[str, Resources]:
         value = {}
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: 'resources' must map node kinds ({', '.join(RESOURCE_KINDS)}) to "
-                          "{gpus, cpus, mem_gb, time_min}")
+                          "{gpus, cpus, mem_gb, time_min, nodes}")
     for kind, entry in value.items():
         at = f"{where}: resources.{kind}"
         if kind not in RESOURCE_KINDS:
@@ -65,5 +73,8 @@ def check_resources(value: Any, where: str) -> dict[str, Resources]:
             raise ConfigError(f"{at}: unknown key '{bad[0]}'; valid: {', '.join(_FIELDS)}")
         for name, v in entry.items():
             _check_value(name, v, at)
+        if entry.get("nodes", 1) > 1 and kind not in MULTI_NODE_KINDS:
+            raise ConfigError(f"{at}.nodes must be 1, got {entry['nodes']}: only {', '.join(MULTI_NODE_KINDS)} "
+                              "run across nodes (torchrun)")
     default = {**asdict(Resources()), **(value.get("default") or {})}
     return {kind: Resources(**{**default, **(value.get(kind) or {})}) for kind in RESOURCE_KINDS}

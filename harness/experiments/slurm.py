@@ -9,6 +9,10 @@ a signal, or lost with its node) is submitted again, up to `max_resubmits` times
 checkpoint (a stage rerun on the same folder does); the jobs that waited on it are pointed at the new job
 (`scontrol update ... Dependency=`). A job that fails for real fails its node, and its dependents leave the queue.
 
+A warm-up / SFT / RL run with `resources.<stage>.nodes` N > 1 is one job over N nodes (one srun task each): task 0
+runs the node as above, every task runs a torchrun agent (`--nnodes N --rdzv_backend c10d`, the rendezvous on the
+job's first node, the job id as its id), and tasks > 0 log to the stage folder's launch.node<K>.log.
+
 Job ids are kept in index.json (per stage run, and all of them under `slurm_jobs`); a runner started again on the
 same folder adopts the jobs still queued instead of submitting them twice. `regbench experiment status DIR` shows
 them with their queue state. Job logs: `<out>/slurm/<job id>/`.
@@ -167,6 +171,12 @@ def run_job(kind: str, function: str, config: dict, model_dir: str | None, launc
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass
+    if launcher and RDZV_HOST in launcher:  # a job over several nodes (resources.<kind>.nodes > 1)
+        launcher = rendezvous_launcher(launcher, os.environ)
+        rank = int(os.environ.get("SLURM_PROCID", "0"))
+        if rank > 0:  # another node's task: its torchrun agent joins the stage; task 0 keeps the books
+            _join_stage(kind, config, launcher, rank)
+            return {"ok": True, "task": rank}
     res = execute_node(kind, function, config, model_dir, launcher)
     if not res["ok"] and res.get("returncode") == REQUEUE_EXIT_CODE:
         sys.exit(REQUEUE_EXIT_CODE)
@@ -174,6 +184,40 @@ def run_job(kind: str, function: str, config: dict, model_dir: str | None, launc
     if res["ok"]:
         return res
     raise NodeFailed(res.get("error") or "the node failed")
+
+
+# Placeholders of a multi-node launcher, filled in inside the job (the nodes are known only then).
+RDZV_HOST, RDZV_PORT, RDZV_ID = "{rdzv_host}", "{rdzv_port}", "{rdzv_id}"
+RDZV_BASE_PORT = 29400  # torchrun's default c10d port; plus the job id modulo 1000, so jobs sharing a node differ
+
+
+def multi_node_launcher(python: str, nodes: int, gpus: int) -> str:
+    """torchrun as one agent per node (srun runs one task per node), its ranks meeting through a c10d rendezvous
+    on the job's first node: the multi-node pattern of torchrun's docs ("torchrun (Elastic Launch)")."""
+    return (f"{shlex.quote(python)} -m torch.distributed.run --nnodes {nodes} --nproc_per_node {max(gpus, 1)} "
+            f"--rdzv_backend c10d --rdzv_endpoint {RDZV_HOST}:{RDZV_PORT} --rdzv_id {RDZV_ID}")
+
+
+def rendezvous_launcher(launcher: str, env) -> str:
+    """The launcher with the job's first host (`scontrol show hostnames $SLURM_JOB_NODELIST`), a port and the job
+    id as the rendezvous id."""
+    job_id = env["SLURM_JOB_ID"]
+    hosts = subprocess.run(["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]], capture_output=True,
+                           text=True, check=True).stdout.split()
+    port = RDZV_BASE_PORT + int(re.sub(r"\D", "", job_id) or 0) % 1000
+    return launcher.replace(RDZV_HOST, hosts[0]).replace(RDZV_PORT, str(port)).replace(RDZV_ID, job_id)
+
+
+def _join_stage(kind: str, config: dict, launcher: str, rank: int) -> None:
+    """Task `rank` > 0 of a multi-node job: the stage's torchrun agent of this node, its output in
+    launch.node<rank>.log; a stop signal is passed on to it as task 0's is."""
+    from harness.config import RunConfig, from_dict
+    from harness.experiments.workers import launch_stage
+
+    try:
+        launch_stage(kind, from_dict(RunConfig, config), launcher, log_name=f"launch.node{rank}.log")
+    except preemption.Preempted:
+        sys.exit(REQUEUE_EXIT_CODE)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -297,9 +341,12 @@ class SlurmExperimentRun(LocalExperimentRun):
         return skipped
 
     def _launcher(self, kind: str, res: Resources) -> str | None:
-        """Inside a job: the user's --launcher, else torchrun over the job's GPUs when it has several."""
+        """Inside a job: torchrun over the nodes when it has several (resources.<kind>.nodes), else the user's
+        --launcher, else torchrun over the job's GPUs when it has several."""
         if kind not in LAUNCHED_STAGES:
             return None
+        if res.nodes > 1:  # the user's --launcher is for one node; across nodes: torchrun with a rendezvous
+            return multi_node_launcher(self.options.python, res.nodes, res.gpus)
         if self.launcher:
             return self.launcher
         if res.gpus > 1:
@@ -314,7 +361,8 @@ class SlurmExperimentRun(LocalExperimentRun):
             extra["dependency"] = "afterok:" + ":".join(after)
         return {
             "job_name": f"regbench-{node.kind}-{node.key}", "time": res.time_min, "cpus_per_task": res.cpus,
-            "mem": f"{max(1, round(res.mem_gb * 1024))}M", "gpus_per_node": res.gpus or None, "ntasks_per_node": 1,
+            "mem": f"{max(1, round(res.mem_gb * 1024))}M", "gpus_per_node": res.gpus or None, "nodes": res.nodes,
+            "ntasks_per_node": 1,
             "stderr_to_stdout": True, "additional_parameters": extra,
             # The job's shell may not be the runner's (another user, a login profile): same code, same folder.
             "setup": [f"export PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}",

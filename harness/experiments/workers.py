@@ -136,7 +136,7 @@ class LaunchFailed(RuntimeError):
         self.returncode = returncode
 
 
-def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
+def launch_stage(kind: str, cfg: RunConfig, launcher: str, log_name: str = "launch.log") -> Path:
     """Run a model stage as `<launcher> -m harness.cli train <stage> <out_dir>/launch_config.yaml`, e.g. under
     torchrun over the machine's GPUs (harness/parallel/distributed.py); its output goes to <out_dir>/launch.log.
 
@@ -156,7 +156,7 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str) -> Path:
     cmd = [*shlex.split(launcher), "-m", "harness.cli", "train", kind, str(config_path), "--no-progress"]
     from harness.runs import preemption
 
-    log_path = out / "launch.log"
+    log_path = out / log_name
     before = preemption.count(out)
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(cmd)}\n")

@@ -113,6 +113,46 @@ def test_a_7b_rl_job_asks_for_8_gpus_and_runs_its_stage_under_torchrun(tmp_path)
     assert run._parameters(clf, study.resources["classifier"], [])["gpus_per_node"] == 1
 
 
+def test_a_stage_over_two_nodes_runs_one_torchrun_agent_per_node_with_a_c10d_rendezvous(tmp_path, monkeypatch):
+    """resources.rl.nodes = 2: sbatch --nodes 2, one task per node, each task torchrun with --nnodes 2 meeting on
+    the first node (no cluster needed: the parameters and the launcher as the job fills it in)."""
+    from harness.experiments import build_plan
+    from harness.experiments import slurm as slurm_mod
+    from harness.experiments.slurm import SlurmExperimentRun, rendezvous_launcher
+
+    study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]"), preset=TINY_PRESET.parent /
+                       "mimic-qwen2.5vl-7b.yaml", sets=["common.data.annotation=/data/a.json",
+                                                       "common.data.image_dir=/data/images",
+                                                       "resources.rl.nodes=2"])
+    assert study.resources["rl"].nodes == 2 and study.resources["sft"].nodes == 1
+    plan = build_plan(study, tmp_path / "out")
+    run = SlurmExperimentRun(plan, list(plan.runs), {}, lambda s: None, [], "torchrun --nproc_per_node 8", 1,
+                             False, SlurmOptions(python="/venv/bin/python"))
+    rl = next(n for n in plan.nodes.values() if n.kind == "rl")
+    params = run._parameters(rl, study.resources["rl"], [])
+    assert (params["nodes"], params["ntasks_per_node"], params["gpus_per_node"]) == (2, 1, 8)
+    launcher = run._launcher("rl", study.resources["rl"])  # across nodes, not the one-node --launcher
+    assert launcher == ("/venv/bin/python -m torch.distributed.run --nnodes 2 --nproc_per_node 8 "
+                        "--rdzv_backend c10d --rdzv_endpoint {rdzv_host}:{rdzv_port} --rdzv_id {rdzv_id}")
+    assert run._launcher("sft", study.resources["sft"]) == "torchrun --nproc_per_node 8"
+
+    def scontrol(cmd, **kwargs):
+        assert cmd == ["scontrol", "show", "hostnames", "gpu[07-08]"]
+        return subprocess.CompletedProcess(cmd, 0, stdout="gpu07\ngpu08\n")
+
+    monkeypatch.setattr(slurm_mod.subprocess, "run", scontrol)
+    filled = rendezvous_launcher(launcher, {"SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]"})
+    assert filled.endswith("--rdzv_endpoint gpu07:29856 --rdzv_id 123456")
+
+
+@pytest.mark.parametrize("kind", ["default", "eval", "classifier"])
+def test_only_launched_stages_span_nodes(kind):
+    with pytest.raises(ConfigError, match=rf"p.yaml: resources.{kind}.nodes must be 1, got 2: only warmup, sft, rl"):
+        check_resources({kind: {"nodes": 2}}, "p.yaml")
+    with pytest.raises(ConfigError, match=r"resources.rl.nodes must be an integer >= 1, got 0"):
+        check_resources({"rl": {"nodes": 0}}, "p.yaml")
+
+
 def test_slurm_options_from_the_command_line_are_checked(tmp_path, capsys):
     path = write_study(tmp_path, "  - name: a\n", seeds="[0]")
     out = str(tmp_path / "out")
@@ -405,6 +445,52 @@ def test_a_tiny_study_on_slurm_equals_the_local_run_with_a_killed_and_a_preempte
     status = experiment_status(tmp_path / "slurm")
     print(status)
     assert f"{second:<10} COMPLETED" in status and "slurm_e2e (slurm executor): 2 complete" in status
+
+
+@pytest.mark.slow  # ~2-4 min on 2 loaded cores (2026-12-04)
+@pytest.mark.slurm
+def test_a_warmup_over_two_nodes_runs_as_two_slurm_tasks_meeting_through_a_c10d_rendezvous(tmp_path, monkeypatch):
+    """resources.warmup.nodes = 2 on the one-node test cluster: the job's two tasks stand for two nodes (the
+    sbatch shape is changed to 1 node x 2 tasks, the launcher is the multi-node one), each a torchrun agent with
+    one CPU rank (gloo); the 2-step warm-up trains on 2 processes and task 1 logs to launch.node1.log."""
+    why = _cluster_answers()
+    if why:
+        pytest.skip(why)
+    from harness.experiments.slurm import SlurmExperimentRun
+
+    parameters = SlurmExperimentRun._parameters
+
+    def two_tasks_on_one_node(self, node, res, after):
+        params = parameters(self, node, res, after)
+        if res.nodes > 1:
+            params.update(nodes=1, ntasks_per_node=res.nodes)
+        return params
+
+    monkeypatch.setattr(SlurmExperimentRun, "_parameters", two_tasks_on_one_node)
+    sizes = ", ".join(t.replace("=", ": ") for t in TINY)
+    extra = (f"pipeline: [warmup]\ncommon: {{{sizes}, cache_dir: {tmp_path / 'cache'}}}\n"
+             "resources: {default: {cpus: 1, mem_gb: 2, time_min: 20}, warmup: {nodes: 2, mem_gb: 4}}\n"
+             "stages: {warmup: {train: {max_steps: 2, batch_size: 4}}}\n")
+    study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]", name="two_nodes", extra=extra))
+    lines: list[str] = []
+
+    def log(text: str) -> None:
+        lines.append(text)
+        print(text, flush=True)
+
+    res = run_experiment(study, tmp_path / "out", log=log, executor="slurm", slurm=SlurmOptions(poll_s=1.0))
+    run = res.index["runs"][0]
+    stage_dir = tmp_path / "out" / run["stages"]["warmup"]["dir"]
+    for name in ("launch.log", "launch.node1.log"):
+        if (stage_dir / name).is_file():
+            print(f"==> {name}\n{(stage_dir / name).read_text()}")
+    assert res.ok, run
+    assert "submitted warmup (a seed 0) as job" in "\n".join(lines) and "x 2 nodes" in "\n".join(lines)
+    assert read_json(stage_dir / "metrics.json")["processes"] == 2
+    assert len(read_jsonl(stage_dir / "steps.jsonl")) >= 1
+    for name in ("launch.log", "launch.node1.log"):
+        text = (stage_dir / name).read_text()
+        assert "--nnodes 2 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint vm:" in text, name
 
 
 def test_a_pruned_search_stays_on_the_local_executor(tmp_path):
