@@ -154,6 +154,8 @@ def sequence(cfg, config, stage: str) -> dict[str, int]:
     patches = views(cfg) * side * side
     image_tokens = patches // v.spatial_merge_size**2
     report = cfg.rl.max_new_tokens if stage == "rl" else cfg.prompt.max_report_tokens
+    if report is None:  # untruncated SFT targets (the official recipe): planned at the decoding bound, the length
+        report = max(cfg.generation.max_new_tokens, cfg.rl.max_new_tokens)  # the reports are written to
     return {"patches": patches, "prompt": image_tokens + PROMPT_TEXT_TOKENS, "report": report}
 
 
@@ -234,6 +236,8 @@ def classifier_plan(cfg, world_size: int) -> dict[str, float]:
             if c.arch not in ("tiny_vit", "tiny_cnn") else None
     n = sum(p.numel() for p in model.parameters()) if model is not None else 0
     batch = max(1, c.batch_size // world_size)
+    if c.micro_batch_size:  # gradient accumulation: one micro-batch's activations at a time
+        batch = min(batch, c.micro_batch_size)
     acts = 0.0
     if model is not None and hasattr(model, "blocks"):
         s = model.patch_embed.num_patches + 1

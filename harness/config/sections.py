@@ -331,6 +331,13 @@ class ClassifierConfigSection:
     max_grad_norm: float | None = knob(None, "Clip the classifier's gradient norm to this before each optimizer "
                                              "step, > 0 (official DeepSpeed json gradient_clipping 1.0); null = no "
                                              "clipping (this project's).")
+    micro_batch_size: int | None = knob(None, "Images per forward/backward pass of the classifier, > 0 (gradient "
+                                              "accumulation up to classifier.batch_size: the same step to float "
+                                              "rounding for a ViT, whose LayerNorm has no batch statistics; not "
+                                              "for tiny_cnn's BatchNorm). The official run spreads its batch of "
+                                              "1,600 over GPUs with DeepSpeed (zero_mimic_stage2_cls.json); one "
+                                              "GPU needs micro-batches to hold it (`regbench doctor PRESET` plans "
+                                              "it). null = the whole batch in one pass (this project's).")
     select: str = knob("val_loss", 'Which epoch the classifier keeps: "val_loss" = the lowest validation BCE (this '
                                    'project\'s) or "mean_auc" = the highest mean ROC AUC (scikit-learn roc_auc_score) '
                                    "over the labels that have both classes in the validation split, the first such "

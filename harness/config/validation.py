@@ -353,4 +353,6 @@ def _check_classifier_recipe(cfg: RunConfig, need) -> None:
     need(c.min_lr_ratio <= 1, "classifier.min_lr_ratio", c.min_lr_ratio, "must be in [0, 1]")
     need(c.max_grad_norm is None or c.max_grad_norm > 0, "classifier.max_grad_norm", c.max_grad_norm,
          "must be > 0 or null")
+    need(c.micro_batch_size is None or c.micro_batch_size > 0, "classifier.micro_batch_size", c.micro_batch_size,
+         "must be > 0 or null")
     need(c.select in SELECTIONS, "classifier.select", c.select, f"must be one of {', '.join(SELECTIONS)}")

@@ -38,7 +38,7 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
                             amp_bf16=c.amp_bf16, pretrained_format=c.pretrained_format, drop_path=c.drop_path,
                             layer_decay=c.layer_decay, scheduler=c.scheduler, warmup_steps=c.warmup_steps,
                             schedule_steps=c.schedule_steps, min_lr_ratio=c.min_lr_ratio,
-                            max_grad_norm=c.max_grad_norm, select=c.select)
+                            max_grad_norm=c.max_grad_norm, select=c.select, micro_batch_size=c.micro_batch_size)
 
 
 @preemption.preemptible

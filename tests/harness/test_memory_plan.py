@@ -119,3 +119,21 @@ def test_doctor_takes_the_tiny_experiments_preset_without_a_plan_and_checks_its_
     assert "Presets that can run here" in out and "Memory plan" not in out
     assert main(["doctor", str(PRESET_7B), "--world-size", "0"]) == 2
     assert "doctor --world-size must be > 0, got 0" in capsys.readouterr().err
+
+
+def test_classifier_micro_batches_hold_the_mimic_batch_on_one_gpu():
+    """The MIMIC-CXR presets' classifier batch of 1,600 in passes of 200: the plan counts one pass's activations,
+    and the stage hands the micro-batch to the trainer (it accumulates up to the batch)."""
+    from harness.config import load_config
+    from harness.memory_plan import memory_plan
+    from harness.stages.classifier import classifier_config
+
+    cfg = load_config("experiments/presets/mimic-qwen2.5vl-7b.yaml", stage="classifier")
+    assert (cfg.classifier.batch_size, cfg.classifier.micro_batch_size) == (1600, 200)
+    whole = load_config("experiments/presets/mimic-qwen2.5vl-7b.yaml", ["classifier.micro_batch_size=null"],
+                        stage="classifier")
+    planned, one_pass = memory_plan(cfg, "classifier", 1), memory_plan(whole, "classifier", 1)
+    assert planned["batch"] == 200 and one_pass["batch"] == 1600
+    assert planned["activations"] * 8 == pytest.approx(one_pass["activations"])
+    assert planned["total"] < 0.9 * 79.1 < one_pass["total"]
+    assert classifier_config(cfg).micro_batch_size == 200 and classifier_config(whole).micro_batch_size is None
