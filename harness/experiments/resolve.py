@@ -78,7 +78,9 @@ _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementatio
                    "generation.vllm_gpu_memory_utilization": 0.3, "generation.vllm_sleep_level": 1,
                    # the learning-rate schedule's options (issue 42): their defaults are the schedule before them
                    "train.warmup_type": "project", "train.warmup_min_ratio": 0.0, "train.cos_min_ratio": 0.0,
-                   "train.cosine_total_steps": None}
+                   "train.cosine_total_steps": None,
+                   # the phantom's varied report language and the meaning-reading gold (issue 44)
+                   "data.report_variation": "none", "eval.gold_reader": "v1"}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:
