@@ -69,9 +69,9 @@ _NORMALS: tuple[tuple[str, tuple[str, ...]], ...] = (
      r"|normal heart size and mediastinal contours|(?:the )?cardiomediastinal (?:silhouette|contours) (?:is|are) "
      rf"{_NORMAL_WORDS}|normal cardiomediastinal (?:silhouette|contours)",
      ("Cardiomegaly", "Enlarged Cardiomediastinum")),
-    (rf"{_HEART} (?:is|are) {_NORMAL_WORDS}|normal (?:heart|cardiac) (?:size|silhouette)",
+    (rf"{_HEART} (?:(?:is|are|appears) )?{_NORMAL_WORDS}|normal (?:heart|cardiac) (?:size|silhouette)",
      ("Cardiomegaly",)),
-    (rf"{_MEDIA} (?:is|are) {_NORMAL_WORDS}|normal mediastinal (?:contours|silhouette)",
+    (rf"{_MEDIA} (?:(?:is|are|appears?) )?{_NORMAL_WORDS}|normal mediastinal (?:contours|silhouette)",
      ("Enlarged Cardiomediastinum",)),
     (r"(?:the )?lungs are (?:well expanded and )?(?:grossly )?clear(?: bilaterally)?|clear lungs",
      ("Lung Opacity",)),
@@ -82,10 +82,10 @@ _NORMALS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # Finding terms: (pattern, observation). Earlier patterns win overlaps.
 _TERMS: tuple[tuple[str, str], ...] = (
-    (r"mediastin\w*(?: contours| silhouette)? (?:(?:is|are) )?(?:<[HN]> )*widened|widened mediastinum"
+    (r"mediastin\w*(?: contours| silhouette)? (?:(?:is|are|appears?) )?(?:<[HN]> )*widened|widened mediastinum"
      r"|widening of (?:the )?mediastin\w*(?: contours)?|mediastinal widening|enlarged cardiomediastinal silhouette"
      r"|cardiomediastinal silhouette (?:is )?(?:<[HN]> )*enlarged", "Enlarged Cardiomediastinum"),
-    (r"(?:heart|cardiac silhouette|cardiac size|heart size)(?: size)? (?:(?:is|are) )?(?:<[HN]> )*(?:\w+ly )?"
+    (r"(?:heart|cardiac silhouette|cardiac size|heart size)(?: size)? (?:(?:is|are|appears) )?(?:<[HN]> )*(?:\w+ly )?"
      r"(?:<[HN]> )*enlarged|heart size is <H>|cardiomegaly|cardiac enlargement|enlarged (?:heart|cardiac silhouette)"
      r"|enlargement of the (?:heart|cardiac silhouette)", "Cardiomegaly"),
     (r"pacemaker|pacer|defibrillator|(?:endotracheal|et|nasogastric|ng|enteric|feeding|chest|tracheostomy) tubes?"
@@ -103,7 +103,7 @@ _TERMS: tuple[tuple[str, str], ...] = (
     (r"pleural thickening|pleural plaques?|fibrothorax", "Pleural Other"),
     (r"fractur\w*|acute (?:osseous|bony) abnormality", "Fracture"),
 )
-_NORMAL_RE = [(re.compile(rf"\b(?:{p})(?![\w-])"), group) for p, group in _NORMALS]
+_NORMAL_RE = [(re.compile(rf"(?<![\w-])(?:{p})(?![\w-])"), group) for p, group in _NORMALS]
 _TERM_RE = [(re.compile(rf"(?<![\w-])(?:{p})(?![\w-])"), name) for p, name in _TERMS]
 _BREAKERS = frozenset({"and", "but", "however", "although", "though", "while", "whereas", "with", "which"})
 _LIST_JOINS = frozenset({"or", "nor", "and"})
