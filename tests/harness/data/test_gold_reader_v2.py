@@ -5,8 +5,6 @@ hand-written paraphrases, degenerate text read as not stated, independent of eve
 from __future__ import annotations
 
 import itertools
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +23,7 @@ from harness.data.phantom.variation import (
     impression_normal_sentences,
     negation_sentences,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-from gold_corpora import DEGENERATE, HELD_OUT, PARAPHRASES, labels, micro_f1  # noqa: E402
+from tests.harness.data.gold_corpora import DEGENERATE, HELD_OUT, PARAPHRASES, labels, micro_f1
 
 IDX = {name: OBSERVATIONS.index(name) for name in OBSERVATIONS}
 SD = IDX["Support Devices"]
