@@ -155,3 +155,21 @@ def test_degenerate_corpus(capsys):
 def test_read_reports_refuses_an_unknown_reader():
     with pytest.raises(ValueError, match="v1 or v2"):
         read_reports(["no pneumothorax ."], "v3")
+
+
+def test_the_evaluation_scores_with_the_configured_reader():
+    """harness/stages/evaluate.py gold_eval: eval.gold_reader picks the reader; a correct paraphrase scores under
+    v2 and not under v1, a plain reference the same under both."""
+    from types import SimpleNamespace
+
+    from harness.stages.evaluate import gold_eval
+
+    truth = labels("PE=1")
+    samples = [SimpleNamespace(present=np.nan_to_num(truth, nan=0.0))] * 2
+    hyps = ["a small left-sided effusion is noted . heart size is normal .", "small left pleural effusion ."]
+    ref = np.stack([truth, truth])
+    labeler = np.stack([truth, truth])
+    old, _ = gold_eval(samples, hyps, ref, labeler)
+    new, read = gold_eval(samples, hyps, ref, labeler, "v2")
+    assert old["gold_recall"] == 0.5 and new["gold_recall"] == 1.0
+    assert read[0][IDX["Cardiomegaly"]] == 0
