@@ -7,7 +7,8 @@ reports, measured in issue 44 with the same definitions): the share of sentence 
 common sentences, distinct words over the `n` reports, mean words per report. A sentence is a piece of the cleaned
 report between its " . " marks; a word is a whitespace token other than "." (tokens/report counts the "." too: the
 issue's phantom figure, 37.5, is that count). Also the gold readers' agreement
-with the stored labels on these reports (v1 reads only the plain grammar; v2 reads every level).
+with the stored labels on these reports (v1 reads only the plain grammar; v2 reads every level), and the share of
+reports whose positives the rewards' rule labeler (rewards/chexpert.py) reads exactly.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print("| language | reports | top-50 sentence share | distinct words | distinct sentences | words/report "
-          "| tokens/report (with \".\") | v1 exact | v2 exact |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| tokens/report (with \".\") | v1 exact | v2 exact "
+          "| labeler positives exact |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(f"| IU-Xray (real) | {IU_XRAY['reports']} | {IU_XRAY['top50_share']:.0%} | {IU_XRAY['distinct_words']} "
-          f"| | {IU_XRAY['mean_words']:.1f} (issue 44; definition not recorded) | | | |")
+          f"| | {IU_XRAY['mean_words']:.1f} (issue 44; definition not recorded) | | | | |")
     for level in VARIATIONS:
         cfg = PhantomConfig(n=args.n, seed=args.seed, report_variation=level)
         pairs = [case_and_report(cfg, i)[1] for i in range(cfg.n)]
@@ -52,10 +54,14 @@ def main() -> None:
         exact = {v: float(np.mean([np.array_equal(a, b, equal_nan=True)
                                    for a, b in zip(read_reports(texts, v), stored, strict=True)]))
                  for v in ("v1", "v2")}
+        from rewards.chexpert import label_report  # the rule labeler the rewards share (not a gold reader)
+
+        labeler = np.stack([np.asarray(label_report(t), dtype=np.float64) for t in texts])
+        exact["labeler"] = float(np.mean(np.all((labeler == 1) == (stored == 1), axis=1)))
         s = language_stats(texts)
         print(f"| phantom, report_variation {level} | {args.n} | {s['top50_share']:.0%} | {s['distinct_words']} "
               f"| {s['distinct_sentences']} | {s['mean_words']:.1f} | {s['mean_tokens']:.1f} "
-              f"| {exact['v1']:.3f} | {exact['v2']:.3f} |")
+              f"| {exact['v1']:.3f} | {exact['v2']:.3f} | {exact['labeler']:.3f} |")
 
 
 if __name__ == "__main__":

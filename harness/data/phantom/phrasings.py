@@ -147,12 +147,22 @@ DEVICE_TEXT: dict[str, tuple[str, ...]] = {
 IMPRESSION_NORMAL = ("no acute cardiopulmonary abnormality", "no acute cardiopulmonary process",
                      "no acute cardiopulmonary disease", "no acute intrathoracic process",
                      "impression no acute cardiopulmonary abnormality", "impression no acute disease")
+# Sentences about what the phantom does not draw (technique, comparison, other anatomy): they state none of the 14
+# observations (no CheXpert term: no aorta, granuloma, clip or scar), as the many such lines of real reports.
+INCIDENTAL = ("the trachea is midline", "pa and lateral views of the chest were obtained",
+              "comparison is made to the prior study", "no interval change", "the soft tissues are unremarkable",
+              "mild degenerative changes of the thoracic spine", "the upper abdomen is unremarkable",
+              "low lung volumes", "the pulmonary vasculature is within normal limits",
+              "the hila are unremarkable", "the diaphragm is normal in position", "no free air under the diaphragm",
+              "the thoracic spine shows mild degenerative change", "stable appearance of the chest",
+              "the visualized upper abdomen is within normal limits", "single frontal view of the chest")
 # Joins of two finding statements into one sentence ({x} and {y} are whole statements).
 JOINS = ("{x} and {y}",)
 # How much a report varies, per level: P(a statement is rephrased), P(two neighbours merge), P(a negated group
-# is split into single negations), P(an abnormal report gets an impression line).
+# is split into single negations), P(an abnormal report gets an impression line), P(a report gets one or two
+# incidental lines).
 LEVELS: dict[str, dict[str, float]] = {
-    "low": {"rephrase": 0.5, "merge": 0.15, "split": 0.3, "impression": 0.3},
-    "high": {"rephrase": 0.9, "merge": 0.35, "split": 0.5, "impression": 0.6},
+    "low": {"rephrase": 0.5, "merge": 0.15, "split": 0.3, "impression": 0.3, "incidental": 0.2},
+    "high": {"rephrase": 0.9, "merge": 0.35, "split": 0.5, "impression": 0.6, "incidental": 0.35},
 }
 VARIATIONS: tuple[str, ...] = ("none", *LEVELS)

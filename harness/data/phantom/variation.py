@@ -24,6 +24,7 @@ from harness.data.phantom.phrasings import (
     FRAMES_PNEUMONIA,
     HEDGE_FRAMES,
     IMPRESSION_NORMAL,
+    INCIDENTAL,
     JOINS,
     LEVELS,
     NEG_FRAMES,
@@ -177,6 +178,10 @@ def vary_report(sections: list[list[Statement]], case: Case, rng: np.random.Gene
             else:
                 merged[-1] = joined
         out += [text for _, text, _ in merged]
+    if rng.random() < p["incidental"]:
+        count = 1 if rng.random() < 0.6 else 2
+        for line in rng.choice(INCIDENTAL, size=count, replace=False):
+            out.insert(int(rng.integers(len(out) + 1)), str(line))
     if case.findings and rng.random() < p["impression"]:
         named = list(case.findings[:2])
         items = [_pick(rng, finding_sentences(case, name, bare=True)) for name in named]

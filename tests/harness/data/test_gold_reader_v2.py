@@ -15,7 +15,7 @@ from harness.data.phantom import gold_reader as v1
 from harness.data.phantom.gold_reader import _finding_cases, read_reports, statement_table
 from harness.data.phantom.gold_reader_v2 import read_report, read_sentence
 from harness.data.phantom.phrases import NORMAL
-from harness.data.phantom.phrasings import NEG_NOUN
+from harness.data.phantom.phrasings import INCIDENTAL, NEG_NOUN
 from harness.data.phantom.variation import (
     clear_without_sentences,
     device_sentences,
@@ -91,6 +91,8 @@ def test_every_device_and_impression_phrasing():
             _expect(sentence, {(SD, POSITIVE)})
     for sentence in impression_normal_sentences():
         assert read_report(sentence + " .")[IDX["No Finding"]] == 1, sentence
+    for sentence in INCIDENTAL:  # states nothing, and does not make a report read as normal
+        assert read_sentence(sentence) == ((), False), sentence
 
 
 def test_joined_finding_statements_read_as_both():
