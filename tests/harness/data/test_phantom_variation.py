@@ -62,3 +62,15 @@ def test_a_varied_set_has_its_own_folder():
     assert phantom_dir(varied, ("test",)).name == "n1500-seed0-px128-g2-varhigh-test"
     assert np.unique([str(phantom_dir(load_config(None, [f"data.report_variation={v}"])))
                       for v in ("none", "low", "high")]).size == 3
+
+
+def test_the_synth_command_writes_a_varied_set(tmp_path):
+    from harness.cli import main
+
+    assert main(["data", "synth", "--n", "10", "--seed", "3", "--image-size", "32", "--out", str(tmp_path / "v"),
+                 "--report-variation", "high"]) == 0
+    items = json.loads((tmp_path / "v" / "annotation.json").read_text())
+    cfg = PhantomConfig(n=10, seed=3, image_size=32, report_variation="high")
+    by_id = {item["id"]: item for split in items.values() for item in split}
+    assert [by_id[f"phantom_{i:05d}"]["report"] for i in range(10)] == [case_and_report(cfg, i)[1].text
+                                                                        for i in range(10)]
