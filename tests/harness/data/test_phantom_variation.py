@@ -16,7 +16,7 @@ from harness.stages.paths import phantom_dir
 
 def test_variation_none_is_the_plain_generator_byte_for_byte():
     """Items and images of every tenth study of 300, hashed: the value the generator gave before the field
-    existed (computed at 4e2c7ea, the commit this branch started from)."""
+    existed (computed with the generator of main at 4e2c7ea, the same as at this branch's base 976fce4)."""
     cfg = PhantomConfig(n=300, seed=0, image_size=64)
     h = hashlib.sha256()
     for i in range(0, 300, 10):
