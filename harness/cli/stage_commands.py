@@ -24,7 +24,8 @@ def cmd_data_synth(ns) -> int:
             raise ConfigError(f"{option} = {value} must be >= {low}")
     check_out_dir(Path(ns.out), "--out")
     with preemption.handling():  # a stop signal: the images so far are kept, the rerun draws the rest (exit 75)
-        path = synthesize(Path(ns.out), PhantomConfig(n=ns.n, seed=ns.seed, image_size=ns.image_size))
+        cfg = PhantomConfig(n=ns.n, seed=ns.seed, image_size=ns.image_size, report_variation=ns.report_variation)
+        path = synthesize(Path(ns.out), cfg)
     print(f"wrote {path}")
     return 0
 
@@ -142,6 +143,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     synth.add_argument("--seed", type=int, default=0, help="random seed; same seed -> identical files")
     synth.add_argument("--out", required=True, help="output folder")
     synth.add_argument("--image-size", type=int, default=128, help="image side in pixels (default 128)")
+    synth.add_argument("--report-variation", choices=("none", "low", "high"), default="none",
+                       help="report language variation (data.report_variation; default none, the plain grammar)")
     synth.set_defaults(func=cmd_data_synth)
 
     clf = sub.add_parser("classifier", help="the disease classifier").add_subparsers(dest="clf_command",

@@ -48,6 +48,11 @@ class DataConfig:
     synth_seed: int = knob(0, "Seed of the synthetic set; same seed -> identical files (this project).")
     synth_image_size: int = knob(128, "Side in pixels of the synthetic images, >= 32 (the phantom generator's "
                                       "bound, MIN_IMAGE_SIZE; this project).")
+    report_variation: str = knob("none", 'How much the phantom\'s report language varies: "none" = one phrasing '
+                                         "per statement, the plain grammar of every earlier study; \"low\" / "
+                                         '"high" = several phrasings per statement, merged and split sentences, '
+                                         "impression lines (harness/data/phantom/phrasings.py; this project, "
+                                         "issue 44). A varied set gets its own folder.")
     max_train: int | None = knob(None, "Cap on training samples (null = all); handy for smoke runs.")
     max_val: int | None = knob(None, "Cap on validation samples (null = all); handy for smoke runs.")
     max_test: int | None = knob(None, "Cap on test samples (null = all); handy for smoke runs.")
@@ -433,3 +438,9 @@ class EvalConfig:
     radgraph: str = knob("auto", 'RadGraph F1: "auto" (reported when the weights are present, else marked '
                                  'missing), "off", or "required".')
     radgraph_model: str = knob("radgraph-xl", "RadGraph model: radgraph or radgraph-xl.")
+    gold_reader: str = knob("v1", 'The phantom\'s gold reader (gold_* metrics): "v1" = the generator\'s own '
+                                  "sentences looked up exactly (harness/data/phantom/gold_reader.py; every earlier "
+                                  'study); "v2" = reads meaning: findings, negation, hedges, normality statements, '
+                                  "in any wording; degenerate text states nothing (gold_reader_v2.py; this "
+                                  "project, issue 44). Both read every plain reference exactly; on model outputs "
+                                  "they differ, so v1 stays the default.")

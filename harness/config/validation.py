@@ -211,6 +211,9 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              "must be paper or rrg")
         need(cfg.eval.radgraph in ("auto", "off", "required"), "eval.radgraph", cfg.eval.radgraph,
              "must be auto, off or required")
+        need(cfg.eval.gold_reader in ("v1", "v2"), "eval.gold_reader", cfg.eval.gold_reader, "must be v1 or v2")
+        need(cfg.data.report_variation in ("none", "low", "high"), "data.report_variation",
+             cfg.data.report_variation, "must be none, low or high")
         need(cfg.eval.radgraph_model in ("radgraph", "radgraph-xl"), "eval.radgraph_model", cfg.eval.radgraph_model,
              "must be radgraph or radgraph-xl")
         need(cfg.generation.max_new_tokens > 0, "generation.max_new_tokens", cfg.generation.max_new_tokens,

@@ -30,7 +30,8 @@ def prepare_data(cfg: RunConfig, progress: bool = False) -> Path:
     from harness.stages.common import ensure_phantom, phantom_dir
 
     d = cfg.data
-    return ensure_phantom(phantom_dir(cfg), d.synth_n, d.synth_seed, d.synth_image_size, progress)
+    return ensure_phantom(phantom_dir(cfg), d.synth_n, d.synth_seed, d.synth_image_size, progress,
+                          report_variation=d.report_variation)
 
 
 def prepare_test_data(cfg: RunConfig, progress: bool = False) -> Path:

@@ -82,7 +82,9 @@ _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementatio
                    "rl.kl_placement": "loss", "rl.kl_reward_reduce": "sum",
                    "rl.kl_cap": 10.0, "rl.advantage_std": "population", "rl.importance_sampling": "token",
                    "rl.surrogate": "clip", "rl.sapo_tau_pos": 1.0, "rl.sapo_tau_neg": 1.05,
-                   "classifier.micro_batch_size": None}
+                   "classifier.micro_batch_size": None,
+                   # the phantom's varied report language and the meaning-reading gold (issue 44)
+                   "data.report_variation": "none", "eval.gold_reader": "v1"}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

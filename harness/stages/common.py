@@ -32,7 +32,7 @@ def torch_threads(n: int):
 
 
 def ensure_phantom(out_dir: Path, n: int, seed: int, image_size: int, progress: bool = True,
-                   splits: tuple[str, ...] | None = None) -> Path:
+                   splits: tuple[str, ...] | None = None, report_variation: str = "none") -> Path:
     """Synthesize the phantom set (only `splits`' studies when given) into `out_dir` unless it is already there;
     returns annotation.json."""
     from harness.data.phantom import SPLITS, PhantomConfig, synthesize
@@ -40,7 +40,8 @@ def ensure_phantom(out_dir: Path, n: int, seed: int, image_size: int, progress: 
     ann = out_dir / "annotation.json"
     if ann.is_file():
         return ann
-    return Path(synthesize(out_dir, PhantomConfig(n=n, seed=seed, image_size=image_size), splits or SPLITS))
+    cfg = PhantomConfig(n=n, seed=seed, image_size=image_size, report_variation=report_variation)
+    return Path(synthesize(out_dir, cfg, splits or SPLITS))
 
 
 def ensure_test_split(cfg: RunConfig, progress: bool = True) -> Path:
@@ -50,7 +51,7 @@ def ensure_test_split(cfg: RunConfig, progress: bool = True) -> Path:
     folder = test_split_dir(cfg)
     only_test = folder != phantom_dir(cfg)
     return ensure_phantom(folder, d.synth_n, d.synth_seed, d.synth_image_size, progress,
-                          ("test",) if only_test else None)
+                          ("test",) if only_test else None, d.report_variation)
 
 
 def load_splits(cfg: RunConfig, progress: bool = True, only: str | None = None) -> dict:
@@ -63,7 +64,8 @@ def load_splits(cfg: RunConfig, progress: bool = True, only: str | None = None) 
     if phantom and only == "test":
         ann = ensure_test_split(cfg, progress)
     elif phantom:
-        ann = ensure_phantom(phantom_dir(cfg), d.synth_n, d.synth_seed, d.synth_image_size, progress)
+        ann = ensure_phantom(phantom_dir(cfg), d.synth_n, d.synth_seed, d.synth_image_size, progress,
+                             report_variation=d.report_variation)
     else:
         ann = Path(d.annotation)
     splits = load_annotation(ann, d.dataset, image_dir=d.image_dir, views=d.views,

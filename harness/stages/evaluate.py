@@ -50,7 +50,8 @@ def _labels_json(row: np.ndarray) -> list:
     return [None if np.isnan(v) else float(v) for v in np.asarray(row, dtype=np.float64)]
 
 
-def gold_eval(samples, hyps: list[str], ref_labels: np.ndarray, labeler: np.ndarray) -> tuple[dict, np.ndarray | None]:
+def gold_eval(samples, hyps: list[str], ref_labels: np.ndarray, labeler: np.ndarray,
+              reader: str = "v1") -> tuple[dict, np.ndarray | None]:
     """The phantom's gold (harness/data/phantom/gold_reader.py) when every sample carries its image truth: the
     reader's scores against what was drawn (`gold_*`) and against the stored report labels (`gold_report_*`),
     and how often the rule labeler's positives (`labeler`) differ from the reader's; with the reader's labels."""
@@ -61,7 +62,7 @@ def gold_eval(samples, hyps: list[str], ref_labels: np.ndarray, labeler: np.ndar
         return {}, None
     from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 
-    read = read_reports(hyps)
+    read = read_reports(hyps, reader)  # eval.gold_reader
     return {**gold_scores(read, truth, ref_labels), **disagreement(labeler, read)}, read
 
 
@@ -127,7 +128,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     hyp_labels = label_with(cfg.eval.ce_backend, hyps, cfg.eval.chexbert_mode)
     scores.update(findings_scores(hyps, ref_labels, cfg.eval.ce_backend, cfg.eval.chexbert_mode, hyp_labels))
     labeler = hyp_labels if cfg.eval.ce_backend == "rules" else label_with("rules", hyps)
-    gold, gold_labels = gold_eval(samples, hyps, ref_labels, labeler)
+    gold, gold_labels = gold_eval(samples, hyps, ref_labels, labeler, cfg.eval.gold_reader)
     scores.update(gold)
     scores.update(clinical_scores(cfg, hyps, [s.report for s in samples]))
     scores["well_formatted"] = well_formatted_fraction(outputs)  # MRG-R1's layout; 0 for a plain model

@@ -48,6 +48,8 @@ def phantom_dir(cfg: RunConfig, splits: tuple[str, ...] = phantom.SPLITS) -> Pat
     holds only those splits' studies (the same studies, drawn alone: harness/data/phantom/writer.py)."""
     d = cfg.data
     name = f"n{d.synth_n}-seed{d.synth_seed}-px{d.synth_image_size}-g{phantom.GENERATOR_VERSION}"
+    if d.report_variation != "none":  # a varied set never reuses a plain one (nor the reverse)
+        name += f"-var{d.report_variation}"
     part = [s for s in phantom.SPLITS if s in splits]
     if part != list(phantom.SPLITS):
         name += "-" + "-".join(part)

@@ -97,7 +97,7 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     if gold_present is not None:
         from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 
-        read = read_reports(hyps)
+        read = read_reports(hyps, cfg.eval.gold_reader)
         gold = gold_scores(read, gold_present)
         scores.update(gold_f1=gold["gold_f1"], gold_exact=gold["gold_exact"])
         scores["labeler_gold_disagree"] = disagreement(labeler, read)["labeler_gold_disagree"]

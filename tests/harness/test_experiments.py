@@ -921,6 +921,9 @@ def test_stage_keys_of_the_tiny_power_preset_are_pinned():
     ([], "warmup", {}, "pretrain.group_by_length", True),
     # classifier.amp_bf16 (issue 27): fp32, what every classifier trained before the field reached the stage config
     ([], "classifier", {"data": "abc"}, "classifier.amp_bf16", True),
+    # data.report_variation, eval.gold_reader (issue 44): the plain grammar and the v1 reader, as every run before
+    ([], "sft", {"warmup": "abc"}, "data.report_variation", "high"),
+    ([], "eval", {"model": "abc"}, "eval.gold_reader", "v2"),
 ])
 def test_later_model_fields_are_keyed_only_when_they_change_what_runs(monkeypatch, overrides, kind, inputs, field,
                                                                       keyed_value):

@@ -9,7 +9,9 @@ report, image), so a sample does not depend on ``n``, on the image size, or on h
 
 Modules, from the bottom up: ``vocabulary`` (findings, attributes, their frequencies), ``config``
 (``PhantomConfig``), ``case`` (``Case``, ``sample_case``), ``phrases`` + ``report`` (the report grammar),
-``geometry`` + ``anatomy`` + ``draw_findings`` + ``render`` (the image), ``writer`` (the data set folder).
+``geometry`` + ``anatomy`` + ``draw_findings`` + ``render`` (the image), ``writer`` (the data set folder);
+``phrasings`` + ``variation`` (the varied report language, ``report_variation`` low/high), ``gold_reader`` and
+``gold_reader_v2`` (the gold readers: the grammar's own sentences; meaning).
 """
 
 from harness.data.phantom.case import Case, sample_case

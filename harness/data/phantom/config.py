@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.constants import MIN_IMAGE_SIZE  # the smallest image side the drawing is made for
+from harness.data.phantom.phrasings import VARIATIONS
 from harness.data.phantom.vocabulary import FINDINGS, default_rates
 
 # What the generator draws for a given config and seed. Bump it with any change to the cases, reports or images
@@ -33,6 +34,9 @@ class PhantomConfig:
     uncertain_rate: float = 0.12  # chance that the report hedges a present finding (labelled -1)
     negation_rate: float = 0.55  # chance that the report explicitly negates a given absent finding
     id_prefix: str = "phantom"
+    # How much the report language varies (harness/data/phantom/phrasings.py LEVELS): "none" = the plain grammar
+    # (phrases.py, the sets of every earlier study, byte for byte), "low" / "high" (issue 44).
+    report_variation: str = "none"
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -59,5 +63,8 @@ class PhantomConfig:
                 raise ValueError(f"PhantomConfig.finding_rates[{name!r}] must be in [0, 1], got {rate}")
         if self.normal_fraction < 1.0 and not any(self.finding_rates.values()):
             raise ValueError("PhantomConfig.finding_rates are all zero but normal_fraction < 1")
+        if self.report_variation not in VARIATIONS:
+            raise ValueError(f"PhantomConfig.report_variation must be one of {VARIATIONS}, got "
+                             f"{self.report_variation!r}")
         if not self.id_prefix or not self.id_prefix.replace("_", "").isalnum():
             raise ValueError(f"PhantomConfig.id_prefix must be alphanumeric/underscore, got {self.id_prefix!r}")

@@ -132,10 +132,16 @@ def read_report(report: str) -> np.ndarray:
     return labels
 
 
-def read_reports(reports: Sequence[str]) -> np.ndarray:
-    """float [N, 14]: `read_report` of each report."""
+def read_reports(reports: Sequence[str], reader: str = "v1") -> np.ndarray:
+    """float [N, 14]: `read_report` of each report; `reader` "v2": gold_reader_v2's (eval.gold_reader)."""
+    if reader not in ("v1", "v2"):
+        raise ValueError(f"gold reader must be v1 or v2, got {reader!r}")
     if not reports:
         return np.zeros((0, NUM_OBSERVATIONS))
+    if reader == "v2":
+        from harness.data.phantom.gold_reader_v2 import read_reports as read_v2
+
+        return read_v2(reports)
     return np.stack([read_report(r) for r in reports])
 
 

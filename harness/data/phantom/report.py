@@ -103,14 +103,16 @@ def compose_report(case: Case, rng: np.random.Generator, cfg: PhantomConfig | No
     cfg = cfg or PhantomConfig()
     labels: dict[str, int] = {}
     sections: list[list[str]] = [[] for _ in range(len(SECTIONS) + 1)]
+    kinds: dict[str, tuple[str, tuple[str, ...]]] = {}  # sentence -> (kind, payload), for the varied language
 
-    def state(index: int, text: str, group: tuple[str, ...], value: int) -> None:
+    def state(index: int, text: str, group: tuple[str, ...], value: int, kind: str = "negation") -> None:
         sections[index].append(text)
         labels.update(dict.fromkeys(group, value))
+        kinds[text] = (kind, group)
 
     for name in case.findings:
         value = UNCERTAIN if name in case.uncertain else POSITIVE
-        state(_SECTION_OF[name], _positive_sentence(case, name, rng), (name,), value)
+        state(_SECTION_OF[name], _positive_sentence(case, name, rng), (name,), value, "finding")
     heart_normal = [n for n in SECTIONS[0] if n not in case.findings]
     if len(heart_normal) == 2 and rng.random() < 0.5:
         group = ("Cardiomegaly", "Enlarged Cardiomediastinum")
@@ -129,11 +131,13 @@ def compose_report(case: Case, rng: np.random.Generator, cfg: PhantomConfig | No
         state(index, text, group, NEGATIVE)
         optional.append((index, text, group))
     for device in case.devices:
-        state(len(SECTIONS), _pick(rng, DEVICE_TEXT[device]), ("Support Devices",), POSITIVE)
+        state(len(SECTIONS), _pick(rng, DEVICE_TEXT[device]), ("Support Devices",), POSITIVE, "device")
+        kinds[sections[-1][-1]] = ("device", (device,))
     if not case.findings:
         labels["No Finding"] = POSITIVE
         if rng.random() < 0.35:
             sections[-1].append(_pick(rng, IMPRESSION_NORMAL))
+            kinds[sections[-1][-1]] = ("impression", ())
 
     def words() -> int:
         return sum(len(s.split()) for lines in sections for s in lines)
@@ -148,7 +152,13 @@ def compose_report(case: Case, rng: np.random.Generator, cfg: PhantomConfig | No
     while words() < MIN_WORDS and fillers:
         name = fillers.pop()
         state(_SECTION_OF[name], _pick(rng, NORMAL[(name,)]), (name,), NEGATIVE)
-    text = clean_report(". ".join(s for lines in sections for s in lines) + ".", "iu_xray")
+    lines = [s for section in sections for s in section]
+    if cfg.report_variation != "none":  # drawn after the plain report: "none" stays byte-identical
+        from harness.data.phantom.variation import vary_report
+
+        statements = [[(kinds[s][0], s, kinds[s][1]) for s in section] for section in sections]
+        lines = vary_report(statements, case, rng, cfg.report_variation)
+    text = clean_report(". ".join(lines) + ".", "iu_xray")
     return Report(text=text, labels=[labels.get(name) for name in OBSERVATIONS])
 
 

@@ -114,7 +114,10 @@ PARTIAL = "synth.partial.json"
 
 def _start_partial(out: Path, cfg: PhantomConfig) -> bool:
     """Mark `out` as being synthesized with `cfg`; whether its images are an earlier try's with the same cfg."""
-    want = json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+    fields = dataclasses.asdict(cfg)
+    if fields["report_variation"] == "none":  # the marker of a plain set as before the field existed
+        del fields["report_variation"]
+    want = json.dumps(fields, sort_keys=True)
     marker = out / PARTIAL
     same = marker.is_file() and marker.read_text(encoding="utf-8") == want
     if not same:

@@ -23,6 +23,7 @@ from harness.data.phantom.gold_reader import (
 
 ROOT = Path(__file__).resolve().parents[3]
 READER = "harness.data.phantom.gold_reader"
+READER_V2 = "harness.data.phantom.gold_reader_v2"
 NAN = np.nan
 
 
@@ -183,15 +184,25 @@ def _reachable(start: str) -> set[str]:
 
 
 def test_no_reward_imports_the_gold_reader():
-    """No module of rewards/ reaches the gold reader, directly or through any chain of imports."""
+    """No module of rewards/ reaches a gold reader (v1 or v2), directly or through any chain of imports."""
     rewards = sorted(p for p in (ROOT / "rewards").rglob("*.py"))
     assert rewards
     bad = []
     for path in rewards:
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        if READER in _reachable(name):
-            bad.append(name)
-    assert not bad, f"these reward modules reach {READER}: {bad}"
+        reached = _reachable(name)
+        bad += [(name, reader) for reader in (READER, READER_V2) if reader in reached]
+    assert not bad, f"these reward modules reach a gold reader: {bad}"
+
+
+def test_the_gold_readers_never_reach_the_rule_labeler():
+    """Neither reader reaches the rule labeler (rewards/chexpert*.py) through any chain of imports. (Both reach
+    rewards' registry through the package imports of harness.data; no labeler is among them.)"""
+    labelers = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "rewards").glob("chexpert*.py")}
+    assert labelers
+    for reader in (READER, READER_V2):
+        reached = _reachable(reader)
+        assert reader in reached and not reached & labelers, (reader, reached & labelers)
 
 
 def test_the_import_graph_check_sees_a_lazy_import(tmp_path):
