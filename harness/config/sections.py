@@ -182,7 +182,7 @@ class TrainConfig(StepConfig):
                                                "data checks, the model) under a launch (this project), seconds; not "
                                                "part of a run's key.")
     report_to: str | list[str] = knob("tensorboard", "Trackers the run's records are mirrored into, for warm-up, "
-                                                     "classifier, SFT and RL (harness/runs/trackers.py): "
+                                                     "classifier, SFT, RL and stage 0 (harness/runs/trackers.py): "
                                                      "tensorboard (RUN/tb/), wandb (Weights & Biases, files in "
                                                      "RUN/wandb/; WANDB_MODE=offline keeps it on disk), none, or a "
                                                      "list, e.g. [tensorboard, wandb]. The same keys as steps.jsonl "

@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.experiments.index import build_index, now, run_status
 from harness.experiments.plan import NODE_ORDER, Node, Plan, link_stages, node_done, node_label
 from harness.experiments.study import STAGES
+from harness.experiments.tracker_labels import write_tracker_labels
 from harness.experiments.workers import (
     LOCK_POLL_S,
     acquire_lock,
@@ -103,6 +104,7 @@ class LocalExperimentRun:
         self.index_path = plan.out / INDEX_FILE
         self.created = created_at(self.index_path)
         link_stages(plan)
+        write_tracker_labels(plan)  # W&B group/name/tags and TensorBoard folder of each stage run
         for n in plan.nodes.values():
             if node_done(n):
                 n.status = "complete"

@@ -56,8 +56,12 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
             kls += [part[1]] if part[1] is not None else []
         if not dist.main:
             return dist.broadcast_object(None)
-        return dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels, gold_present),
-                                      **kl_summary(kls)})
+        scores = dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels, gold_present),
+                                        **kl_summary(kls)})
+        if scores.get(COMPLETIONS):  # the input image of each row, for the trackers (not sent to the other ranks)
+            scores[COMPLETIONS] = [[*row, val.images[i][0] if val.images[i] else None]
+                                   for i, row in enumerate(scores[COMPLETIONS])]
+        return scores
 
     return validate
 
@@ -79,7 +83,7 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     with `gold_labels` ([N, 14] stored labels of the references) the rule labeler's agreement with them:
     `labeler_f1`, `labeler_exact` (what `gold_f1` / `gold_exact` were before issue 24). `completions`
     (harness/grpo/validation.py COMPLETIONS): each prompt's id, instruction, report, reward and reference report, for
-    the trackers' table."""
+    the trackers' table (make_validator adds the input image)."""
     from rewards.spec import compute_reward
 
     raw = hyps
