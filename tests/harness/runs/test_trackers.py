@@ -197,7 +197,9 @@ def fake_study_run(tmp_path, trackers=("tensorboard",)):
     from harness.runs.trackers import read_labels
     from tests.harness.test_experiments import write_study
 
-    plan = build_plan(load_study(write_study(tmp_path, TWO_ARMS)), tmp_path / "out")
+    # cache_dir: stage 0's labels are written beside its base, in the cache (here the test's own)
+    extra = f"common: {{cache_dir: {tmp_path / 'cache'}}}\n"
+    plan = build_plan(load_study(write_study(tmp_path, TWO_ARMS, extra=extra)), tmp_path / "out")
     link_stages(plan)
     write_tracker_labels(plan)
     for node in plan.stage_nodes():
@@ -218,6 +220,20 @@ def test_tensorboard_lists_each_stage_run_of_a_study_once_by_its_readable_name(t
     runs = sorted(EventMultiplexer().AddRunsFromDirectory(str(plan.out)).Runs())
     assert runs == sorted(f"tb/{arms}/seed{seed}/{stage}" for seed in (0, 1) for arms, stage in
                           [("a+b", "warmup"), ("a+b", "classifier"), ("a+b", "sft"), ("a", "rl"), ("b", "rl")])
+
+
+def test_stage0_of_a_study_gets_its_labels_beside_its_base(tmp_path):
+    from harness.config import RunConfig, from_dict
+    from harness.runs.trackers import labels_beside, read_labels
+    from harness.stages.paths import base_dir
+
+    plan = fake_study_run(tmp_path)
+    (node,) = [n for n in plan.nodes.values() if n.kind == "pretrain"]
+    base = base_dir(from_dict(RunConfig, node.config))
+    assert tmp_path / "cache" in base.parents
+    labels = read_labels(base / "run", labels_beside(base))
+    assert labels["group"] == "toy/out" and labels["name"] == f"stage0/{node.key}"
+    assert labels["tb_dir"] == str(plan.out / "tb" / "stage0" / node.key)
 
 
 def test_a_study_stage_run_is_grouped_named_and_tagged_in_wandb(tmp_path):
