@@ -116,11 +116,11 @@ class LocalExperimentRun:
         # every run asked of a runner call so far (this one's and the earlier calls'): the others are `not requested`
         self.requested = set(selected) | (recorded_requests(self.index_path) or set())
         link_stages(plan)
-        write_tracker_labels(plan)  # W&B group/name/tags and TensorBoard folder of each stage run
         for n in plan.nodes.values():
             if node_done(n):
                 n.status = "complete"
         self.order = needed_order(plan, selected)
+        write_tracker_labels(plan, self.order)  # W&B group/name/tags and TensorBoard folder of the runs to run
         self.run_info: dict[tuple[str, int], dict] = {}
         self.t0 = time.time()
         self.pending_runs = {k for k in selected if plan.nodes[plan.runs[k].eval_node].status != "complete"}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from harness.experiments.plan import Node, Plan, node_done
@@ -73,10 +74,11 @@ def _write(path: Path, labels: dict, relative_to: Path) -> None:
     atomic_write_text(path, text)
 
 
-def write_tracker_labels(plan: Plan) -> None:
-    """RUN/tracker.json for every stage run of the plan not yet complete (a completed run keeps the labels it
-    was tracked under), and the labels of stage 0 beside its base folder."""
-    for node in plan.nodes.values():
+def write_tracker_labels(plan: Plan, node_ids: Iterable[str] | None = None) -> None:
+    """RUN/tracker.json for every stage run of the plan (or of `node_ids`: those a runner call will run) not yet
+    complete (a completed run keeps the labels it was tracked under), and the labels of stage 0 beside its base."""
+    nodes = plan.nodes.values() if node_ids is None else [plan.nodes[i] for i in node_ids]
+    for node in nodes:
         if node.kind in STAGES and node.run_dir is not None and not node_done(node):
             _write(node.run_dir / LABELS_FILE, stage_labels(plan, node), node.run_dir)
         elif node.kind == "pretrain" and not node_done(node):
