@@ -17,7 +17,7 @@ from harness.evaluation import findings_scores, label_with, nlg_scores
 from harness.grpo.start_validation import shared_start_validation
 from harness.grpo.trainer import GRPOTrainer
 from harness.grpo.val_drift import kl_summary, kl_to_snapshot
-from harness.grpo.validation import COMPLETIONS, ValidationCallback, ValidationEvent
+from harness.grpo.validation import COMPLETION_IMAGES, COMPLETIONS, ValidationCallback, ValidationEvent
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.output_format import report_part, reward_inputs, well_formatted_fraction
@@ -58,8 +58,8 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
             return dist.broadcast_object(None)
         scores = dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels, gold_present),
                                         **kl_summary(kls)})
-        if scores.get(COMPLETIONS):  # the input image of each row, for the trackers (not sent to the other ranks)
-            scores[COMPLETIONS] = [[*row, val.images[i][0] if val.images[i] else None]
+        if scores.get(COMPLETIONS):  # the input image of the first rows, for the trackers (not sent to other ranks)
+            scores[COMPLETIONS] = [[*row, val.images[i][0] if i < COMPLETION_IMAGES and val.images[i] else None]
                                    for i, row in enumerate(scores[COMPLETIONS])]
         return scores
 

@@ -146,7 +146,9 @@ def test_a_tables_image_column_is_an_image_in_tensorboard_and_wandb(tmp_path):
     image = np.zeros((8, 6, 3), dtype=np.uint8)
     image[2:4, 1:3] = 200
     run = RunDir(run_dir, trackers=["tensorboard", "wandb"])
-    run.log_table("val/completions", (*COLUMNS, "image"), [[*TABLE[0], [image]]], 2)
+    # the second row carries no image (harness/grpo/validation.py COMPLETION_IMAGES: only the first rows do)
+    run.log_table("val/completions", (*COLUMNS, "image"), [[*TABLE[0], [image]], ["s1", "w", "x", 0.5, "y", None]],
+                  2)
     run.close()
     acc = tensorboard_tags(run_dir)
     (tag,) = acc.Tags()["images"]
