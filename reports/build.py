@@ -39,6 +39,7 @@ from reports.tables import (
     matrix_factors,
     matrix_markdown,
     notes,
+    published_apart_rows,
     results_frame,
     to_csv,
     to_latex,
@@ -245,6 +246,10 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
         header, rows = wide_rows(df, spec)
         html_tables.append(Table("Results (test split)", header, rows, notes(exp, df, spec),
                                  ["paper" if r[1].startswith("paper") else "" for r in rows]))
+        apart = published_apart_rows(df, spec)
+        if apart:  # published rows of another data set: a table of their own, labelled with it
+            html_tables.append(Table(apart[0], apart[1], apart[2], [], ["paper"] * len(apart[2])))
+            md_parts.append(_table_md(html_tables[-1]))
         diff_md = differences_markdown(exp, df, spec)
         if diff_md:
             (tdir / "differences.md").write_text(diff_md, encoding="utf-8")
@@ -346,8 +351,10 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             f"Seeds: {', '.join(map(str, exp.seeds))}; complete runs (n) per arm: "
             + ", ".join(f"{k} {v}" for k, v in n_by_arm.items()),
             "Runs by status: " + ", ".join(f"{k} {v}" for k, v in status.items())
-            + ("; pending runs are the study's arm x seed runs not run yet (the demo runs a selection: `regbench "
-               "experiment run` of the study file runs the rest)" if status.get("pending") else ""),
+            + ("; pending runs were asked for and have not ended yet" if status.get("pending") else "")
+            + (f"; this page shows {len(exp.arms)} of the study file's {exp.study_arms} arms: its other "
+               f"{len(exp.not_requested)} arm x seed runs were not requested (`regbench experiment run` of the study "
+               "file runs them)" if exp.not_requested else ""),
             f"Baseline arm: {exp.baseline_arm or 'none'}; intervals: 95% t-interval over seeds; paired t-test over "
             f"shared seeds, or the paired bootstrap over test reports (B = {B}) for one shared seed (reports/stats.py, "
             f"reports/bootstrap.py); differences are exploratory except the declared contrasts (Verdicts).",

@@ -23,6 +23,7 @@ from harness.runs.schema import (
     INDEX_FORMAT,
     MANIFEST_FILE,
     METRICS_FILE,
+    NOT_REQUESTED,
     SAMPLES_FILE,
     STEPS_FILE,
     TEST_PREDICTIONS_GLOB,
@@ -161,6 +162,9 @@ class Experiment:
     reproduces: str | None = None
     preset: str | None = None
     index: dict = field(default_factory=dict)
+    # the study file's arm x seed runs no runner call was asked for (a subset run, `--arms a,b`): not on the page
+    not_requested: list[tuple[str, int]] = field(default_factory=list)
+    study_arms: int = 0  # how many arms the study file has (the page's arms are those that were run)
 
     @property
     def contrasts(self) -> list[dict]:
@@ -256,11 +260,25 @@ def _load_index(path: Path, index: dict) -> Experiment:
         final = (r.get(RunKey.FINAL_STAGE) or "base") if RunKey.FINAL_STAGE in r else "?"
         runs.append(Run(r[RunKey.ARM], int(r.get(RunKey.SEED, 0)), run_dir, rl_dir, eval_dir, scores, status,
                         r.get(RunKey.ERROR), final))
+    # A subset run (`--arms`, `--seeds`): the page is about the runs that were asked for, not the study file.
+    skipped = [(r.arm, r.seed) for r in runs if r.status == NOT_REQUESTED]
+    runs = [r for r in runs if r.status != NOT_REQUESTED]
+    study_arms = len(arms)
+    ran = {r.arm for r in runs}
+    if skipped:
+        arms = [a for a in arms if a.name in ran]
     seeds = [int(s) for s in index.get(IndexKey.SEEDS) or sorted({r.seed for r in runs})]
+    if skipped:
+        seeds = [s for s in seeds if any(r.seed == s for r in runs)]
     study = index.get(IndexKey.STUDY)
-    return Experiment(path, study or path.name, index.get(IndexKey.TITLE) or study or path.name,
-                      arms, runs, seeds, _baseline_arm(index),
-                      index.get(IndexKey.REPRODUCES), index.get(IndexKey.PRESET), index)
+    title = index.get(IndexKey.TITLE) or study or path.name
+    if skipped and len(arms) < study_arms:  # the file's title describes all its arms
+        title = (f"{study or path.name}: {', '.join(a.label for a in arms) or 'no arm'} "
+                 f"({len(arms)} of the study's {study_arms} arms)")
+    baseline = _baseline_arm(index)
+    return Experiment(path, study or path.name, title, arms, runs, seeds,
+                      baseline if baseline in ran or not skipped else None,
+                      index.get(IndexKey.REPRODUCES), index.get(IndexKey.PRESET), index, skipped, study_arms)
 
 
 def _baseline_arm(index: dict) -> str | None:

@@ -146,13 +146,20 @@ def frontier_points(run: Run, metric: str) -> list[tuple[int, float, float]]:
             if is_number(e.get(KL_KEY)) and is_number(e.get(metric))]
 
 
+def frontier_rewards(exp: Experiment) -> list[str]:
+    """The rewards that get a proxy panel: those of arms with complete runs (an arm without one states no
+    reward, and drew an empty "proxy ... (None)" panel)."""
+    return list(dict.fromkeys(str(exp.factors(a.name).get("reward")) for a in exp.arms
+                              if exp.runs_of(a.name) and exp.factors(a.name).get("reward") is not None))
+
+
 def fig_frontier(exp: Experiment, out_dir: str | Path) -> list[Path] | None:
     from reports.figures import COLORS, plt, save_figure
 
     if not has_gold(exp):
         return None
     # One proxy panel per reward (their scales differ); the gold panel has every arm.
-    rewards = list(dict.fromkeys(str(exp.factors(a.name).get("reward")) for a in exp.arms))
+    rewards = frontier_rewards(exp)
     fig, axes = plt.subplots(1, 1 + len(rewards), figsize=(5.5 * (1 + len(rewards)), 4.2), squeeze=False)
     panels = [(axes[0][0], "gold_f1", "gold: findings micro-F1 (gold reader vs image truth)", None)]
     panels += [(axes[0][i + 1], "proxy_reward", f"proxy: mean rl.reward ({r})", r) for i, r in enumerate(rewards)]

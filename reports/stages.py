@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from harness.runs.schema import IndexKey, RunKey, StageKey
+from harness.runs.schema import NOT_REQUESTED, IndexKey, RunKey, StageKey
 from reports.experiment import Experiment
 from reports.html import Table
 
@@ -21,7 +21,8 @@ def _cell(entry: dict) -> str:
 
 def stage_table(exp: Experiment) -> Table | None:
     """One row per (arm, seed) run of index.json with a `stages` mapping; None when no run has one."""
-    runs = [r for r in exp.index.get(IndexKey.RUNS, []) if isinstance(r.get(RunKey.STAGES), dict) and r[RunKey.STAGES]]
+    runs = [r for r in exp.index.get(IndexKey.RUNS, []) if isinstance(r.get(RunKey.STAGES), dict) and r[RunKey.STAGES]
+            and r.get(RunKey.STATUS) != NOT_REQUESTED]  # a subset run's page is about the runs it was asked for
     if not runs:
         return None
     seen = list(dict.fromkeys(s for r in runs for s in r[RunKey.STAGES]))

@@ -221,12 +221,14 @@ class TrainConfig(StepConfig):
                                                "data checks, the model) under a launch (this project), seconds; not "
                                                "part of a run's key.")
     report_to: str | list[str] = knob("tensorboard", "Trackers the run's records are mirrored into, for warm-up, "
-                                                     "classifier, SFT and RL (harness/runs/trackers.py): "
-                                                     "tensorboard (RUN/tb/), wandb (Weights & Biases, files in "
-                                                     "RUN/wandb/; WANDB_MODE=offline keeps it on disk), none, or a "
-                                                     "list, e.g. [tensorboard, wandb]. The same keys as steps.jsonl "
-                                                     "/ evals.jsonl; RL's validation completions as a table (this "
-                                                     "project, as TRL's report_to). Not part of a run's key.")
+                                                     "classifier, SFT, RL and stage 0 (harness/runs/trackers.py): "
+                                                     "tensorboard (RUN/tb/; a study's stage run: "
+                                                     "<study>/tb/<arm>/seed<k>/<stage>), wandb (Weights & "
+                                                     "Biases, files in RUN/wandb/; WANDB_MODE=offline keeps it "
+                                                     "on disk), none, or a list, e.g. [tensorboard, wandb]. "
+                                                     "The same keys as steps.jsonl / evals.jsonl; RL's "
+                                                     "validation completions as a table (this project, as "
+                                                     "TRL's report_to). Not part of a run's key.")
     wandb_project: str = knob("regbench", "W&B project of train.report_to=wandb (this project); not part of a "
                                           "run's key.")
     preempt_signals: list[str] = knob(default_factory=lambda: ["SIGTERM", "SIGUSR1"], help=(

@@ -13,6 +13,7 @@ from harness.runs.schema import (
     ANALYSIS_STAGE,
     INDEX_FORMAT,
     METRICS_FILE,
+    NOT_REQUESTED,
     PRUNED,
     RUN_STATUSES,
     IndexKey,
@@ -46,13 +47,24 @@ def run_status(plan: Plan, rp: RunPlan) -> tuple[str, str | None, str | None]:
     return "pending", None, None
 
 
+def requested_runs(index: dict) -> set[tuple[str, int]] | None:
+    """The (arm, seed) runs an index says its runner calls were asked for; None: not recorded (every run)."""
+    pairs = index.get(IndexKey.REQUESTED)
+    if not isinstance(pairs, list):
+        return None
+    return {(str(a), int(s)) for a, s in pairs}
+
+
 def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None = None,
-                executor: str = "local") -> dict:
-    """index.json's content (layout: harness/runs/schema.py)."""
+                executor: str = "local", requested: set[tuple[str, int]] | None = None) -> dict:
+    """index.json's content (layout: harness/runs/schema.py). `requested`: the runs the runner calls were asked
+    for (a subset run, `--arms a,b`); a run outside it that is not complete is `not requested`, not pending."""
     study = plan.study
     runs, summary = [], dict.fromkeys(RUN_STATUSES, 0)
     for (arm, seed), rp in plan.runs.items():
         status, error, failed_stage = run_status(plan, rp)
+        if status == "pending" and requested is not None and (arm, seed) not in requested:
+            status = NOT_REQUESTED
         summary[status] = summary.get(status, 0) + 1  # PRUNED only where a search pruned a run
         stages = {}
         for stage, nid in rp.stages.items():
@@ -96,6 +108,7 @@ def build_index(plan: Plan, run_info: dict, created: str, argv: list[str] | None
         IndexKey.SEEDS: plan.seeds, IndexKey.ARMS: [a.describe() for a in study.arms],
         IndexKey.CONTRASTS: study.contrasts, IndexKey.DECIDE: study.decide, IndexKey.TEST_REPORTS: study.test_reports,
         IndexKey.STAGES_DIR: _rel(plan, plan.stages_root), IndexKey.RUNS: runs, IndexKey.SUMMARY: summary,
+        **({IndexKey.REQUESTED: sorted([a, s] for a, s in requested)} if requested is not None else {}),
         IndexKey.CREATED: created, IndexKey.UPDATED: now(), IndexKey.GIT_COMMIT: git_commit(),
         IndexKey.ARGV: list(argv if argv is not None else sys.argv), IndexKey.EXECUTOR: executor,
         **({IndexKey.SLURM_JOBS: {nid: list(n.jobs) for nid, n in plan.nodes.items() if n.jobs}}

@@ -13,9 +13,10 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.experiments.index import build_index, now, run_status
+from harness.experiments.index import build_index, now, requested_runs, run_status
 from harness.experiments.plan import NODE_ORDER, Node, Plan, link_stages, node_done, node_label
 from harness.experiments.study import STAGES
+from harness.experiments.tracker_labels import write_tracker_labels
 from harness.experiments.workers import (
     LOCK_POLL_S,
     acquire_lock,
@@ -71,6 +72,16 @@ def created_at(index_path: Path) -> str:
     return created
 
 
+def recorded_requests(index_path: Path) -> set[tuple[str, int]] | None:
+    """The runs an earlier index says were asked for (None: no index, or one that predates the record)."""
+    if not index_path.is_file():
+        return None
+    try:
+        return requested_runs(read_json(index_path))
+    except (ValueError, OSError, TypeError):
+        return None
+
+
 def needed_order(plan: Plan, selected: list[tuple[str, int]]) -> list[str]:
     """The nodes the selected, incomplete runs need, in the order to start them (kind, then seed)."""
     needed: set[str] = set()
@@ -102,11 +113,14 @@ class LocalExperimentRun:
         self.wait_for_locks = wait_for_locks
         self.index_path = plan.out / INDEX_FILE
         self.created = created_at(self.index_path)
+        # every run asked of a runner call so far (this one's and the earlier calls'): the others are `not requested`
+        self.requested = set(selected) | (recorded_requests(self.index_path) or set())
         link_stages(plan)
         for n in plan.nodes.values():
             if node_done(n):
                 n.status = "complete"
         self.order = needed_order(plan, selected)
+        write_tracker_labels(plan, self.order)  # W&B group/name/tags and TensorBoard folder of the runs to run
         self.run_info: dict[tuple[str, int], dict] = {}
         self.t0 = time.time()
         self.pending_runs = {k for k in selected if plan.nodes[plan.runs[k].eval_node].status != "complete"}
@@ -128,7 +142,7 @@ class LocalExperimentRun:
         return node_label(node, self.selected_set)
 
     def write_index(self) -> dict:
-        index = build_index(self.plan, self.run_info, self.created, self.argv, self.executor_name)
+        index = build_index(self.plan, self.run_info, self.created, self.argv, self.executor_name, self.requested)
         atomic_write_json(self.index_path, index)
         return index
 

@@ -18,13 +18,14 @@ from pathlib import Path
 
 from harness.config import ConfigError
 from harness.experiments.index import build_index
-from harness.experiments.local import ExperimentResult, LocalExperimentRun, created_at
+from harness.experiments.local import ExperimentResult, LocalExperimentRun, created_at, recorded_requests
 from harness.experiments.nodes import DEFAULT_FUNCTIONS
 from harness.experiments.plan import build_plan, node_done
 from harness.experiments.study import STAGES, Study, load_study
 from harness.runs.records import atomic_write_json, read_json
 from harness.runs.schema import (
     INDEX_FILE,
+    NOT_REQUESTED,
     PRUNED,
     IndexKey,
     RunKey,
@@ -155,14 +156,15 @@ def rebuild_index(study: Study, out: str | Path, *, stages_dir: str | Path | Non
         except (ValueError, OSError, KeyError, TypeError):
             old = {}
     run_info = {k: {"elapsed_s": r.get(RunKey.ELAPSED_S)} for k, r in old.items()}
-    index = build_index(plan, run_info, created_at(index_path), argv)
+    index = build_index(plan, run_info, created_at(index_path), argv, requested=recorded_requests(index_path))
     rows = []
     for row in index[IndexKey.RUNS]:
         before = old.get((row[RunKey.ARM], row[RunKey.SEED]))
         outcome = (outcomes or {}).get(row[RunKey.ARM])
-        if row[RunKey.STATUS] == "pending" and before and before.get(RunKey.STATUS) in ("failed", PRUNED):
+        waiting = row[RunKey.STATUS] in ("pending", NOT_REQUESTED)
+        if waiting and before and before.get(RunKey.STATUS) in ("failed", PRUNED):
             row = before
-        elif row[RunKey.STATUS] == "pending" and outcome:
+        elif waiting and outcome:
             row = {**row, RunKey.STATUS: outcome[0], RunKey.ERROR: outcome[1]}
         rows.append(row)
     index[IndexKey.RUNS] = rows

@@ -111,6 +111,14 @@ class SlurmQueue:
             raise RuntimeError(f"squeue failed: {p.stderr.strip()}")
         return out
 
+    def ended_state(self, job_id: str) -> JobState | None:
+        """A job squeue no longer lists, as scontrol still knows it (its state and exit code); None when it
+        does not (sacct is not needed: scontrol knows a job for the cluster's MinJobAge)."""
+        text = self._run("scontrol", "show", "job", "-o", job_id).stdout
+        state = re.search(r"\bJobState=(\S+)", text)
+        code = re.search(r"\bExitCode=(\d+:\d+)", text)
+        return JobState(state.group(1), None, code.group(1) if code else None) if state else None
+
     def exit_code(self, job_id: str) -> str | None:
         m = re.search(r"\bExitCode=(\d+:\d+)", self._run("scontrol", "show", "job", "-o", job_id).stdout)
         return m.group(1) if m else None
@@ -493,7 +501,7 @@ def _drop_other_hosts(run_dir: Path) -> None:
 
 def experiment_status(out: str | Path) -> str:
     """The runs of an experiment folder with each stage's status and, for Slurm jobs, their queue state."""
-    from harness.runs.schema import RunKey, StageKey
+    from harness.runs.schema import NOT_REQUESTED, RunKey, StageKey
 
     out = Path(out)
     index_path = out / INDEX_FILE
@@ -503,9 +511,13 @@ def experiment_status(out: str | Path) -> str:
     rows: list[tuple[str, str, str, str, str]] = []  # run, stage, status, job, queue state
     for r in index.get(IndexKey.RUNS, []):
         run = f"{r[RunKey.ARM]} seed {r[RunKey.SEED]}"
+        # a run no runner call was asked for (a subset run, `--arms`) is "not requested", apart from "pending"
+        waiting = NOT_REQUESTED if r.get(RunKey.STATUS) == NOT_REQUESTED else "pending"
         for stage, s in (r.get(RunKey.STAGES) or {}).items():
-            rows.append((run, stage, s.get(StageKey.STATUS, "?"), (s.get(StageKey.SLURM_JOBS) or [""])[-1], ""))
-        ev = "complete" if r.get(RunKey.STATUS) == "complete" else "pending"
+            status = s.get(StageKey.STATUS, "?")
+            rows.append((run, stage, waiting if status == "pending" else status,
+                         (s.get(StageKey.SLURM_JOBS) or [""])[-1], ""))
+        ev = r.get(RunKey.STATUS) if r.get(RunKey.STATUS) in ("complete", "failed", NOT_REQUESTED) else "pending"
         rows.append((run, "eval", ev, (r.get(RunKey.EVAL_SLURM_JOBS) or [""])[-1], ""))
     support = {nid: jobs[-1] for nid, jobs in (index.get(IndexKey.SLURM_JOBS) or {}).items()
                if nid.split(":")[0] in ("data", "pretrain") and jobs}
@@ -516,13 +528,18 @@ def experiment_status(out: str | Path) -> str:
     note = ""
     if job_ids:
         if slurm_available() is None:
-            states = SlurmQueue().states(job_ids)
+            queue = SlurmQueue()
+            states = queue.states(job_ids)
+            for jid in sorted(set(job_ids) - set(states)):  # gone from squeue: the state scontrol still knows
+                ended = queue.ended_state(jid)
+                if ended is not None:
+                    states[jid] = ended
         else:
             note = f"\n(queue not reachable: {slurm_available()})"
     lines = [f"{index.get(IndexKey.STUDY)} ({index.get(IndexKey.EXECUTOR, 'local')} executor): "
              + ", ".join(f"{n} {k}" for k, n in (index.get(IndexKey.SUMMARY) or {}).items() if n)
              + f"; updated {index.get(IndexKey.UPDATED)}",
-             "", f"{'run':<24} {'stage':<16} {'status':<10} {'job':<10} queue"]
+             "", f"{'run':<24} {'stage':<16} {'status':<13} {'job':<10} queue"]
     counts: dict[str, int] = {}
     for jid in sorted(set(job_ids)):
         st = states.get(jid)
@@ -531,8 +548,11 @@ def experiment_status(out: str | Path) -> str:
     for run, stage, status, jid, _ in rows:
         st = states.get(jid)
         queue = "" if not jid else (f"{st.state}" + (f" ({st.reason})" if st.reason and st.reason != "None" else "")
+                                    + (f" (exit {st.exit_code})" if st.exit_code else "")
                                     if st else "not in the queue")
-        lines.append(f"{run:<24} {stage:<16} {status:<10} {jid:<10} {queue}".rstrip())
+        if status in ("pending", "running") and st and st.state and st.state not in ACTIVE_STATES:
+            status = st.state  # the job ended (e.g. CANCELLED) and no runner recorded it: as Slurm reports it
+        lines.append(f"{run:<24} {stage:<16} {status:<13} {jid:<10} {queue}".rstrip())
     if counts:
         lines.append("")
         lines.append("jobs in the queue: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))

@@ -14,7 +14,11 @@ NLG_KEYS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L")
 # validation prompt (gold = the reference report). The trainer takes them out of the scores (they are no number of
 # evals.jsonl) and hands them to the run's trackers as a table (harness/runs/trackers.py).
 COMPLETIONS = "completions"
-COMPLETION_COLUMNS = ("id", "prompt", "completion", "reward", "gold")
+# `image`: the sample's first view (harness/runs/trackers.py shows it as an image: W&B Table, TensorBoard image)
+COMPLETION_COLUMNS = ("id", "prompt", "completion", "reward", "gold", "image")
+# Rows that carry their image (the first ones; the others None): a paper-size validation set at every validation
+# would write thousands of images into the trackers (this project, issue 46).
+COMPLETION_IMAGES = 16
 
 
 def validation_score(scores: dict, mode: str = "paper", lam: float = 0.1, rg: float | None = None) -> float:

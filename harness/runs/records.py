@@ -189,7 +189,8 @@ def git_commit() -> str | None:
 class RunDir:
     """A run directory; appends JSONL records and writes JSON files atomically. `trackers` (harness/runs/
     trackers.py: tensorboard, wandb) receive every numeric field of the step and eval rows, and the tables;
-    they are opened on the first row (`tracker_info`: stage, config, project of a W&B run)."""
+    they are opened on the first row (`tracker_info`: stage, config, project of a W&B run, and a study's labels:
+    harness/runs/trackers.py read_labels)."""
 
     def __init__(self, path: str | Path, tensorboard: bool = False, trackers: Sequence[str] = (),
                  tracker_info: dict | None = None):
@@ -288,9 +289,12 @@ class RunDir:
 
         for name in LOG_FILES:
             (self.path / name).unlink(missing_ok=True)
-        for name in (TB_DIR, WANDB_DIR):
-            if (self.path / name).is_dir() and self._trackers is None:
-                shutil.rmtree(self.path / name)
+        folders = [self.path / TB_DIR, self.path / WANDB_DIR]
+        if self._tracker_info.get("tb_dir"):  # a study's stage run keeps its events in the study's tb/ folder
+            folders.append(Path(self._tracker_info["tb_dir"]))
+        for folder in folders:
+            if folder.is_dir() and self._trackers is None:
+                shutil.rmtree(folder)
 
     def truncate_logs_after(self, step: int) -> None:
         """On resume, drop log lines written after the checkpoint we resume from (TensorBoard: its events too)."""

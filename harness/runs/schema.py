@@ -14,6 +14,8 @@ INDEX_FILE = "index.json"
 INDEX_FORMAT = "regbench.experiment-index/1"
 RUN_STATUSES = ("complete", "failed", "pending", "running")  # a run's status, counted in the index's summary
 PRUNED = "pruned"  # a run a search stopped on purpose; counted in the summary only where one was
+# a run of the study file no runner call was asked for (`--arms`, `--seeds` subsets); in the summary only where one is
+NOT_REQUESTED = "not requested"
 
 
 class IndexKey:
@@ -32,6 +34,7 @@ class IndexKey:
     STAGES_DIR = "stages_dir"
     RUNS = "runs"              # list of RunKey mappings, one per (arm, seed)
     SUMMARY = "summary"        # RUN_STATUSES -> count
+    REQUESTED = "requested"    # [[arm, seed], ...] the runner calls were asked for (absent: every run)
     CREATED = "created"
     UPDATED = "updated"
     GIT_COMMIT = "git_commit"

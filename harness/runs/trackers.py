@@ -6,12 +6,17 @@ same keys, each number under `<prefix>/<key>` at the row's step (prefix `train` 
 gold). Every training stage (warm-up, classifier, SFT, RL) opens the trackers of its config in its run directory:
 
 - `tensorboard`: event files in RUN/tb/ (torch's SummaryWriter); `tensorboard --logdir RUN_OR_EXPERIMENT`; tables
-  as a text panel (markdown);
+  as a text panel (markdown), a table's `image` column as one image summary per row (`<table>/images/<id>`);
 - `wandb`: a Weights & Biases run whose files are in RUN/wandb/ (`WANDB_MODE=offline` keeps it on disk, `wandb sync
   RUN/wandb/offline-run-*` uploads it later); tables as a W&B Table. One W&B run per run directory: its id is
   kept in the folder, so a resumed stage continues the same W&B run (W&B keeps the rows an interrupted try logged
   after the checkpoint and ignores the repeated steps; TensorBoard purges them). A run started over (no checkpoint)
-  removes both trackers' folders with its logs.
+  removes both trackers' folders with its logs. A table's `image` column becomes a wandb.Image column.
+
+A study's stage run gets labels from the experiment runner (harness/experiments/tracker_labels.py), kept in
+RUN/tracker.json: the W&B group (one per study folder), run name (`arm/seed<k>/stage`) and tags (the study's
+factors), and the TensorBoard folder (`<study>/tb/<arm>/seed<k>/<stage>`: the arm folders link the stage runs, so
+event files inside a stage run would be listed once per link). A run outside a study has none of them.
 
 A tracker is opened on the first row it is given (a completed run opens none) and only on the process that writes
 the records (rank 0). This module holds the trackers and nothing else (this project, issue 25).
@@ -19,6 +24,7 @@ the records (rank 0). This module holds the trackers and nothing else (this proj
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 from collections.abc import Iterable, Sequence
@@ -27,6 +33,59 @@ from typing import Any
 
 TB_DIR = "tb"
 WANDB_DIR = "wandb"
+LABELS_FILE = "tracker.json"
+IMAGE_COLUMN = "image"  # a table column of input images (PIL or HxWxC uint8): shown as images, not text
+LABEL_KEYS = ("group", "name", "tags", "tb_dir")
+
+
+def labels_beside(folder: str | Path) -> Path:
+    """The labels file of a folder that is replaced as a whole when it is built (stage 0's cached base)."""
+    folder = Path(folder)
+    return folder.parent / f"{folder.name}.{LABELS_FILE}"
+
+
+def read_labels(run_dir: str | Path, path: str | Path | None = None) -> dict:
+    """The tracker labels of a run directory (RUN/tracker.json, or `path`; written by the experiment runner),
+    `tb_dir` made absolute (it is kept relative to the file's folder); {} when there are none."""
+    path = Path(path) if path else Path(run_dir) / LABELS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        labels = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {k: labels[k] for k in LABEL_KEYS if labels.get(k)}
+    if "tb_dir" in out:
+        out["tb_dir"] = str((path.parent / out["tb_dir"]).resolve())
+    return out
+
+
+def tensorboard_dir(run_dir: str | Path, tb_dir: str | Path | None = None) -> Path:
+    return Path(tb_dir) if tb_dir else Path(run_dir) / TB_DIR
+
+
+def _image_array(image):
+    """An image as HxWxC uint8 (the first view of a list of views)."""
+    import numpy as np
+
+    if isinstance(image, list | tuple):
+        image = image[0] if image else None
+    if image is None:
+        return None
+    if hasattr(image, "convert"):  # PIL
+        image = image.convert("RGB")
+    arr = np.asarray(image)
+    return arr[..., None] if arr.ndim == 2 else arr
+
+
+def split_images(columns: Sequence[str], rows: list[Sequence[Any]]) -> tuple[list[str], list[list], list]:
+    """The columns and rows without the image column, and the rows' images (None without one)."""
+    columns = list(columns)
+    if IMAGE_COLUMN not in columns:
+        return columns, [list(r) for r in rows], [None] * len(rows)
+    i = columns.index(IMAGE_COLUMN)
+    return (columns[:i] + columns[i + 1:], [list(r[:i]) + list(r[i + 1:]) for r in rows],
+            [_image_array(r[i]) if len(r) > i else None for r in rows])
 
 
 def scalars(row: dict) -> dict[str, float]:
@@ -60,12 +119,12 @@ class Tracker:
 
 
 class TensorBoardTracker(Tracker):
-    def __init__(self, run_dir: Path, purge_step: int | None = None, **_):
+    def __init__(self, run_dir: Path, purge_step: int | None = None, tb_dir: str | None = None, **_):
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step: a resumed run drops the events an interrupted try wrote after its checkpoint, as the JSONL
         # records drop their rows (RunDir.truncate_logs_after).
-        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / TB_DIR), purge_step=purge_step)
+        self.writer = SummaryWriter(log_dir=str(tensorboard_dir(run_dir, tb_dir)), purge_step=purge_step)
 
     def log(self, prefix: str, values: dict[str, float], step: int) -> None:
         for k, v in values.items():
@@ -73,7 +132,11 @@ class TensorBoardTracker(Tracker):
         self.writer.flush()
 
     def table(self, name: str, columns: Sequence[str], rows: list[Sequence[Any]], step: int) -> None:
-        self.writer.add_text(name, markdown_table(columns, rows), step)
+        columns, text_rows, images = split_images(columns, rows)
+        self.writer.add_text(name, markdown_table(columns, text_rows), step)
+        for row, image in zip(text_rows, images, strict=True):
+            if image is not None:  # one image per row, named by the row's first cell (the sample id)
+                self.writer.add_image(f"{name}/images/{row[0]}", image, step, dataformats="HWC")
         self.writer.flush()
 
     def close(self) -> None:
@@ -93,13 +156,16 @@ def wandb_run_id(run_dir: Path) -> str:
 
 
 class WandbTracker(Tracker):
-    def __init__(self, run_dir: Path, stage: str = "", config: dict | None = None, project: str = "regbench", **_):
+    def __init__(self, run_dir: Path, stage: str = "", config: dict | None = None, project: str = "regbench",
+                 group: str | None = None, name: str | None = None, tags: Sequence[str] = (), **_):
         import wandb
 
         run_dir = Path(run_dir)
         (run_dir / WANDB_DIR).mkdir(parents=True, exist_ok=True)
         # dir: W&B writes its `wandb/` folder in it; the mode (online/offline) is W&B's own (WANDB_MODE, login).
-        self.run = wandb.init(project=project, name=run_dir.name, job_type=stage or None, config=config or {},
+        # group/name/tags: a study's labels (read_labels); a run outside a study is named by its folder.
+        self.run = wandb.init(project=project, name=name or run_dir.name, group=group or None,
+                              tags=[str(t)[:64] for t in tags] or None, job_type=stage or None, config=config or {},
                               dir=str(run_dir), id=wandb_run_id(run_dir), resume="allow", reinit="create_new",
                               settings=wandb.Settings(console="off", silent=True))
         self._wandb = wandb
@@ -108,7 +174,13 @@ class WandbTracker(Tracker):
         self.run.log({f"{prefix}/{k}": v for k, v in values.items()}, step=step)
 
     def table(self, name: str, columns: Sequence[str], rows: list[Sequence[Any]], step: int) -> None:
-        self.run.log({name: self._wandb.Table(columns=list(columns), data=[list(r) for r in rows])}, step=step)
+        data = [list(r) for r in rows]
+        if IMAGE_COLUMN in columns:
+            i = list(columns).index(IMAGE_COLUMN)
+            for r in data:
+                image = _image_array(r[i]) if len(r) > i else None
+                r[i:] = [self._wandb.Image(image) if image is not None else None, *r[i + 1:]]
+        self.run.log({name: self._wandb.Table(columns=list(columns), data=data)}, step=step)
 
     def close(self) -> None:
         self.run.finish()
@@ -118,7 +190,7 @@ _CLASSES = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker}
 
 
 def open_trackers(names: Sequence[str], run_dir: str | Path, stage: str = "", config: dict | None = None,
-                  project: str = "regbench", purge_step: int | None = None) -> list[Tracker]:
-    """The trackers `names` (harness/config/names.py: tracker_names) of a run directory."""
-    return [_CLASSES[n](Path(run_dir), stage=stage, config=config, project=project, purge_step=purge_step)
+                  project: str = "regbench", purge_step: int | None = None, **labels) -> list[Tracker]:
+    """The trackers `names` (harness/config/names.py: tracker_names) of a run directory; `labels`: see read_labels."""
+    return [_CLASSES[n](Path(run_dir), stage=stage, config=config, project=project, purge_step=purge_step, **labels)
             for n in names]

@@ -123,9 +123,12 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
     else:
         runstate.check_reuse(path, cfg, stage)  # again, now that no one else writes it
     from harness.config.names import tracker_names
+    from harness.runs.trackers import read_labels
 
+    # read_labels: a study's W&B group/name/tags and TensorBoard folder (harness/experiments/tracker_labels.py)
     run = RunDir(path, trackers=tracker_names(cfg.train.report_to),
-                 tracker_info={"stage": stage, "config": to_dict(cfg), "project": cfg.train.wandb_project})
+                 tracker_info={"stage": stage, "config": to_dict(cfg), "project": cfg.train.wandb_project,
+                               **read_labels(path)})
     if not run.complete:
         if not runstate.has_checkpoint(path):
             run.clear_logs()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness.config import RunConfig
+from harness.config import RunConfig, to_dict
 from harness.constants import OBSERVATIONS
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
@@ -126,6 +126,18 @@ def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = Fals
 BUILD_WAIT_S = 3 * 3600.0
 
 
+def stage0_run(cfg: RunConfig, path: Path, out: Path) -> RunDir:
+    """Stage 0's records, mirrored into the trackers of `train.report_to` like every stage's: named `stage0/<base
+    key>`, with a study's labels when the experiment runner wrote them beside the base (harness/experiments/
+    tracker_labels.py)."""
+    from harness.config.names import tracker_names
+    from harness.runs.trackers import labels_beside, read_labels
+
+    info = {"stage": "pretrain", "config": to_dict(cfg), "project": cfg.train.wandb_project,
+            "name": f"stage0/{out.name}", **read_labels(path, labels_beside(out))}
+    return RunDir(path, trackers=tracker_names(cfg.train.report_to), tracker_info=info)
+
+
 def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
     from harness.data.datasets import load_annotation
 
@@ -160,13 +172,14 @@ def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
                       [s.report for s in val])
     tcfg = p.train_config()
     tcfg.num_workers = LOADER_WORKERS
-    run = RunDir(work / "run")
+    run = stage0_run(cfg, work / "run", out)
     # The cached base must not depend on which command built it first: the weights depend on the thread
     # count, so stage 0 always trains on one thread (as in the experiment runner's worker processes).
     with torch_threads(1):
         metrics = train_lm(model, processor, train_data, val_data, tcfg, run, seed=stage_paths.STAGE0_SEED,
                            max_report_tokens=cfg.prompt.max_report_tokens, desc="stage 0 pretrain",
                            progress=progress)
+    run.close()  # the trackers: their files are in the run folder copied below (TensorBoard: or the study's tb/)
     staging = out.parent / f"{out.name}.staging"
     if staging.exists():
         shutil.rmtree(staging)

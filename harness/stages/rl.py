@@ -17,7 +17,7 @@ from harness.evaluation import findings_scores, label_with, nlg_scores
 from harness.grpo.start_validation import shared_start_validation
 from harness.grpo.trainer import GRPOTrainer
 from harness.grpo.val_drift import kl_summary, kl_to_snapshot
-from harness.grpo.validation import COMPLETIONS, ValidationCallback, ValidationEvent
+from harness.grpo.validation import COMPLETION_IMAGES, COMPLETIONS, ValidationCallback, ValidationEvent
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.output_format import report_part, reward_inputs, well_formatted_fraction
@@ -56,8 +56,12 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
             kls += [part[1]] if part[1] is not None else []
         if not dist.main:
             return dist.broadcast_object(None)
-        return dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels, gold_present),
-                                      **kl_summary(kls)})
+        scores = dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels, gold_present),
+                                        **kl_summary(kls)})
+        if scores.get(COMPLETIONS):  # the input image of the first rows, for the trackers (not sent to other ranks)
+            scores[COMPLETIONS] = [[*row, val.images[i][0] if i < COMPLETION_IMAGES and val.images[i] else None]
+                                   for i, row in enumerate(scores[COMPLETIONS])]
+        return scores
 
     return validate
 
@@ -79,7 +83,7 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     with `gold_labels` ([N, 14] stored labels of the references) the rule labeler's agreement with them:
     `labeler_f1`, `labeler_exact` (what `gold_f1` / `gold_exact` were before issue 24). `completions`
     (harness/grpo/validation.py COMPLETIONS): each prompt's id, instruction, report, reward and reference report, for
-    the trackers' table."""
+    the trackers' table (make_validator adds the input image)."""
     from rewards.spec import compute_reward
 
     raw = hyps

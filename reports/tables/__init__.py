@@ -34,7 +34,7 @@ from reports.tables.frame import (
     results_frame,
 )
 from reports.tables.matrix import matrix_factors, matrix_markdown
-from reports.tables.wide import DELTA_TABLES, notes, to_csv, to_latex, to_markdown, wide_rows
+from reports.tables.wide import DELTA_TABLES, notes, published_apart_rows, to_csv, to_latex, to_markdown, wide_rows
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -55,6 +55,7 @@ __all__ = [
     "mdd_by_metric",
     "n_comparisons",
     "notes",
+    "published_apart_rows",
     "published_dataset",
     "published_id",
     "results_frame",

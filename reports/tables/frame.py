@@ -42,6 +42,19 @@ class TableSpec:
     seed: int = 0
     digits: int = 4
     notes: list[str] = field(default_factory=list)
+    ours_dataset: str | None = None  # the experiment's data set: paper rows of another one are not beside ours
+
+    @property
+    def comparable(self) -> bool:
+        """Whether the published rows are on our data set (then they may sit beside our rows)."""
+        return self.ours_dataset is None or self.dataset == self.ours_dataset
+
+
+DATASET_NAMES = {"mimic_cxr": "MIMIC-CXR", "iu_xray": "IU-Xray", "phantom": "phantom (synthetic)"}
+
+
+def dataset_name(dataset: str | None) -> str:
+    return DATASET_NAMES.get(dataset, str(dataset))
 
 
 def published_id(exp: Experiment) -> str | None:
@@ -80,7 +93,7 @@ def default_spec(exp: Experiment, metrics: list[str] | None = None, ce_average: 
         for m in load_published()["tables"][table]["metrics"]:
             pub_have.add(our_metric_key(m, ce_average))
     metrics = [m for m in metrics if m in have or m in pub_have]
-    return TableSpec(metrics, table, published_dataset(exp, table), ce_average, B, seed)
+    return TableSpec(metrics, table, published_dataset(exp, table), ce_average, B, seed, ours_dataset=exp.dataset)
 
 
 def published_lookup(spec: TableSpec) -> tuple[list[dict], str | None, float]:

@@ -17,6 +17,7 @@ from reports.tables.frame import (
     MDD_LABEL,
     NOISE_MARK,
     TableSpec,
+    dataset_name,
     mdd_by_metric,
     published_lookup,
     published_value,
@@ -76,9 +77,10 @@ def wide_rows(df: pd.DataFrame, spec: TableSpec, latex: bool = False) -> tuple[l
         if sub.published_source.notna().any():
             src = sub.published_source.dropna().iloc[0]
             prow = sub.published_row.dropna().iloc[0]
-            rows.append([f"{prow}", f"paper: {src}", "–", "–"] + [fmt(sub.loc[m]["published"], pub_digits)
-                                                              for m in metrics] + paper_deltas(prow))
-    rows += [r + paper_deltas(r[0]) for r in _paper_block(df, spec, metrics, pub_digits)]
+            rows.append([f"{prow}", f"paper: {src} ({dataset_name(spec.dataset)})", "–", "–"]
+                        + [fmt(sub.loc[m]["published"], pub_digits) for m in metrics] + paper_deltas(prow))
+    if spec.comparable:  # published rows of another data set are not under ours (published_apart_rows)
+        rows += [r + paper_deltas(r[0]) for r in _paper_block(df, spec, metrics, pub_digits)]
     mdd = mdd_by_metric(df)
     if mdd:
         bases = sorted({b for _, b in mdd.values()})
@@ -96,9 +98,27 @@ def _paper_block(df: pd.DataFrame, spec: TableSpec, metrics: list[str], digits: 
         label = r.get("label") or r.get("arm")
         if label in placed:
             continue
-        out.append([label, f"paper: {source}", "–", "–"] + [fmt(published_value(r, m, spec, scale), digits)
-                                                       for m in metrics])
+        out.append([label, f"paper: {source} ({dataset_name(spec.dataset)})", "–", "–"]
+                   + [fmt(published_value(r, m, spec, scale), digits) for m in metrics])
     return out
+
+
+def published_apart_rows(df: pd.DataFrame, spec: TableSpec) -> tuple[str, list[str], list[list[str]]] | None:
+    """(title, header, rows) of the published rows when they are on another data set than ours: a table of their
+    own, never under our numbers (None when there are none or they are comparable)."""
+    if spec.published is None or spec.comparable:
+        return None
+    metrics = list(dict.fromkeys(df.metric))
+    cols = [df[df.metric == m].column.iloc[0] for m in metrics]
+    rows, source, scale = published_lookup(spec)
+    if not rows:
+        return None
+    digits = 3 if spec.published != "mrg_r1" else 4
+    body = [[r.get("label") or r.get("arm")] + [fmt(published_value(r, m, spec, scale), digits) for m in metrics]
+            for r in rows]
+    title = (f"Published numbers: {source}, {dataset_name(spec.dataset)} (not comparable with ours, which are on "
+             f"{dataset_name(spec.ours_dataset)})")
+    return title, ["Paper row"] + cols, body
 
 
 def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
@@ -140,10 +160,12 @@ def notes(exp: Experiment, df: pd.DataFrame, spec: TableSpec) -> list[str]:
                    "(RadGraph missing), over P, R, F1.")
     if spec.published:
         t = load_published()["tables"][spec.published]
-        out.append(f"Paper rows: {t['source']} ({spec.dataset}; {t['caption']}) — published numbers under the "
-                   f"paper's own row names, not rerun here; ours are on data set `{exp.dataset}`, preset "
+        where = ("the others follow our rows" if spec.comparable else
+                 "on another data set than ours, they are not in this table but in a table of their own")
+        out.append(f"Paper rows: {t['source']} ({dataset_name(spec.dataset)}; {t['caption']}) — published numbers "
+                   f"under the paper's own row names, not rerun here; ours are on data set `{exp.dataset}`, preset "
                    f"`{exp.preset}`. A paper row sits right under one of our arms only when its data set and its "
-                   f"regularizer, reference and reward all match that arm's; the others follow our rows. CheXpert "
+                   f"regularizer, reference and reward all match that arm's; {where}. CheXpert "
                    f"P/R/F1 are compared with our {spec.ce_average}-averaged CE scores; RG with RadGraph F1 "
                    f"(partial) when its weights were available (else –).")
         unmatched = sorted({f"{a}: {u}" for a, u in zip(df.arm, df.published_unmatched, strict=True)

@@ -743,6 +743,13 @@ def test_real_tiny_study_end_to_end(tmp_path):
         groups = rec["policies"]["after"]["candidates"]
         assert len(groups) == 2 and all(len(g) == 2 and all(isinstance(t, str) for t in g) for g in groups)
         assert len(rec["policies"]["before"]["rewards"]["bleu4"]) == 2
+    # TensorBoard on the study folder: each stage run once, by arm/seed/stage, and stage 0 (issue 46)
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+    runs = sorted(EventMultiplexer().AddRunsFromDirectory(str(out)).Runs())
+    assert [r for r in runs if not r.startswith("tb/stage0/")] == sorted(
+        ["tb/a+b/seed0/warmup", "tb/a+b/seed0/classifier", "tb/a+b/seed0/sft", "tb/a/seed0/rl", "tb/b/seed0/rl"])
+    assert len([r for r in runs if r.startswith("tb/stage0/")]) == 1
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ def index(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("schema")
     study = load_study(write_study(tmp, ARMS, seeds="[0, 3]"))
     plan = build_plan(study, tmp / "out")
-    index = build_index(plan, {("a", 3): {"elapsed_s": 1.25}}, "2001-02-03T04:05:06")
+    # requested: the runs the runner calls were asked for (a runner always records them; issue 46)
+    index = build_index(plan, {("a", 3): {"elapsed_s": 1.25}}, "2001-02-03T04:05:06", requested=set(plan.runs))
     (tmp / "out").mkdir(exist_ok=True)
     (tmp / "out" / schema.INDEX_FILE).write_text(json.dumps(index))
     return tmp / "out", index

@@ -136,3 +136,126 @@ def test_a_run_started_over_clears_its_trackers(tmp_path):
     again.close()
     assert [e.value for e in tensorboard_tags(run_dir).Scalars("train/loss")] == [2.0]
     assert wandb_run_id(run_dir) != run_id and len(offline_runs(run_dir)) == 1
+
+
+# -- images in a table, and a study's labels (issue 46) -------------------------------------------------------
+def test_a_tables_image_column_is_an_image_in_tensorboard_and_wandb(tmp_path):
+    import numpy as np
+
+    run_dir = tmp_path / "r"
+    image = np.zeros((8, 6, 3), dtype=np.uint8)
+    image[2:4, 1:3] = 200
+    run = RunDir(run_dir, trackers=["tensorboard", "wandb"])
+    # the second row carries no image (harness/grpo/validation.py COMPLETION_IMAGES: only the first rows do)
+    run.log_table("val/completions", (*COLUMNS, "image"), [[*TABLE[0], [image]], ["s1", "w", "x", 0.5, "y", None]],
+                  2)
+    run.close()
+    acc = tensorboard_tags(run_dir)
+    (tag,) = acc.Tags()["images"]
+    assert tag == "val/completions/images/s0"
+    (event,) = acc.Images(tag)
+    assert (event.step, event.width, event.height) == (2, 6, 8)
+    text = acc.Tensors("val/completions/text_summary")[0].tensor_proto.string_val[0]
+    assert b"| id | prompt | completion | reward | gold |\n" in text  # the image is not a text cell
+
+    (folder,) = offline_runs(run_dir)
+    (row,) = [r for r in history(folder) if "val/completions/_type" in r]
+    table = json.loads((folder / "files" / row["val/completions/path"]).read_text())
+    assert table["columns"] == [*COLUMNS, "image"] and table["data"][0][:5] == TABLE[0]
+    # W&B writes a table's images with the table's artifact (the run's files keep a copy without them)
+    from tests.wandb_records import finished_records
+
+    (path,) = folder.glob("run-*.wandb")
+    (artifact,) = [r.artifact for r in finished_records(path) if r.WhichOneof("record_type") == "artifact"]
+    entries = [e.path for e in artifact.manifest.contents]
+    assert "val/completions.table.json" in entries
+    assert len([e for e in entries if e.startswith("media/images/") and e.endswith(".png")]) == 1
+
+
+def run_record(run_dir):
+    from tests.wandb_records import finished_records
+
+    (folder,) = offline_runs(run_dir)
+    (path,) = folder.glob("run-*.wandb")
+    (run,) = [r.run for r in finished_records(path) if r.WhichOneof("record_type") == "run"]
+    return run
+
+
+TWO_ARMS = """  - name: a
+    factors: {regularizer: rer, reference: vapr}
+    overrides: {rl: [rl.regularizer=rer, rl.reference=vapr]}
+  - name: b
+    factors: {regularizer: constant, reference: static}
+    overrides: {rl: {rl: {regularizer: constant, reference: static}}}
+"""
+
+
+def fake_study_run(tmp_path, trackers=("tensorboard",)):
+    """A 2-arm x 2-seed study's plan with its links and labels, each stage run logging one step as a stage does
+    (harness/stages/common.py: start_run reads the labels)."""
+    from harness.experiments import build_plan, load_study
+    from harness.experiments.plan import link_stages
+    from harness.experiments.tracker_labels import write_tracker_labels
+    from harness.runs.trackers import read_labels
+    from tests.harness.test_experiments import write_study
+
+    # cache_dir: stage 0's labels are written beside its base, in the cache (here the test's own)
+    extra = f"common: {{cache_dir: {tmp_path / 'cache'}}}\n"
+    plan = build_plan(load_study(write_study(tmp_path, TWO_ARMS, extra=extra)), tmp_path / "out")
+    link_stages(plan)
+    write_tracker_labels(plan)
+    for node in plan.stage_nodes():
+        run = RunDir(node.run_dir, trackers=list(trackers), tracker_info={"stage": node.kind,
+                                                                          **read_labels(node.run_dir)})
+        run.log_step({"step": 1, "loss": 1.0})
+        run.close()
+    return plan
+
+
+def test_tensorboard_lists_each_stage_run_of_a_study_once_by_its_readable_name(tmp_path):
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+    plan = fake_study_run(tmp_path)
+    nodes = plan.stage_nodes()
+    assert len(nodes) == 10  # warm-up, classifier, SFT shared by both arms per seed; RL per arm and seed
+    assert any((plan.out / "a" / "seed0" / stage).is_symlink() for stage in ("warmup", "sft", "rl"))
+    runs = sorted(EventMultiplexer().AddRunsFromDirectory(str(plan.out)).Runs())
+    assert runs == sorted(f"tb/{arms}/seed{seed}/{stage}" for seed in (0, 1) for arms, stage in
+                          [("a+b", "warmup"), ("a+b", "classifier"), ("a+b", "sft"), ("a", "rl"), ("b", "rl")])
+
+
+def test_stage0_of_a_study_gets_its_labels_beside_its_base(tmp_path):
+    from harness.config import RunConfig, from_dict
+    from harness.runs.trackers import labels_beside, read_labels
+    from harness.stages.paths import base_dir
+
+    plan = fake_study_run(tmp_path)
+    (node,) = [n for n in plan.nodes.values() if n.kind == "pretrain"]
+    base = base_dir(from_dict(RunConfig, node.config))
+    assert tmp_path / "cache" in base.parents
+    labels = read_labels(base / "run", labels_beside(base))
+    assert labels["group"] == "toy/out" and labels["name"] == f"stage0/{node.key}"
+    assert labels["tb_dir"] == str(plan.out / "tb" / "stage0" / node.key)
+
+
+def test_a_study_stage_run_is_grouped_named_and_tagged_in_wandb(tmp_path):
+    plan = fake_study_run(tmp_path, trackers=("wandb",))
+    rl = plan.nodes[plan.runs["b", 1].stages["rl"]]
+    run = run_record(rl.run_dir)
+    assert run.run_group == "toy/out" and run.display_name == "b/seed1/rl" and run.job_type == "rl"
+    assert {"study:toy", "arm:b", "seed:1", "stage:rl", "regularizer:constant", "reference:static",
+            "reward:bleu4"} <= set(run.tags)
+    assert "arm:a" not in run.tags
+    sft = run_record(plan.nodes[plan.runs["a", 0].stages["sft"]].run_dir)
+    assert sft.run_group == "toy/out" and sft.display_name == "a+b/seed0/sft"
+    assert {"arm:a", "arm:b", "regularizer:rer", "regularizer:constant"} <= set(sft.tags)
+
+
+def test_a_run_started_over_clears_its_study_tensorboard_folder(tmp_path):
+    tb = tmp_path / "study" / "tb" / "a" / "seed0" / "rl"
+    run = RunDir(tmp_path / "r", trackers=["tensorboard"], tracker_info={"tb_dir": str(tb)})
+    run.log_step({"step": 1, "loss": 1.0})
+    run.close()
+    assert any(tb.iterdir()) and not (tmp_path / "r" / "tb").exists()
+    RunDir(tmp_path / "r", trackers=["tensorboard"], tracker_info={"tb_dir": str(tb)}).clear_logs()
+    assert not tb.exists()

@@ -39,7 +39,7 @@ def pipeline(tmp_path_factory):
     def common(stage):
         return [*TINY, f"out_dir={root / stage}", f"data.synth_dir={root / 'data'}", f"cache_dir={root / 'cache'}"]
 
-    assert main(["train", "pretrain", *common("pretrain"), "--no-progress"]) == 0
+    assert main(["train", "pretrain", *common("pretrain"), *TRACKED, "--no-progress"]) == 0
     assert main(["train", "warmup", *common("warmup"), *TRACKED, "train.max_steps=2", "train.batch_size=4",
                  "--no-progress"]) == 0
     assert main(["classifier", "train", *common("classifier"), *TRACKED, "classifier.epochs=1",
@@ -79,16 +79,30 @@ def test_rl_validation_completions_are_a_table(pipeline):
     tables = [r for r in history(folder) if "val/completions/_type" in r]
     assert [t["_step"] for t in tables] == [e["step"] for e in read_jsonl(run_dir / "evals.jsonl")]
     table = json.loads((folder / "files" / tables[-1]["val/completions/path"]).read_text())
-    assert table["columns"] == ["id", "prompt", "completion", "reward", "gold"] and len(table["data"]) == 4
+    assert table["columns"] == ["id", "prompt", "completion", "reward", "gold", "image"] and len(table["data"]) == 4
     from rewards.spec import compute_reward
 
-    ids, prompts, texts, rewards, gold = zip(*table["data"], strict=True)
+    ids, prompts, texts, rewards, gold, _ = zip(*table["data"], strict=True)
     assert list(rewards) == pytest.approx(list(compute_reward("bleu4", list(texts), list(gold))))
     last = read_jsonl(run_dir / "evals.jsonl")[-1]
     assert float(np.mean(rewards)) == pytest.approx(last["proxy_reward"])
     text = tensorboard_tags(run_dir).Tensors("val/completions/text_summary")
     assert [t.step for t in text] == [t["_step"] for t in tables]
     assert b"| id | prompt | completion | reward | gold |" in text[-1].tensor_proto.string_val[0]
+    # each row's input image (issue 46)
+    images = tensorboard_tags(run_dir).Tags()["images"]
+    assert sorted(images) == sorted(f"val/completions/images/{i}" for i in ids)
+
+
+def test_stage0_reports_to_its_trackers(pipeline):
+    root, _ = pipeline
+    (base,) = [p.parent for p in (root / "cache").rglob("DONE")]
+    run_dir = base / "run"
+    keys = jsonl_keys(run_dir)
+    assert "train/loss" in keys and set(tensorboard_tags(run_dir).Tags()["scalars"]) == keys
+    (folder,) = offline_runs(run_dir)
+    rows = history(folder)
+    assert {k for r in rows for k in r if not k.startswith("_")} == keys
 
 
 @pytest.fixture(scope="module")
