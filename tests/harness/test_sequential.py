@@ -30,8 +30,8 @@ def fake_eval(cfg, model_dir, progress=False):
 SEQ_FAKES = {**FAKES, "eval": "tests.harness.test_sequential:fake_eval"}
 
 
-def _study(tmp_path, delta=0.01, looks="[3, 5, 8]"):
-    extra = f"contrasts: [{{arm: b, metrics: {{BLEU_4: {delta}}}}}]\ndecide: {{looks: {looks}}}\n"
+def _study(tmp_path, delta=0.01, looks="[3, 5, 8]", rule="fixed_n"):
+    extra = f"contrasts: [{{arm: b, metrics: {{BLEU_4: {delta}}}}}]\ndecide: {{looks: {looks}, rule: {rule}}}\n"
     return load_study(write_study(tmp_path, ARMS, seeds="[0, 1]", extra=extra))
 
 

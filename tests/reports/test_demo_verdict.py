@@ -132,7 +132,7 @@ def test_the_demo_decision_states_the_outcome_with_n_seeds(tmp_path, monkeypatch
     exp = SimpleNamespace(
         contrasts=[{"arm": "no_kl", "baseline": "ckl", "metric": "gold_f1", "delta": 0.02},
                    {"arm": "no_kl", "baseline": "ckl", "metric": "BLEU_4", "delta": 0.01}],
-        decide={}, values=lambda arm, metric: values[arm, metric], runs_of=lambda arm: rl[arm])
+        decide={"rule": "fixed_n"}, values=lambda arm, metric: values[arm, metric], runs_of=lambda arm: rl[arm])
     monkeypatch.setattr(reports.experiment, "load_experiment", lambda out: exp)
     text = decision_text(tmp_path, {"no_kl": "no KL", "ckl": "constant KL"})
     lines = text.splitlines()

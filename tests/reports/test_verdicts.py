@@ -19,7 +19,8 @@ CONTRASTS = [{"arm": "ckl", "baseline": "rer_vapr", "metric": "BLEU_4", "delta":
 def _declared(tmp_path, decide=None):
     root = write_experiment(tmp_path / "e")
     index = json.loads((root / "index.json").read_text())
-    index.update(contrasts=CONTRASTS, decide=decide or {"alpha": 0.05, "looks": None, "spending": "obrien_fleming"})
+    index.update(contrasts=CONTRASTS, decide=decide or {"alpha": 0.05, "looks": None, "spending": "obrien_fleming",
+                                                                   "rule": "fixed_n"})
     (root / "index.json").write_text(json.dumps(index))
     return root
 
