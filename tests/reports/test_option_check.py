@@ -17,7 +17,14 @@ from scipy.stats import t
 
 from harness.cli import main
 from reports.experiment import load_experiment
-from reports.option_check import check_option, contrast_shifts, metric_deltas, option_effects, summary
+from reports.option_check import (
+    check_option,
+    contrast_shifts,
+    metric_deltas,
+    option_effects,
+    summary,
+    summary_lines,
+)
 
 ALPHA = 0.05
 CONTRASTS = [{"arm": "ckl", "baseline": "base", "metric": "gold_f1", "delta": 0.02},
@@ -331,3 +338,18 @@ def test_only_better_against_worse_contradicts(words, contradicts):
 
     pair = VerdictPair(c, decision(words[0]), decision(words[1]))
     assert pair.contradicts is contradicts and pair.same is (words[0] == words[1])
+
+
+def test_compare_decides_by_the_studys_rule_and_names_its_guarantee(tmp_path):
+    # issue 48: a study folder under the default rule (anytime) is compared by the confidence sequence, one family
+    # over the arm effects and the contrast shifts, and the text says the guarantee holds however often the
+    # comparison is repeated; 4 seeds are too few for that rule to decide the 0.05 move that fixed n calls worse
+    other = shifted({("ckl", 0): [-0.051, -0.049, -0.052, -0.048]})
+    check = check_option(load_experiment(write_study(tmp_path / "a", decide_rule="anytime")),
+                         load_experiment(write_study(tmp_path / "b", other, decide_rule="anytime")))
+    assert check.rule == "anytime" and all(d.rule == "anytime" for d in (*check.effects, *check.shifts))
+    got = {(d.contrast.arm, d.contrast.metric): d for d in check.effects}
+    assert got["ckl (other)", "gold_f1"].outcome == "undecided" and got["ckl (other)", "gold_f1"].seeds_needed >= 7
+    text = "\n".join(summary_lines(check))
+    assert "anytime-valid: holds however seeds were added and however often the comparison is repeated" in text
+    assert summary(check).endswith("(one family: 6 arm effects and 3 contrast shifts, alpha 0.05, anytime)")
