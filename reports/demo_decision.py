@@ -39,7 +39,8 @@ def decision_text(out: Path, labels: dict[str, str] | None = None) -> str:
                f"hold only so)")
         lines.append(f"{labels.get(arm, arm)} - {labels.get(baseline, baseline)} over n = {len(seeds)} RL seeds "
                      f"{seeds} (one shared SFT model; {how}, alpha {verdicts.alpha:g}, Holm "
-                     f"over the {len(verdicts.decisions)} declared contrasts):")
+                     f"over the {len(verdicts.decisions)} declared contrasts; assumes roughly normal per-seed "
+                     f"differences):")
         for d in (d for d in verdicts.decisions if (d.contrast.arm, d.contrast.baseline) == (arm, baseline)):
             outcome = d.outcome
             if outcome == "undecided":

@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.decisions import Contrast, Decision, decide_family
+from harness.decisions import Contrast, Decision, decide_family, seed_check
 from reports.experiment import Experiment, read_jsonl
 from reports.verdicts import Verdicts, study_verdicts
 
@@ -88,6 +88,7 @@ class OptionCheck:
     verdicts: list[VerdictPair]  # reading 3 (empty when the study declares no contrasts)
     alpha: float
     rule: str = "fixed_n"  # harness/decisions.RULES: readings 2 and 2b's rule (the study's decide.rule)
+    differences: tuple = ()  # per decision of effects + shifts, its per-seed differences (for the seed check)
 
 
 def metric_deltas(contrasts: Sequence[Mapping]) -> dict[str, float]:
@@ -147,7 +148,7 @@ def contrast_shifts(reference: Mapping[tuple[str, str], Mapping[int, float]],
 
 
 def option_family(reference, other, deltas, contrasts, pairs, *, alpha: float = 0.05,
-                  rule: str = "anytime") -> tuple[list[Decision], list[Decision]]:
+                  rule: str = "anytime", differences: list | None = None) -> tuple[list[Decision], list[Decision]]:
     """Readings 2 and 2b decided as one declared family (issue 48): Holm over the arm effects and the contrast
     shifts together at level alpha, so the one-line summary ("the option changes the results" if any of them is
     better or worse) has family-wise error at most alpha; under the anytime rule also when the comparison is
@@ -155,6 +156,8 @@ def option_family(reference, other, deltas, contrasts, pairs, *, alpha: float = 
     effects, eff_diffs = _effect_family(reference, other, deltas, pairs)
     shifts, shift_diffs = _shift_family(reference, other, contrasts, pairs)
     decided = decide_family(effects + shifts, {**eff_diffs, **shift_diffs}, alpha=alpha, rule=rule)
+    if differences is not None:  # the caller's list receives each decision's differences, in order
+        differences.extend({**eff_diffs, **shift_diffs}[c] for c in effects + shifts)
     return decided[:len(effects)], decided[len(effects):]
 
 
@@ -177,10 +180,12 @@ def check_option(reference: Experiment, other: Experiment, *, seeds: Sequence[in
         values[exp is other] = {(arm, metric): exp.values(arm, metric) for arm in arms for metric in deltas}
     pairs = list(zip(ref_seeds, oth_seeds, strict=True))
     rule = str(reference.decide.get("rule", "anytime"))
+    differences: list = []
     effects, shifts = option_family(values[False], values[True], deltas, reference.contrasts, pairs, alpha=alpha,
-                                    rule=rule)
+                                    rule=rule, differences=differences)
     return OptionCheck(ref_seeds, oth_seeds, _same_runs(reference, other, pairs), effects, shifts,
-                       _side_by_side(study_verdicts(reference), study_verdicts(other)), alpha, rule)
+                       _side_by_side(study_verdicts(reference), study_verdicts(other)), alpha, rule,
+                       tuple(differences))
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
@@ -326,6 +331,10 @@ def summary_lines(check: OptionCheck, reference_name: str = REFERENCE, other_nam
             lines.append(f"   {v.contrast.arm} - {v.contrast.baseline} {v.contrast.metric}: "
                          f"{_word(v.reference)} {_interval(v.reference)} | {_word(v.other)} {_interval(v.other)}"
                          f"{flag}")
+    flagged = [f"{d.contrast.arm} {d.contrast.metric}: {flag}" for d, diffs in zip(
+        (*check.effects, *check.shifts), check.differences, strict=False) if (flag := seed_check(diffs))]
+    lines += ["", "Assumption of readings 2 and 2b: roughly normal per-seed differences (docs/calibration.md)"
+              + ("; check: " + "; ".join(flagged) if flagged else "")]
     lines += ["", summary(check)]
     return lines
 

@@ -352,4 +352,5 @@ def test_compare_decides_by_the_studys_rule_and_names_its_guarantee(tmp_path):
     assert got["ckl (other)", "gold_f1"].outcome == "undecided" and got["ckl (other)", "gold_f1"].seeds_needed >= 7
     text = "\n".join(summary_lines(check))
     assert "anytime-valid: holds however seeds were added and however often the comparison is repeated" in text
+    assert "Assumption of readings 2 and 2b: roughly normal per-seed differences" in text
     assert summary(check).endswith("(one family: 6 arm effects and 3 contrast shifts, alpha 0.05, anytime)")
