@@ -1,5 +1,10 @@
-"""Decisions on declared primary contrasts: better / worse / equivalent / undecided, over a fixed number of seeds
-or over planned looks with the significance level spent across them.
+"""Decisions on declared primary contrasts: better / worse / equivalent / undecided, by one of two rules (`RULES`):
+
+- "anytime" (the studies' default, issue 48): a confidence sequence for the mean paired difference, valid whenever
+  and however seeds are added (section "The anytime rule" below);
+- "fixed_n": the paired t-test and TOST over a fixed number of seeds, or over planned looks with the significance
+  level spent across them (steps 1-4 below). Its error rates hold only if the seed count (or the looks and the
+  maximum) was fixed before any result was seen.
 
 Pure statistics (numpy and scipy, no other part of the project), so that the experiment runner
 (harness/experiments/sequential.py) and the reports can both import it. The seed-level conventions are those of
@@ -48,6 +53,38 @@ With all-equal differences (s = 0, undecided only when |m| >= delta) it is the s
 where the exact sign-flip test could reject. It is None when n < 2 or when neither route decides within
 100,000 seeds (MAX_SEEDS). It is a guide at the measured spread and at this look's level, not a promise: a later
 look spends a different level, the contrast's Holm rank can change, and the spread is estimated from n seeds.
+
+The anytime rule (rule="anytime"). The same contrasts, Holm and outcome words, with the t-test replaced by an
+e-process: at every prefix of m seeds (in seed order, the order seeds are added) the Bayes factor of a normal
+mean with unknown variance, a N(0, g) prior on the standardized effect mu / sigma and the right-Haar prior 1/sigma
+on sigma (Rouder et al. 2009, eq. 6 before its integration over g):
+
+    E_m(mu0) = (1 + m g)^(-1/2) [(1 + t^2 / nu) / (1 + t^2 / (nu (1 + m g)))]^((nu + 1) / 2),
+
+t = (mean_m - mu0) sqrt(m) / s_m, nu = m - 1 (m >= 2). With the Haar prior on the scale, E_m(mu0) is the
+likelihood ratio of the scale-invariant reduction of the data, hence a nonnegative martingale of mean 1 under every
+N(mu0, sigma^2) (Perez-Ortiz, Lardy, de Heide and Grunwald 2024, "E-statistics, group invariance and anytime-valid
+testing", Ann. Statist.; Grunwald, de Heide and Koolen 2024, "Safe testing", JRSS B; the confidence sequence it
+gives is Lai's 1976 t-mixture). By Ville's inequality P(sup_m E_m(mu) >= 1 / level) <= level, so
+
+- the anytime p of mean = 0 at n seeds is p_n = min(1, 1 / max_{m<=n} E_m(0)): P(p_n <= level for some n) <= level,
+  whatever rule chose to stop, continue or add seeds after looking; Holm over the family at level alpha on these
+  (the first true null Holm rejects has p <= alpha / |true nulls|), so the family-wise chance of any false
+  "better" / "worse" over every analysis ever made is at most alpha;
+- the confidence sequence at level L is the running intersection over m <= n of {mu0: E_m(mu0) < 1 / L}, i.e.
+  mean_m +- t*_m s_m / sqrt(m) with t*_m in closed form (`mixture_t_crit`); it covers the true mean at every n at
+  once with chance >= 1 - L. "equivalent" when the sequence at the contrast's Holm level lies inside
+  (-delta, +delta): a true difference of at least delta is then outside it, chance at most alpha ever.
+  The decided interval (Decision.lo / hi) is that sequence for every outcome.
+
+seeds_needed (anytime): the smallest N > n at which the measured mean and sd would decide (the mean would be
+outside the sequence's half-width, or mean +- half-width inside the band): about an even chance, not 80%. Adding
+seeds up to it, or to any other count, keeps alpha, since the rule holds at every n.
+
+Assumption: the paired seed differences are roughly normal (the guarantee is exact for normal data; heavy
+symmetric tails such as t with 3 df keep it in simulation). `seed_check` flags a seed far from the others (a run
+that collapsed); benchmarks/calibration_sim.py and docs/calibration.md give the error rates when one seed in ten
+collapses.
 """
 
 from __future__ import annotations
@@ -59,6 +96,9 @@ from dataclasses import dataclass
 import numpy as np
 
 OUTCOMES = ("better", "worse", "equivalent", "undecided")
+RULES = ("anytime", "fixed_n")
+MIXTURE_G = 0.25  # prior variance of the standardized effect (chosen by simulation: benchmarks/calibration_sim.py)
+OUTLIER_Z = 3.5  # seed_check: modified z-score beyond which a seed is flagged (Iglewicz & Hoaglin 1993)
 SPENDING_KINDS = ("obrien_fleming", "pocock")
 POWER = 0.8  # power of the difference route of seeds_needed
 MAX_SEEDS = 100_000  # seeds_needed beyond this is None
@@ -96,6 +136,7 @@ class Decision:
     alpha_look: float  # the family's level at this look: "better"/"worse" when p_adjusted < alpha_look
     seeds_needed: int | None  # undecided only: seeds at which the measured spread would decide (or None)
     look: int  # 1-based look index (1 for a fixed-n analysis)
+    rule: str = "fixed_n"  # RULES: which guarantee the decision has
 
 
 def _check_alpha(alpha: float) -> None:
@@ -275,6 +316,120 @@ def _seeds_needed(s: _Stats, level: float, delta: float) -> int | None:
     return min(routes) if routes else None
 
 
+# ------------------------------------------------------------------------------------------ the anytime rule
+
+
+def mixture_log_e(t, n, g: float = MIXTURE_G):
+    """log E_m of the module docstring for t-statistics t at m = n seeds (arrays broadcast; n >= 2). An infinite t
+    (all differences equal, mean != mu0) gives the supremum, (nu / 2) log(1 + n g)."""
+    t, n = np.asarray(t, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    nu, a = n - 1.0, 1.0 + n * g
+    t2 = np.square(t)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        out = -0.5 * np.log(a) + (nu + 1) / 2 * (np.log1p(t2 / nu) - np.log1p(t2 / (nu * a)))
+    return np.where(np.isinf(t), nu / 2 * np.log(a), out)
+
+
+def mixture_t_crit(n, level: float, g: float = MIXTURE_G):
+    """t* with E_n = 1 / level at |t| = t* (E_n increases with |t|): solving the docstring's formula for t,
+    t*^2 = nu (A - 1) / (1 - A / (1 + n g)), A = (sqrt(1 + n g) / level)^(2 / (nu + 1)); infinite when
+    A >= 1 + n g (the largest E_n, (1 + n g)^(nu / 2), stays below 1 / level: n seeds cannot decide)."""
+    n = np.asarray(n, dtype=np.float64)
+    nu, a = n - 1.0, 1.0 + n * g
+    big = np.exp((2.0 / (nu + 1)) * (math.log(1.0 / level) + 0.5 * np.log(a)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        x = (big - 1.0) / (1.0 - big / a)
+    return np.where(big < a, np.sqrt(np.maximum(nu * x, 0.0)), np.inf)
+
+
+def anytime_path(d, level, g: float = MIXTURE_G):
+    """The anytime rule along the seeds: d [..., N] differences in seed order (a leading axis of replications
+    for simulations); level a scalar or [...] array. Returns (mean, sd, p, lo, hi), each [..., N]: at each prefix
+    of n seeds the mean, sd (ddof 1; NaN for n = 1), the anytime p of mean = 0 and the confidence sequence at
+    `level` (running intersection; +-inf before it can exclude anything)."""
+    d = np.asarray(d, dtype=np.float64)
+    n = np.arange(1, d.shape[-1] + 1, dtype=np.float64)
+    mean = np.cumsum(d, axis=-1) / n
+    # the spread about each prefix's mean (two passes: stable when the differences sit far from 0)
+    dev = np.cumsum(np.square(d - mean[..., -1:]), axis=-1) - n * np.square(mean - mean[..., -1:])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = np.where(n >= 2, np.maximum(dev, 0.0) / (n - 1), np.nan)
+        sd = np.sqrt(var)
+        scale = np.maximum(np.abs(mean), 1.0)
+        sd = np.where(sd <= 1e-12 * scale, 0.0, sd)  # all-equal differences: t is infinite (or 0 / 0)
+        t = np.where(sd > 0, mean * np.sqrt(n) / np.where(sd > 0, sd, 1.0), np.where(mean == 0, 0.0, np.inf))
+    log_e = np.where(n >= 2, mixture_log_e(t, np.maximum(n, 2.0), g), 0.0)
+    p = np.minimum(1.0, np.exp(-np.maximum.accumulate(log_e, axis=-1)))
+    level = np.asarray(level, dtype=np.float64)[..., None] if np.ndim(level) else level
+    crit = mixture_t_crit(np.maximum(n, 2.0), level, g)
+    with np.errstate(invalid="ignore"):
+        half = np.where(n >= 2, np.where(sd > 0, crit * sd / np.sqrt(n), np.where(np.isinf(crit), np.inf, 0.0)),
+                        np.inf)
+    lo = np.maximum.accumulate(mean - half, axis=-1)
+    hi = np.minimum.accumulate(mean + half, axis=-1)
+    return mean, sd, p, lo, hi
+
+
+def _anytime_seeds_needed(mean: float, sd: float, n: int, level: float, delta: float, g: float) -> int | None:
+    """Smallest N in (n, MAX_SEEDS] at which mean and sd as measured would decide by the anytime rule."""
+    big_n = np.arange(n + 1, MAX_SEEDS + 1, dtype=np.float64)
+    crit = mixture_t_crit(big_n, level, g)
+    m = abs(mean)
+    if sd == 0:
+        ok = np.isfinite(crit) & ((m > 0) | (m < delta))
+    else:
+        half = crit * sd / np.sqrt(big_n)
+        ok = (m > half) | (m + half < delta)
+    return int(big_n[np.argmax(ok)]) if ok.any() else None
+
+
+def seed_check(d: Sequence[float]) -> str | None:
+    """A seed distribution the rule does not cover: a seed whose modified z-score 0.6745 (d - median) / MAD
+    exceeds OUTLIER_Z (Iglewicz & Hoaglin 1993), e.g. an RL run that collapsed. Needs n >= 5 and MAD > 0; returns
+    a short phrase naming the seeds' positions and direction, or None."""
+    x = np.asarray(list(d), dtype=np.float64)
+    if x.size < 5:
+        return None
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med)))
+    if mad <= 0:
+        return None
+    z = 0.6745 * (x - med) / mad
+    far = np.flatnonzero(np.abs(z) > OUTLIER_Z)
+    if not far.size:
+        return None
+    sides = {"lower" if z[i] < 0 else "higher" for i in far}
+    return (f"{far.size} of {x.size} seeds far {'/'.join(sorted(sides))} than the others (modified z "
+            f"{', '.join(f'{z[i]:+.1f}' for i in far)} beyond +-{OUTLIER_Z:g}): a skewed seed distribution, "
+            f"outside the normal assumption")
+
+
+def _decide_anytime(contrasts: list[Contrast], data: list[np.ndarray], alpha: float, g: float) -> list[Decision]:
+    p = np.array([anytime_path(d, alpha, g)[2][-1] if d.size >= 2 else np.nan for d in data])
+    p_adj = _holm(p)
+    levels_c = _holm_levels(p, alpha)
+    out = []
+    for c, d, pv, padj, lc in zip(contrasts, data, p, p_adj, levels_c, strict=True):
+        mean = float(d.mean()) if d.size else math.nan
+        if d.size < 2:
+            out.append(Decision(c, "undecided", int(d.size), mean, math.nan, math.nan, math.nan, math.nan, alpha,
+                                None, 1, "anytime"))
+            continue
+        _, sd, _, lo, hi = anytime_path(d, float(lc), g)
+        lo, hi, sd = float(lo[-1]), float(hi[-1]), float(sd[-1])
+        needed = None
+        if padj < alpha:
+            outcome = "better" if (mean > 0) == c.higher_is_better else "worse"
+        elif -c.delta < lo and hi < c.delta:
+            outcome = "equivalent"
+        else:
+            outcome = "undecided"
+            needed = _anytime_seeds_needed(mean, sd, int(d.size), float(lc), c.delta, g)
+        out.append(Decision(c, outcome, int(d.size), mean, lo, hi, float(pv), float(padj), alpha, needed, 1,
+                            "anytime"))
+    return out
+
+
 def _resolve_level(n_data: int, alpha: float, looks: Sequence[int] | None, look: int | None,
                    spending_kind: str) -> tuple[float, int]:
     if looks is None:
@@ -294,8 +449,12 @@ def _resolve_level(n_data: int, alpha: float, looks: Sequence[int] | None, look:
 
 def decide_family(contrasts: Sequence[Contrast], diffs: Mapping[Contrast, Sequence[float]], *, alpha: float = 0.05,
                   looks: Sequence[int] | None = None, look: int | None = None,
-                  spending: str = "obrien_fleming") -> list[Decision]:
+                  spending: str = "obrien_fleming", rule: str = "fixed_n",
+                  g: float = MIXTURE_G) -> list[Decision]:
     """Decide every contrast of a family at one look (module docstring), in the order given.
+
+    rule "anytime": the confidence-sequence rule at level alpha (looks, look and spending are not used: every
+    analysis may spend the full alpha); the differences must be in the order the seeds were added.
 
     diffs: per contrast, the per-seed paired differences arm - baseline (seed-aligned, finite). Fixed n (looks
     None): level alpha. Sequential: looks = the planned seed counts (e.g. [3, 5, 8]), look = the 1-based index of
@@ -316,6 +475,12 @@ def decide_family(contrasts: Sequence[Contrast], diffs: Mapping[Contrast, Sequen
         if not np.all(np.isfinite(d)):
             raise ValueError(f"differences of {c.arm} - {c.baseline} on {c.metric} must be finite, got {d.tolist()}")
         data.append(d)
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    if rule == "anytime":
+        if not (isinstance(g, int | float) and math.isfinite(g) and g > 0):
+            raise ValueError(f"the mixture's g must be a number > 0, got {g!r}")
+        return _decide_anytime(contrasts, data, float(alpha), float(g))
     level, look = _resolve_level(max((d.size for d in data), default=0), alpha, looks, look, spending)
     stats = [_stats(d) for d in data]
     p = np.array([s.p for s in stats], dtype=np.float64)

@@ -33,14 +33,21 @@ def decision_text(out: Path, labels: dict[str, str] | None = None) -> str:
     pairs = list(dict.fromkeys((d.contrast.arm, d.contrast.baseline) for d in verdicts.decisions))
     for arm, baseline in pairs:
         seeds = verdicts.seeds[arm, baseline]
+        how = ("anytime-valid confidence sequence over seeds (holds however seeds were added)"
+               if verdicts.rule == "anytime" else
+               f"paired t over seeds, fixed n ({len(seeds)} seeds fixed in advance by the study: the error rates "
+               f"hold only so)")
         lines.append(f"{labels.get(arm, arm)} - {labels.get(baseline, baseline)} over n = {len(seeds)} RL seeds "
-                     f"{seeds} (one shared SFT model; paired t over seeds, fixed n, alpha {verdicts.alpha:g}, Holm "
-                     f"over the {len(verdicts.decisions)} declared contrasts):")
+                     f"{seeds} (one shared SFT model; {how}, alpha {verdicts.alpha:g}, Holm "
+                     f"over the {len(verdicts.decisions)} declared contrasts; assumes roughly normal per-seed "
+                     f"differences):")
         for d in (d for d in verdicts.decisions if (d.contrast.arm, d.contrast.baseline) == (arm, baseline)):
             outcome = d.outcome
             if outcome == "undecided":
                 outcome += (f" (about {d.seeds_needed} seeds at this spread)" if d.seeds_needed
                             else " (one seed never decides)" if d.n < 2 else " (spread too large to say)")
+            if (verdicts.flags or {}).get(d.contrast):
+                outcome += f" (check: {verdicts.flags[d.contrast]})"
             p = f", p {d.p:.3g} (Holm {d.p_adjusted:.3g})" if math.isfinite(d.p) else ""
             lines.append(f"- {_LABELS.get(d.contrast.metric, d.contrast.metric)}: {_num(d.diff)} "
                          f"[{_num(d.lo)}, {_num(d.hi)}], +-{d.contrast.delta:g}{p}: {outcome}, n = {d.n} seeds")

@@ -7,7 +7,9 @@ Three readings, from strictest to weakest:
 
 1. Identical runs: for each (arm, seed) in both, whether the test prediction files are byte-identical and the test
    metrics equal. An exact change must give all of them.
-2. The option's effect on each arm (`option_effects`): for every arm and every metric the study's contrasts
+2. The option's effect on each arm (`option_effects`; with 2b one declared family, `option_family`, issue 48: Holm
+   over the union, by the study's decide.rule, anytime by default, so repeating the comparison as seeds grow keeps
+   alpha): for every arm and every metric the study's contrasts
    declare, OTHER - REFERENCE paired by seed (the i-th seed of --other-seeds with the i-th of --seeds; by default
    the seeds complete in both), decided by harness/decisions.py over the family of (arm, metric) pairs, Holm
    across them, with the metric's delta (the smallest the study declares for it). "equivalent" for every pair is
@@ -42,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.decisions import Contrast, Decision, decide_family
+from harness.decisions import Contrast, Decision, decide_family, seed_check
 from reports.experiment import Experiment, read_jsonl
 from reports.verdicts import Verdicts, study_verdicts
 
@@ -85,6 +87,8 @@ class OptionCheck:
     shifts: list[Decision]  # reading 2b, one per declared contrast (its own delta)
     verdicts: list[VerdictPair]  # reading 3 (empty when the study declares no contrasts)
     alpha: float
+    rule: str = "fixed_n"  # harness/decisions.RULES: readings 2 and 2b's rule (the study's decide.rule)
+    differences: tuple = ()  # per decision of effects + shifts, its per-seed differences (for the seed check)
 
 
 def metric_deltas(contrasts: Sequence[Mapping]) -> dict[str, float]:
@@ -96,13 +100,7 @@ def metric_deltas(contrasts: Sequence[Mapping]) -> dict[str, float]:
     return out
 
 
-def option_effects(reference: Mapping[tuple[str, str], Mapping[int, float]],
-                   other: Mapping[tuple[str, str], Mapping[int, float]], deltas: Mapping[str, float],
-                   pairs: Sequence[tuple[int, int]], *, alpha: float = 0.05) -> list[Decision]:
-    """Reading 2 as a pure function. reference / other: (arm, metric) -> seed -> test score; pairs: (reference
-    seed, other seed) in the order to pair them. One contrast per (arm, metric) of `reference` whose metric has a
-    delta, named arm "ARM (other)" against baseline "ARM (reference)"; a pair of seeds missing on either side is
-    left out of that contrast. Holm runs over every contrast of the family at level alpha."""
+def _effect_family(reference, other, deltas, pairs) -> tuple[list[Contrast], dict]:
     contrasts, diffs = [], {}
     for (arm, metric), ref_values in reference.items():
         if metric not in deltas:
@@ -111,15 +109,10 @@ def option_effects(reference: Mapping[tuple[str, str], Mapping[int, float]],
         c = Contrast(f"{arm} ({OTHER})", f"{arm} ({REFERENCE})", metric, float(deltas[metric]))
         contrasts.append(c)
         diffs[c] = [other_values[o] - ref_values[r] for r, o in pairs if r in ref_values and o in other_values]
-    return decide_family(contrasts, diffs, alpha=alpha)
+    return contrasts, diffs
 
 
-def contrast_shifts(reference: Mapping[tuple[str, str], Mapping[int, float]],
-                    other: Mapping[tuple[str, str], Mapping[int, float]], contrasts: Sequence[Mapping],
-                    pairs: Sequence[tuple[int, int]], *, alpha: float = 0.05) -> list[Decision]:
-    """Reading 2b as a pure function: per declared contrast ({arm, baseline, metric, delta}), the per-seed shift
-    of ARM - BASELINE from `reference` to `other` (a pair of seeds enters when both arms have it on both sides),
-    decided over the family of contrasts."""
+def _shift_family(reference, other, contrasts, pairs) -> tuple[list[Contrast], dict]:
     family, diffs = [], {}
     for c in contrasts:
         arm, base, metric = str(c["arm"]), str(c["baseline"]), str(c["metric"])
@@ -129,7 +122,43 @@ def contrast_shifts(reference: Mapping[tuple[str, str], Mapping[int, float]],
         oa, ob = other.get((arm, metric), {}), other.get((base, metric), {})
         diffs[contrast] = [(oa[o] - ob[o]) - (ra[r] - rb[r]) for r, o in pairs
                            if r in ra and r in rb and o in oa and o in ob]
-    return decide_family(family, diffs, alpha=alpha)
+    return family, diffs
+
+
+def option_effects(reference: Mapping[tuple[str, str], Mapping[int, float]],
+                   other: Mapping[tuple[str, str], Mapping[int, float]], deltas: Mapping[str, float],
+                   pairs: Sequence[tuple[int, int]], *, alpha: float = 0.05, rule: str = "fixed_n") -> list[Decision]:
+    """Reading 2 as a pure function. reference / other: (arm, metric) -> seed -> test score; pairs: (reference
+    seed, other seed) in the order to pair them. One contrast per (arm, metric) of `reference` whose metric has a
+    delta, named arm "ARM (other)" against baseline "ARM (reference)"; a pair of seeds missing on either side is
+    left out of that contrast. Holm runs over every contrast of this family at level alpha (check_option decides
+    this family and reading 2b's together)."""
+    contrasts, diffs = _effect_family(reference, other, deltas, pairs)
+    return decide_family(contrasts, diffs, alpha=alpha, rule=rule)
+
+
+def contrast_shifts(reference: Mapping[tuple[str, str], Mapping[int, float]],
+                    other: Mapping[tuple[str, str], Mapping[int, float]], contrasts: Sequence[Mapping],
+                    pairs: Sequence[tuple[int, int]], *, alpha: float = 0.05, rule: str = "fixed_n") -> list[Decision]:
+    """Reading 2b as a pure function: per declared contrast ({arm, baseline, metric, delta}), the per-seed shift
+    of ARM - BASELINE from `reference` to `other` (a pair of seeds enters when both arms have it on both sides),
+    decided over the family of contrasts."""
+    family, diffs = _shift_family(reference, other, contrasts, pairs)
+    return decide_family(family, diffs, alpha=alpha, rule=rule)
+
+
+def option_family(reference, other, deltas, contrasts, pairs, *, alpha: float = 0.05,
+                  rule: str = "anytime", differences: list | None = None) -> tuple[list[Decision], list[Decision]]:
+    """Readings 2 and 2b decided as one declared family (issue 48): Holm over the arm effects and the contrast
+    shifts together at level alpha, so the one-line summary ("the option changes the results" if any of them is
+    better or worse) has family-wise error at most alpha; under the anytime rule also when the comparison is
+    repeated as seeds grow. Returns (effects, shifts)."""
+    effects, eff_diffs = _effect_family(reference, other, deltas, pairs)
+    shifts, shift_diffs = _shift_family(reference, other, contrasts, pairs)
+    decided = decide_family(effects + shifts, {**eff_diffs, **shift_diffs}, alpha=alpha, rule=rule)
+    if differences is not None:  # the caller's list receives each decision's differences, in order
+        differences.extend({**eff_diffs, **shift_diffs}[c] for c in effects + shifts)
+    return decided[:len(effects)], decided[len(effects):]
 
 
 def check_option(reference: Experiment, other: Experiment, *, seeds: Sequence[int] | None = None,
@@ -150,10 +179,13 @@ def check_option(reference: Experiment, other: Experiment, *, seeds: Sequence[in
     for exp in (reference, other):
         values[exp is other] = {(arm, metric): exp.values(arm, metric) for arm in arms for metric in deltas}
     pairs = list(zip(ref_seeds, oth_seeds, strict=True))
-    effects = option_effects(values[False], values[True], deltas, pairs, alpha=alpha)
-    shifts = contrast_shifts(values[False], values[True], reference.contrasts, pairs, alpha=alpha)
+    rule = str(reference.decide.get("rule", "anytime"))
+    differences: list = []
+    effects, shifts = option_family(values[False], values[True], deltas, reference.contrasts, pairs, alpha=alpha,
+                                    rule=rule, differences=differences)
     return OptionCheck(ref_seeds, oth_seeds, _same_runs(reference, other, pairs), effects, shifts,
-                       _side_by_side(study_verdicts(reference), study_verdicts(other)), alpha)
+                       _side_by_side(study_verdicts(reference), study_verdicts(other)), alpha, rule,
+                       tuple(differences))
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
@@ -283,12 +315,13 @@ def summary_lines(check: OptionCheck, reference_name: str = REFERENCE, other_nam
     lines = [f"{other_name} against {reference_name}, {seeds}", "",
              f"1. identical runs: {s.predictions_identical} of {s.pairs} test prediction files byte-identical, "
              f"test metrics equal in {s.metrics_equal}", "",
-             f"2. the option's effect on each arm ({other_name} - {reference_name} paired by seed; Holm over "
-             f"{len(check.effects)} (arm, metric) pairs, alpha {check.alpha:g}; equivalent = inside +- delta):"]
+             f"2. the option's effect on each arm ({other_name} - {reference_name} paired by seed; one family with "
+             f"2b: Holm over {len(check.effects)} (arm, metric) pairs and {len(check.shifts)} contrast shifts, "
+             f"alpha {check.alpha:g}; equivalent = inside +- delta; {guarantee_text(check.rule)}):"]
     lines += _decision_lines(check.effects, 12)
     if check.shifts:
         lines += ["", f"2b. the option's shift of each declared contrast (per seed, ARM - BASELINE in {other_name} "
-                      f"minus in {reference_name}; Holm over {len(check.shifts)}, its own delta):"]
+                      f"minus in {reference_name}; in reading 2's family, its own delta):"]
         lines += _decision_lines(check.shifts, 22)
     if check.verdicts:
         lines += ["", f"3. the study's declared contrasts, each study decided by its own rule "
@@ -298,8 +331,18 @@ def summary_lines(check: OptionCheck, reference_name: str = REFERENCE, other_nam
             lines.append(f"   {v.contrast.arm} - {v.contrast.baseline} {v.contrast.metric}: "
                          f"{_word(v.reference)} {_interval(v.reference)} | {_word(v.other)} {_interval(v.other)}"
                          f"{flag}")
+    flagged = [f"{d.contrast.arm} {d.contrast.metric}: {flag}" for d, diffs in zip(
+        (*check.effects, *check.shifts), check.differences, strict=False) if (flag := seed_check(diffs))]
+    lines += ["", "Assumption of readings 2 and 2b: roughly normal per-seed differences (docs/calibration.md)"
+              + ("; check: " + "; ".join(flagged) if flagged else "")]
     lines += ["", summary(check)]
     return lines
+
+
+def guarantee_text(rule: str) -> str:
+    if rule == "anytime":
+        return "anytime-valid: holds however seeds were added and however often the comparison is repeated"
+    return "fixed n: valid only if the seeds compared were fixed in advance and compared once"
 
 
 def summary(check: OptionCheck) -> str:
@@ -309,8 +352,10 @@ def summary(check: OptionCheck) -> str:
         return f"identical: all {s.pairs} runs give byte-identical predictions and equal test metrics"
     moved = [f"{d.contrast.arm.removesuffix(f' ({OTHER})')} {d.contrast.metric} {d.outcome}"
              for d in (*check.effects, *check.shifts) if d.outcome in ("better", "worse")]
+    family = (f" (one family: {len(check.effects)} arm effects and {len(check.shifts)} contrast shifts, alpha "
+              f"{check.alpha:g}, {check.rule.replace('_', ' ')})")
     if moved:
-        return f"the option changes the results: {', '.join(moved)}"
+        return f"the option changes the results: {', '.join(moved)}{family}"
     contradictions = sum(v.contradicts for v in check.verdicts)
     verdicts = (f"; declared verdicts: {sum(v.same for v in check.verdicts)} of {len(check.verdicts)} the same, "
                 f"{contradictions} contradicting" if check.verdicts else "")
@@ -318,9 +363,9 @@ def summary(check: OptionCheck) -> str:
     shifts = sum(d.outcome == "equivalent" for d in check.shifts)
     if arms == len(check.effects) and shifts == len(check.shifts):
         shown = " and every declared contrast's shift within its +- delta" if check.shifts else ""
-        return f"equivalent: every arm's score within +- delta of the reference's{shown}{verdicts}"
+        return f"equivalent: every arm's score within +- delta of the reference's{shown}{verdicts}{family}"
     return (f"not shown equivalent: {arms} of {len(check.effects)} (arm, metric) pairs and {shifts} of "
-            f"{len(check.shifts)} contrast shifts equivalent, none better or worse{verdicts}")
+            f"{len(check.shifts)} contrast shifts equivalent, none better or worse{verdicts}{family}")
 
 
 def as_json(check: OptionCheck) -> dict:
@@ -330,6 +375,7 @@ def as_json(check: OptionCheck) -> dict:
                 "p": d.p, "p_adjusted": d.p_adjusted, "seeds_needed": d.seeds_needed}
 
     return {"reference_seeds": check.reference_seeds, "other_seeds": check.other_seeds, "alpha": check.alpha,
+            "rule": check.rule, "guarantee": guarantee_text(check.rule),
             "same_runs": dataclasses.asdict(check.same_runs), "effects": [decision(d) for d in check.effects],
             "shifts": [decision(d) for d in check.shifts],
             "verdicts": [{"reference": decision(v.reference), "other": decision(v.other), "same": v.same,

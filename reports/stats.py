@@ -17,7 +17,8 @@ reports/bootstrap.py):
 - `within_noise`: p >= alpha (0.05). A table makes many comparisons, so reports/tables/ replaces p by its
   Holm-Bonferroni adjustment over all comparisons of that table (`holm`) before deciding. With fewer than
   2 shared seeds the seeds say nothing (within_noise None); the tables then use the bootstrap over test
-  reports where per-report outputs exist.
+  reports where per-report outputs exist, and state only whether its interval excludes 0
+  (`report_interval_excludes_0`), no within_noise: test-split noise alone says nothing about seeds (issue 48).
 - `mdd_paired_t(n, sd)`: the smallest true mean difference that a two-sided paired t-test at level alpha over
   n pairs whose differences have standard deviation sd detects with the given power (0.8): solves
   P(|T| > t_{1-alpha/2, n-1}) = power for T ~ noncentral t(n - 1, delta sqrt(n) / sd) (scipy.stats.nct).

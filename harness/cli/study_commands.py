@@ -103,7 +103,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                 "itself stops the experiment with exit status 75 (rerun to resume)")
             p.add_argument("--until-decided", action="store_true",
                            help="run seeds in rounds (the study's decide.looks) until every declared contrast is "
-                                "better, worse or equivalent, alpha spent over the looks (sequential.json)")
+                                "better, worse or equivalent (sequential.json); decide.rule anytime (default): "
+                                "every look at alpha, a later call may raise --max-seeds; fixed_n: alpha spent "
+                                "over the planned looks, a changed plan refused")
             p.add_argument("--max-seeds", type=int, default=None, metavar="K",
                            help="with --until-decided: stop after K seeds (without decide.looks: looks 3, 5, 8, "
                                 "... up to K)")

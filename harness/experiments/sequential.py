@@ -7,6 +7,12 @@ up to K). Each round runs the study on the first n seeds (the study's seeds, the
 resumes every run already complete, like any rerun; then the contrasts are decided at that look from the runs'
 test metrics. The rounds stop at the first look where nothing is undecided, or at the last. What each look
 decided is kept in `<out>/sequential.json`, so an interrupted search for a decision resumes where it was.
+
+Under the study's default rule, `decide.rule: anytime` (issue 48), every look decides at the full alpha and a
+later call may continue with a larger --max-seeds: the confidence sequence holds however the seeds were added.
+Under `decide.rule: fixed_n` the looks and the maximum recorded in sequential.json are the plan: a call whose
+looks differ from a plan that has already decided a look is refused (it would change the plan after looking and
+spend more than alpha).
 """
 
 from __future__ import annotations
@@ -74,6 +80,19 @@ def seed_differences(out: Path, contrasts: list[Contrast], seeds: list[int]) -> 
     return diffs
 
 
+def _check_plan(out: Path, looks: list[int]) -> None:
+    """fixed_n: refuse looks other than those of a plan that has already decided a look (sequential.json)."""
+    try:
+        recorded = read_json(out / SEQUENTIAL_FILE)
+    except (OSError, ValueError):
+        return
+    if recorded.get("history") and recorded.get("rule", "fixed_n") == "fixed_n" and recorded.get("looks") != looks:
+        raise ConfigError(f"{out / SEQUENTIAL_FILE} records the plan looks {recorded.get('looks')} under decide.rule "
+                          f"fixed_n, already looked at; looks {looks} would change the plan after looking and spend "
+                          f"more than alpha: keep the plan, or set decide.rule: anytime (valid however seeds are "
+                          f"added)")
+
+
 def _record(d: Decision) -> dict:
     c = d.contrast
     return {"arm": c.arm, "baseline": c.baseline, "metric": c.metric, "delta": c.delta, "outcome": d.outcome,
@@ -95,6 +114,9 @@ def run_until_decided(study: Study | str | Path, out: str | Path | None = None, 
     study.decide = {**study.decide, "looks": study.decide.get("looks") or looks}  # recorded in index.json
     plan_looks = study.decide["looks"]
     out = Path(out) if out else Path("runs") / f"{study.name}-{study.preset}"
+    rule = study.decide.get("rule", "anytime")
+    if rule == "fixed_n":
+        _check_plan(out, plan_looks)
     contrasts = contrasts_of(study)
     history = []
     result, decisions = None, []
@@ -108,10 +130,11 @@ def run_until_decided(study: Study | str | Path, out: str | Path | None = None, 
             log(f"[until-decided] look {look}: {len(result.failed)} run(s) failed; stopping undecided")
             break
         decisions = decide_family(contrasts, seed_differences(out, contrasts, seeds), alpha=study.decide["alpha"],
-                                  looks=plan_looks, look=look, spending=study.decide["spending"])
+                                  looks=plan_looks, look=look, spending=study.decide["spending"], rule=rule)
         history.append({"look": look, "seeds": seeds, "decisions": [_record(d) for d in decisions]})
         atomic_write_json(out / SEQUENTIAL_FILE, {"looks": plan_looks, "alpha": study.decide["alpha"],
-                                                   "spending": study.decide["spending"], "history": history})
+                                                   "spending": study.decide["spending"], "rule": rule,
+                                                   "history": history})
         for d in decisions:
             c = d.contrast
             log(f"[until-decided]   {c.arm} - {c.baseline} {c.metric}: {d.diff:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] "

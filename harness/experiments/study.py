@@ -323,8 +323,11 @@ def check_stage_seeds(value: Any, where: str) -> dict[str, int]:
 CONTRAST_METRICS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "CIDEr", "findings_acc",
                     "findings_exact", "ce_micro_f1", "ce_macro_f1", "ce_example_f1", "entity_f1", "gold_f1",
                     "gold_exact", "gold_acc", "gold_precision", "gold_recall")
-DECIDE_DEFAULTS = {"alpha": 0.05, "looks": None, "spending": "obrien_fleming"}
+# rule: "anytime" (a confidence sequence, valid however seeds are added; issue 48) or "fixed_n" (paired t over
+# seeds fixed in advance, or over planned looks): harness/decisions.py
+DECIDE_DEFAULTS = {"alpha": 0.05, "looks": None, "spending": "obrien_fleming", "rule": "anytime"}
 SPENDING_KINDS = ("obrien_fleming", "pocock")
+RULES = ("anytime", "fixed_n")  # harness/decisions.RULES (kept here so that a study loads without scipy)
 
 
 def check_contrasts(value: Any, where: str, names: list[str], baseline: str) -> list[dict]:
@@ -364,7 +367,7 @@ def check_contrasts(value: Any, where: str, names: list[str], baseline: str) -> 
 
 def check_decide(value: Any, where: str) -> dict:
     """`decide:` {alpha (default 0.05), looks (planned seed counts of --until-decided, increasing, each >= 2),
-    spending (obrien_fleming | pocock)}."""
+    spending (obrien_fleming | pocock), rule (anytime | fixed_n)}."""
     if value is None:
         return dict(DECIDE_DEFAULTS)
     if not isinstance(value, dict) or set(value) - set(DECIDE_DEFAULTS):
@@ -383,6 +386,8 @@ def check_decide(value: Any, where: str) -> dict:
     if out["spending"] not in SPENDING_KINDS:
         raise ConfigError(f"{where}: decide.spending must be one of {', '.join(SPENDING_KINDS)}, got "
                           f"{out['spending']!r}")
+    if out["rule"] not in RULES:
+        raise ConfigError(f"{where}: decide.rule must be one of {', '.join(RULES)}, got {out['rule']!r}")
     out["alpha"] = float(alpha)
     return out
 

@@ -35,7 +35,7 @@ def differences_rows(df: pd.DataFrame, digits: int = 4) -> tuple[list[str], list
                 c += f" [{r.diff_lo:+.{digits}f}, {r.diff_hi:+.{digits}f}]"
             if math.isfinite(r.p_value):
                 c += f" p={fmt_p(r.p_value)}"
-            c += " (no test)" if r.within_noise is None else ""
+            c += " (no test)" if not math.isfinite(r.p_value) else ""
             cells.append(c)
         n_rep = int(a.n_reports.max())
         rows.append([a.label.iloc[0], str(int(a.n_paired.max())), str(n_rep) if n_rep else "–"] + cells)

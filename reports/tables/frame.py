@@ -171,7 +171,8 @@ def results_frame(exp: Experiment, spec: TableSpec | None = None) -> pd.DataFram
                    "published_unmatched": unmatched, "tested_at": tested, "protocol_issue": issue,
                    "baseline_arm": baseline, "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
                    "p_value": math.nan, "p_holm": math.nan, "test": None, "n_paired": 0, "n_reports": 0,
-                   "sd_diff": math.nan, "se_diff": math.nan, "within_noise": None}
+                   "sd_diff": math.nan, "se_diff": math.nan, "within_noise": None,
+                   "report_interval_excludes_0": None}
             if issue is not None:
                 rec.update(test=f"refused: {issue}")
             elif baseline is not None and arm.name != baseline:
@@ -189,7 +190,13 @@ def results_frame(exp: Experiment, spec: TableSpec | None = None) -> pd.DataFram
     df = pd.DataFrame.from_records(records)
     if len(df):
         df["p_holm"] = holm(df.p_value.to_numpy(dtype=float))
-        df["within_noise"] = [None if not math.isfinite(p) else bool(p >= ALPHA) for p in df.p_holm]
+        # within_noise: over >= 2 seeds only (issue 48: one seed's report bootstrap measures test-split noise
+        # alone, so a flag from it is no statement about seeds); one-seed rows say what their interval shows
+        df["within_noise"] = [None if not math.isfinite(p) or n < 2 else bool(p >= ALPHA)
+                              for p, n in zip(df.p_holm, df.n_paired, strict=True)]
+        df["report_interval_excludes_0"] = [
+            None if n_rep == 0 or not math.isfinite(lo) else bool(lo > 0 or hi < 0)
+            for n_rep, lo, hi in zip(df.n_reports, df.diff_lo, df.diff_hi, strict=True)]
     return df
 
 

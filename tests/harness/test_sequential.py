@@ -30,8 +30,8 @@ def fake_eval(cfg, model_dir, progress=False):
 SEQ_FAKES = {**FAKES, "eval": "tests.harness.test_sequential:fake_eval"}
 
 
-def _study(tmp_path, delta=0.01, looks="[3, 5, 8]"):
-    extra = f"contrasts: [{{arm: b, metrics: {{BLEU_4: {delta}}}}}]\ndecide: {{looks: {looks}}}\n"
+def _study(tmp_path, delta=0.01, looks="[3, 5, 8]", rule="fixed_n"):
+    extra = f"contrasts: [{{arm: b, metrics: {{BLEU_4: {delta}}}}}]\ndecide: {{looks: {looks}, rule: {rule}}}\n"
     return load_study(write_study(tmp_path, ARMS, seeds="[0, 1]", extra=extra))
 
 
@@ -91,3 +91,24 @@ def test_the_command_refuses_a_study_without_contrasts_and_seeds_given_by_hand(t
     assert "drop --seeds" in capsys.readouterr().err
     assert main(["experiment", "run", str(plain), "--max-seeds", "4"]) == 2
     assert "--max-seeds goes with --until-decided" in capsys.readouterr().err
+
+
+def test_a_fixed_n_plan_is_not_changed_after_looking_and_the_anytime_rule_continues(tmp_path, monkeypatch):
+    # issue 48: rerunning --until-decided with more looks after the plan [3, 5] has decided (looked at) a look
+    # would spend more than alpha under fixed_n: refused before anything runs. Under the anytime rule the same
+    # continuation is valid and runs the new looks.
+    monkeypatch.setenv("REGBENCH_TEST_EFFECT", "0.0")
+    monkeypatch.setenv("REGBENCH_TEST_CALLS", str(tmp_path / "calls.jsonl"))
+    out = tmp_path / "out"
+    run_until_decided(_study(tmp_path, 0.0005, "[3, 5]"), out, workers=1, functions=SEQ_FAKES, log=lambda s: None)
+    with pytest.raises(ConfigError, match="change the plan after looking"):
+        run_until_decided(_study(tmp_path, 0.0005, "[3, 5, 8]"), out, workers=1, functions=SEQ_FAKES,
+                          log=lambda s: None)
+    record = json.loads((out / SEQUENTIAL_FILE).read_text())
+    assert record["looks"] == [3, 5] and record["rule"] == "fixed_n"
+    # the same folder under the anytime rule: continued to 8 seeds, every look at the full alpha
+    _, decisions = run_until_decided(_study(tmp_path, 0.0005, "[3, 5, 8]", "anytime"), out, workers=1,
+                                     functions=SEQ_FAKES, log=lambda s: None)
+    record = json.loads((out / SEQUENTIAL_FILE).read_text())
+    assert record["rule"] == "anytime" and decisions[0].rule == "anytime" and decisions[0].n == 8
+    assert decisions[0].alpha_look == 0.05

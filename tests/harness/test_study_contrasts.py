@@ -23,14 +23,16 @@ def test_contrasts_flatten_to_one_per_metric_with_the_study_baseline_by_default(
     assert study.contrasts == [{"arm": "b", "baseline": "a", "metric": "ce_micro_f1", "delta": 0.02},
                                {"arm": "b", "baseline": "a", "metric": "BLEU_4", "delta": 0.005},
                                {"arm": "c", "baseline": "b", "metric": "ce_micro_f1", "delta": 0.03}]
-    assert study.decide == {"alpha": 0.1, "looks": [3, 5], "spending": "obrien_fleming"}
+    assert study.decide == {"alpha": 0.1, "looks": [3, 5], "spending": "obrien_fleming",
+                            "rule": "anytime"}
     index = build_index(build_plan(study, tmp_path / "out"), {}, "now", argv=[])
     assert index[IndexKey.CONTRASTS] == study.contrasts and index[IndexKey.DECIDE] == study.decide
 
 
 def test_a_study_without_contrasts_has_none_and_the_default_rule(tmp_path):
     study = load_study(write_study(tmp_path, ARMS))
-    assert study.contrasts == [] and study.decide == {"alpha": 0.05, "looks": None, "spending": "obrien_fleming"}
+    assert study.contrasts == [] and study.decide == {"alpha": 0.05, "looks": None, "spending": "obrien_fleming",
+                                                     "rule": "anytime"}
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -132,7 +132,7 @@ def test_the_demo_decision_states_the_outcome_with_n_seeds(tmp_path, monkeypatch
     exp = SimpleNamespace(
         contrasts=[{"arm": "no_kl", "baseline": "ckl", "metric": "gold_f1", "delta": 0.02},
                    {"arm": "no_kl", "baseline": "ckl", "metric": "BLEU_4", "delta": 0.01}],
-        decide={}, values=lambda arm, metric: values[arm, metric], runs_of=lambda arm: rl[arm])
+        decide={"rule": "fixed_n"}, values=lambda arm, metric: values[arm, metric], runs_of=lambda arm: rl[arm])
     monkeypatch.setattr(reports.experiment, "load_experiment", lambda out: exp)
     text = decision_text(tmp_path, {"no_kl": "no KL", "ckl": "constant KL"})
     lines = text.splitlines()
@@ -141,3 +141,21 @@ def test_the_demo_decision_states_the_outcome_with_n_seeds(tmp_path, monkeypatch
     assert lines[1].endswith(": better, n = 3 seeds")
     assert lines[2].startswith("- BLEU-4 (proxy reward): -0.0002 [") and lines[2].endswith(": equivalent, n = 3 seeds")
     assert lines[3].endswith("no KL 5.00, constant KL 1.50")
+
+
+def test_the_demo_decision_under_the_anytime_rule_says_so(tmp_path, monkeypatch):
+    # issue 48: the same three seeds under the studies' default rule: the text names the guarantee, and three seeds
+    # decide nothing (the anytime rule needs 7 or more at alpha 0.05)
+    from types import SimpleNamespace
+
+    import reports.experiment
+    from reports.demo_decision import decision_text
+
+    values = {("no_kl", "gold_f1"): {s: 0.55 + 0.001 * s for s in range(3)}, ("ckl", "gold_f1"): {s: 0.5 for s in
+                                                                                                     range(3)}}
+    exp = SimpleNamespace(contrasts=[{"arm": "no_kl", "baseline": "ckl", "metric": "gold_f1", "delta": 0.02}],
+                          decide={}, values=lambda arm, metric: values[arm, metric], runs_of=lambda arm: [])
+    monkeypatch.setattr(reports.experiment, "load_experiment", lambda out: exp)
+    lines = decision_text(tmp_path).splitlines()
+    assert "anytime-valid confidence sequence over seeds (holds however seeds were added)" in lines[0]
+    assert "undecided (about" in lines[1]

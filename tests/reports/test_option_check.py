@@ -17,7 +17,14 @@ from scipy.stats import t
 
 from harness.cli import main
 from reports.experiment import load_experiment
-from reports.option_check import check_option, contrast_shifts, metric_deltas, option_effects, summary
+from reports.option_check import (
+    check_option,
+    contrast_shifts,
+    metric_deltas,
+    option_effects,
+    summary,
+    summary_lines,
+)
 
 ALPHA = 0.05
 CONTRASTS = [{"arm": "ckl", "baseline": "base", "metric": "gold_f1", "delta": 0.02},
@@ -29,8 +36,10 @@ VALUES = {"base": {0: (0.71, 0.301), 1: (0.73, 0.297), 2: (0.72, 0.303), 3: (0.7
           "nokl": {0: (0.69, 0.290), 1: (0.75, 0.310), 2: (0.71, 0.305), 3: (0.70, 0.302)}}
 
 
-def write_study(root: Path, values=VALUES, *, study="t4", contrasts=CONTRASTS, references=None) -> Path:
-    """index.json and each run's eval/metrics.json (and per-report predictions when `references` is given)."""
+def write_study(root: Path, values=VALUES, *, study="t4", contrasts=CONTRASTS, references=None,
+                decide_rule="fixed_n") -> Path:
+    """index.json and each run's eval/metrics.json (and per-report predictions when `references` is given). The
+    hand-computed cases declare the fixed-n rule (the studies' default is anytime since issue 48)."""
     runs = []
     for arm, by_seed in values.items():
         for seed, (gold, bleu) in by_seed.items():
@@ -45,7 +54,7 @@ def write_study(root: Path, values=VALUES, *, study="t4", contrasts=CONTRASTS, r
                          "metrics": f"{arm}/seed{seed}/eval/metrics.json"})
     index = {"format": "regbench.experiment-index/1", "study": study, "baseline_arm": "base",
              "seeds": sorted({s for v in values.values() for s in v}), "runs": runs, "contrasts": contrasts,
-             "arms": [{"name": a} for a in values], "decide": {"alpha": ALPHA, "looks": None}}
+             "arms": [{"name": a} for a in values], "decide": {"alpha": ALPHA, "looks": None, "rule": decide_rule}}
     (root / "index.json").write_text(json.dumps(index))
     return root
 
@@ -94,13 +103,15 @@ def test_the_option_effect_of_each_arm_is_decided_over_the_family(tmp_path):
     worse = got["ckl (other)", "gold_f1"]
     d = np.array([-0.051, -0.049, -0.052, -0.048])
     assert worse.outcome == "worse" and worse.n == 4 and math.isclose(worse.diff, -0.05, rel_tol=1e-9)
-    # p of the paired t by hand; Holm: the smallest of the 6 raw p is multiplied by 6
+    # p of the paired t by hand; Holm over one family (issue 48): the 6 arm effects and the 3 contrast shifts, so
+    # the smallest of the 9 raw p is multiplied by 9 (before issue 48, 6: two families of 6 and 3)
     tstat = d.mean() / (d.std(ddof=1) / 2)
     p = 2 * t.sf(abs(tstat), 3)
-    assert math.isclose(worse.p, p, rel_tol=1e-6) and math.isclose(worse.p_adjusted, 6 * p, rel_tol=1e-6)
+    assert math.isclose(worse.p, p, rel_tol=1e-6) and math.isclose(worse.p_adjusted, 9 * p, rel_tol=1e-6)
     undecided = got["nokl (other)", "BLEU_4"]
     assert undecided.outcome == "undecided" and undecided.seeds_needed and undecided.seeds_needed > 4
-    assert summary(check) == "the option changes the results: ckl gold_f1 worse, ckl - base gold_f1 worse"
+    assert summary(check) == ("the option changes the results: ckl gold_f1 worse, ckl - base gold_f1 worse (one "
+                              "family: 6 arm effects and 3 contrast shifts, alpha 0.05, fixed n)")
     # reading 2b: the declared contrasts' shifts, each with its own delta. ckl - base on gold_f1 moved with ckl's
     # scores; nokl - base on BLEU_4 shifts by nokl's moves minus base's +0.003 (0.010, -0.014, 0.009, -0.013)
     shifts = {(d.contrast.arm, d.contrast.metric): d for d in check.shifts}
@@ -327,3 +338,19 @@ def test_only_better_against_worse_contradicts(words, contradicts):
 
     pair = VerdictPair(c, decision(words[0]), decision(words[1]))
     assert pair.contradicts is contradicts and pair.same is (words[0] == words[1])
+
+
+def test_compare_decides_by_the_studys_rule_and_names_its_guarantee(tmp_path):
+    # issue 48: a study folder under the default rule (anytime) is compared by the confidence sequence, one family
+    # over the arm effects and the contrast shifts, and the text says the guarantee holds however often the
+    # comparison is repeated; 4 seeds are too few for that rule to decide the 0.05 move that fixed n calls worse
+    other = shifted({("ckl", 0): [-0.051, -0.049, -0.052, -0.048]})
+    check = check_option(load_experiment(write_study(tmp_path / "a", decide_rule="anytime")),
+                         load_experiment(write_study(tmp_path / "b", other, decide_rule="anytime")))
+    assert check.rule == "anytime" and all(d.rule == "anytime" for d in (*check.effects, *check.shifts))
+    got = {(d.contrast.arm, d.contrast.metric): d for d in check.effects}
+    assert got["ckl (other)", "gold_f1"].outcome == "undecided" and got["ckl (other)", "gold_f1"].seeds_needed >= 7
+    text = "\n".join(summary_lines(check))
+    assert "anytime-valid: holds however seeds were added and however often the comparison is repeated" in text
+    assert "Assumption of readings 2 and 2b: roughly normal per-seed differences" in text
+    assert summary(check).endswith("(one family: 6 arm effects and 3 contrast shifts, alpha 0.05, anytime)")

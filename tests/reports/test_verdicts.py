@@ -8,7 +8,7 @@ import math
 
 from harness.cli.report_commands import build_experiment_report
 from reports.experiment import load_experiment
-from reports.verdicts import current_look, paired_differences, study_verdicts
+from reports.verdicts import current_look, paired_differences, rule_text, study_verdicts
 from tests.reports.conftest import write_experiment
 
 CONTRASTS = [{"arm": "ckl", "baseline": "rer_vapr", "metric": "BLEU_4", "delta": 0.02},
@@ -19,7 +19,8 @@ CONTRASTS = [{"arm": "ckl", "baseline": "rer_vapr", "metric": "BLEU_4", "delta":
 def _declared(tmp_path, decide=None):
     root = write_experiment(tmp_path / "e")
     index = json.loads((root / "index.json").read_text())
-    index.update(contrasts=CONTRASTS, decide=decide or {"alpha": 0.05, "looks": None, "spending": "obrien_fleming"})
+    index.update(contrasts=CONTRASTS, decide=decide or {"alpha": 0.05, "looks": None, "spending": "obrien_fleming",
+                                                                   "rule": "fixed_n"})
     (root / "index.json").write_text(json.dumps(index))
     return root
 
@@ -64,3 +65,16 @@ def test_no_declared_contrasts_no_verdict_section(tmp_path):
     assert study_verdicts(load_experiment(root)) is None
     build_experiment_report(root, tmp_path / "report", B=200)
     assert "## Verdicts" not in (tmp_path / "report" / "results.md").read_text()
+
+
+def test_the_rule_says_which_guarantee_its_outcomes_have(tmp_path):
+    # issue 48: a study folder without a rule (seeds possibly added by hand) is decided by the anytime rule and says
+    # so; a fixed-n study says its guarantee needs n fixed in advance
+    anytime = study_verdicts(load_experiment(_declared(tmp_path / "a", {"alpha": 0.05, "looks": None})))
+    assert anytime.rule == "anytime" and all(d.rule == "anytime" for d in anytime.decisions)
+    assert "anytime-valid" in rule_text(anytime) and "Assumption: the per-seed paired differences" in rule_text(anytime)
+    fixed = study_verdicts(load_experiment(_declared(tmp_path / "b")))
+    assert fixed.rule == "fixed_n" and "fixed n: valid only if n was fixed in advance" in rule_text(fixed)
+    looks = {"alpha": 0.05, "looks": [2, 3], "spending": "obrien_fleming", "rule": "fixed_n"}
+    planned = study_verdicts(load_experiment(_declared(tmp_path / "c", looks)))
+    assert "planned looks: valid only if the looks and the maximum were fixed" in rule_text(planned)
