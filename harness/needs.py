@@ -177,6 +177,8 @@ def _path_problem(need: Need) -> str | None:
         return None
     if need.kind == "classifier_weights":
         p = Path(need.target)
+        if p.is_dir():  # a classifier folder of `regbench classifier train` (an upstream study's, issue 42)
+            p = p / "classifier.safetensors"
         if not p.is_file():
             return f"{p}: file not found (a pretrained backbone checkpoint, .safetensors)"
         return f"{p} is empty" if p.stat().st_size == 0 else None

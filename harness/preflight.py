@@ -103,8 +103,12 @@ def check_classifier_start(cfg: RunConfig) -> None:
     from harness.models.classifier.model import read_state_dict
 
     c = cfg.classifier
-    if not Path(c.pretrained_path).is_file():
-        source = MEDICAL_MAE_SOURCE if c.pretrained_format == "medical_mae" else "a timm state dict of classifier.arch"
+    path = Path(c.pretrained_path)
+    if path.is_dir():  # a classifier folder (IU-Xray starts from MIMIC-CXR's: a study's `upstream`)
+        path = path / "classifier.safetensors"
+    if not path.is_file():
+        source = (MEDICAL_MAE_SOURCE if c.pretrained_format == "medical_mae" else
+                  "a timm state dict of classifier.arch, or a classifier folder of `regbench classifier train`")
         raise ConfigError(f"'classifier.pretrained_path' = '{c.pretrained_path}': file not found; put {source} "
                           "there, or set classifier.pretrained_path to null (random init)")
     try:

@@ -10,13 +10,7 @@ from collections.abc import Sequence
 import torch
 
 from harness.config import TrainConfig
-
-# train.scheduler values; the cosine ones decay to a floor at a horizon, the others stay at the peak.
-SCHEDULERS = ("cosine", "constant", "warmup_constant", "warmup_cosine")
-COSINE_SCHEDULERS = ("cosine", "warmup_cosine")
-# train.warmup_type values: this project's ramp, transformers', and DeepSpeed's two (the official code's).
-WARMUP_TYPES = ("project", "transformers", "linear", "log")
-DEEPSPEED_WARMUP_TYPES = ("linear", "log")
+from harness.config.names import COSINE_SCHEDULERS, DEEPSPEED_WARMUP_TYPES, SCHEDULERS, WARMUP_TYPES  # noqa: F401
 
 
 def make_scheduler(optimizer, cfg: TrainConfig, total_steps: int):

@@ -1,5 +1,5 @@
-"""What two config values name, parsed: the trackers of `train.report_to` and the signals of
-`train.preempt_signals`.
+"""What config values name, parsed: the trackers of `train.report_to`, the signals of `train.preempt_signals`,
+and the schedule names of `train.scheduler` / `train.warmup_type`.
 
 Config validation refuses a bad value when the config loads; the run folder's side acts on the parsed names
 (harness/runs/trackers.py opens the trackers, harness/runs/preemption.py installs the signal handlers), so both
@@ -11,7 +11,16 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterable, Sequence
 
-__all__ = ["TRACKERS", "signal_numbers", "tracker_names"]
+__all__ = ["COSINE_SCHEDULERS", "DEEPSPEED_WARMUP_TYPES", "SCHEDULERS", "TRACKERS", "WARMUP_TYPES", "signal_numbers",
+           "tracker_names"]
+
+# train.scheduler values (harness/schedule.py computes them); the cosine ones decay to a floor at a horizon, the
+# others stay at the peak.
+SCHEDULERS = ("cosine", "constant", "warmup_constant", "warmup_cosine")
+COSINE_SCHEDULERS = ("cosine", "warmup_cosine")
+# train.warmup_type values: this project's ramp, transformers', and DeepSpeed's two (the official code's).
+WARMUP_TYPES = ("project", "transformers", "linear", "log")
+DEEPSPEED_WARMUP_TYPES = ("linear", "log")
 
 TRACKERS = ("tensorboard", "wandb")
 # Signals a process cannot handle, or that would make no sense as "please stop": refused by the config check.

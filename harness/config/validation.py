@@ -254,7 +254,7 @@ def _check_trackers(cfg: RunConfig, need) -> None:
 def _check_schedule(cfg: RunConfig, need) -> None:
     """train.scheduler and its warm-up / cosine fields (harness/schedule.py): known names, ratios in [0, 1], and no
     field set that the chosen schedule would ignore."""
-    from harness.schedule import COSINE_SCHEDULERS, DEEPSPEED_WARMUP_TYPES, SCHEDULERS, WARMUP_TYPES
+    from harness.config.names import COSINE_SCHEDULERS, DEEPSPEED_WARMUP_TYPES, SCHEDULERS, WARMUP_TYPES
 
     t = cfg.train
     need(t.scheduler in SCHEDULERS, "train.scheduler", t.scheduler, f"must be {', '.join(SCHEDULERS)}")

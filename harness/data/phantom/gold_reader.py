@@ -35,31 +35,16 @@ from functools import lru_cache
 import numpy as np
 
 from harness.constants import NEGATIVE, NO_FINDING, NUM_OBSERVATIONS, OBSERVATIONS, POSITIVE, UNCERTAIN
-from harness.data.cleaning import clean_report
 from harness.data.phantom.case import Case
 from harness.data.phantom.phrases import DEVICE_TEXT, IMPRESSION_NORMAL, NORMAL
 from harness.data.phantom.report import fill_template, severity_words, statement_templates
+from harness.data.phantom.report_sentences import sentences
 from harness.data.phantom.vocabulary import FINDINGS, FRACTURE_RIBS, GRADED, LATERAL, SEVERITIES, SIDES, ZONED, ZONES
 
 Meaning = tuple[tuple[int, int], ...]  # (observation index, value) pairs one sentence states
 SUPPORT_DEVICES = OBSERVATIONS.index("Support Devices")
 _FINDING_INDEX = np.array([OBSERVATIONS.index(name) for name in FINDINGS])
 _RANK = {NEGATIVE: 0, UNCERTAIN: 1, POSITIVE: 2}  # which of two statements about one finding wins
-
-
-def sentences(report: str) -> list[str]:
-    """The sentences of a report as the reader sees them: cleaned (iu_xray) and split at its " . " marks."""
-    out, current = [], []
-    for token in clean_report(report, "iu_xray").split():
-        if token == ".":
-            if current:
-                out.append(" ".join(current))
-            current = []
-        else:
-            current.append(token)
-    if current:
-        out.append(" ".join(current))
-    return out
 
 
 def _finding_cases(name: str) -> Iterable[Case]:

@@ -41,7 +41,7 @@ from functools import lru_cache
 import numpy as np
 
 from harness.constants import NEGATIVE, NO_FINDING, NUM_OBSERVATIONS, OBSERVATIONS, POSITIVE, UNCERTAIN
-from harness.data.phantom.gold_reader import sentences
+from harness.data.phantom.report_sentences import sentences
 
 _OBS = {name: OBSERVATIONS.index(name) for name in OBSERVATIONS}
 _FINDING_INDEX = np.array([i for i, n in enumerate(OBSERVATIONS) if n not in ("No Finding", "Support Devices")])
