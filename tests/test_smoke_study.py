@@ -35,7 +35,7 @@ def test_the_readme_shows_the_smoke_study_in_full():
     assert yaml.safe_load(shown[0]) == yaml.safe_load(STUDY.read_text())
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # 163 s at load average 10-15 on 2 cores, 61 s of CPU (docs/measurements.md)
 def test_the_smoke_study_runs_end_to_end_and_reports(tmp_path, capsys):
     out = tmp_path / "smoke"
     assert main(["experiment", "run", str(STUDY), "--workers", "2", "--out", str(out)]) == 0
