@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The pins of pyproject.toml (README "Pinned versions and why"); "" = any version.
+# The pins of pyproject.toml (docs/running.md, "Pinned versions and why"); "" = any version.
 PINNED = {
     "torch": "2.14.1", "torchvision": "0.29.1", "transformers": "4.57.6", "peft": "0.21.2",
     "accelerate": "1.15.0", "timm": "1.0.31", "scikit-learn": "1.7.2", "optuna": "5.0.0",

@@ -1,4 +1,6 @@
-"""The README's "Extending" examples are real code: each one registers its plug-in, and a config naming it loads."""
+"""The "Extending" examples are real code: each one registers its plug-in, and a config naming it loads.
+
+docs/extending.md holds every example; the README's "Extending" shows some of them, verbatim (issue 46)."""
 
 from __future__ import annotations
 
@@ -25,13 +27,21 @@ from regularizers.registry import (
 )
 from rewards.registry import REWARDS, available_rewards, get_reward
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+EXTENDING = ROOT / "docs" / "extending.md"
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+
+
+def _readme_examples() -> list[str]:
+    return _python_blocks(README.read_text().split("## Extending", 1)[1].split("\n## ", 1)[0])
 
 
 def _extending_examples() -> list[str]:
-    text = README.read_text()
-    section = text.split("## Extending", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    return _python_blocks(EXTENDING.read_text())
 
 
 @pytest.fixture
@@ -47,7 +57,7 @@ def registered():
         module = types.ModuleType(f"readme_example_{i}")  # dataclasses look their module up in sys.modules
         sys.modules[module.__name__] = module
         names.append(module.__name__)
-        exec(compile(code, str(README), "exec"), module.__dict__)  # noqa: S102 - our own README
+        exec(compile(code, str(EXTENDING), "exec"), module.__dict__)  # noqa: S102 - our own README
     yield
     for name in names:
         del sys.modules[name]
@@ -71,3 +81,9 @@ def test_every_extending_example_registers_a_working_plugin(registered):
     assert get_reward("words")(["the heart is normal"], ["the heart size is normal"]) == pytest.approx(np.array([0.8]))
     x = torch.tensor([[0.3, 0.7], [0.2, 0.0]], dtype=torch.float64)
     assert aggregate(x, torch.tensor([[1, 1], [1, 0]]), "row_sum_mean").item() == pytest.approx(0.6)
+
+
+def test_the_readme_examples_are_the_docs_examples_verbatim():
+    # so the test above runs each of them
+    readme = _readme_examples()
+    assert len(readme) == 2 and set(readme) <= set(_extending_examples())

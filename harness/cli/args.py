@@ -62,7 +62,7 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=("local", "slurm"), default="local",
                    help="local: worker processes on this machine (default); slurm: every stage run one Slurm job "
                         "with the preset's resources, inputs as afterok dependencies, interrupted jobs "
-                        "resubmitted (README, 'On a Slurm cluster')")
+                        "resubmitted (docs/running.md, 'On a Slurm cluster')")
     p.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
                    help="with --executor slurm: one more sbatch option for every job, e.g. partition=gpu, "
                         "account=..., qos=... (repeatable)")
