@@ -27,8 +27,9 @@ def mrope_positions(model, input_ids: torch.Tensor, image_grid_thw: torch.Tensor
     (`model`: a Qwen2_5_VLModel, or anything with its config)."""
     out = _image_positions(model.config, input_ids, image_grid_thw, attention_mask)
     if out is None:
-        return model.get_rope_index(input_ids, image_grid_thw, None, second_per_grid_ts=None,
-                                    attention_mask=attention_mask)
+        from harness.sampling.hf_api import get_rope_index
+
+        return get_rope_index(model, input_ids, image_grid_thw, attention_mask)
     return out
 
 

@@ -9,6 +9,7 @@ import torch
 from transformers import Qwen2_5_VLConfig
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
 
+from harness.sampling.hf_api import get_rope_index
 from harness.sampling.mrope_index import _image_positions, mrope_positions
 
 CFG = Qwen2_5_VLConfig()
@@ -16,10 +17,11 @@ IMG, START, END, VIDEO = CFG.image_token_id, CFG.vision_start_token_id, CFG.visi
 
 
 class Reference(SimpleNamespace):
-    """transformers' own get_rope_index on a config (it reads nothing else of the model)."""
+    """transformers' own get_rope_index on a config (it reads nothing else of the model; 5.x also its
+    get_vision_position_ids)."""
 
-    def get_rope_index(self, *args, **kwargs):
-        return Qwen2_5_VLModel.get_rope_index(self, *args, **kwargs)
+    get_rope_index = Qwen2_5_VLModel.get_rope_index
+    get_vision_position_ids = getattr(Qwen2_5_VLModel, "get_vision_position_ids", None)
 
 
 MODEL = Reference(config=CFG)
@@ -56,7 +58,7 @@ def test_equals_get_rope_index_on_random_batches(padding):
         ids, grid, mask = random_batch(rng, padding)
         if grid.numel() == 0:
             continue
-        want_pos, want_delta = MODEL.get_rope_index(ids, grid, None, second_per_grid_ts=None, attention_mask=mask)
+        want_pos, want_delta = get_rope_index(MODEL, ids, grid, mask)
         fast = _image_positions(CFG, ids, grid, mask)
         handled += fast is not None
         pos, delta = mrope_positions(MODEL, ids, grid, mask)
