@@ -44,6 +44,7 @@ from harness.sampling.feature_memo import FeatureMemo
 from harness.sampling.hf_api import cache_kwargs, first_step_inputs, layer_output
 from harness.sampling.lean_prefill import prefill, prefill_supported
 from harness.sampling.lean_topp import SortFreeTopP
+from harness.sampling.mrope_index import decode_positions
 
 SUPPORTED_ATTENTION = ("eager", "sdpa")
 # generation_config fields whose non-default values would make `generate` add processors or stopping rules
@@ -249,10 +250,9 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     embed = lm.embed_tokens
     # generate's mask has the dtype of the input embeddings (autocast leaves the embedding in the weight's).
     mask = None if fused else _decode_mask(attention_mask, capacity, attn, embed.weight.dtype)
-    # M-RoPE positions of decode step s (its token sits at cache position P + s): P + s + rope_delta, on all
-    # three axes (Qwen2_5_VLForConditionalGeneration.prepare_inputs_for_generation).
-    steps = torch.arange(P, capacity, device=device)
-    pos = (steps[None, :] + hf.model.rope_deltas.to(device).view(-1, 1)).expand(3, rows, -1)
+    # M-RoPE positions of decode step s (its token sits at cache position P + s): P + s + rope_delta in 4.57, on all
+    # three axes (Qwen2_5_VLForConditionalGeneration.prepare_inputs_for_generation; 5.x: mrope_index.py).
+    pos = decode_positions(hf.model, attention_mask, capacity).expand(3, rows, -1)
     probe = embed.weight.new_empty(1)
     cos, sin = lm.rotary_emb(probe, pos)  # [3, rows, max_new_tokens, head_dim]
     if fused:
