@@ -81,18 +81,21 @@ def encode_repeated(processor, images: Sequence[Sequence], instructions: Sequenc
     batch = encode_prompts(processor, images, instructions)
     if repeats == 1:
         return batch
-    if set(batch) != {"input_ids", "attention_mask", "pixel_values", "image_grid_thw"}:
+    if set(batch) - {"mm_token_type_ids"} != {"input_ids", "attention_mask", "pixel_values", "image_grid_thw"}:
         return encode_prompts(processor, [v for v in images for _ in range(repeats)],
                               [s for s in instructions for _ in range(repeats)])
     grid = batch["image_grid_thw"]
     views = [len(v) for v in images]
     blocks = torch.split(batch["pixel_values"], [int(p.sum()) for p in torch.split(grid.prod(-1), views)])
-    return {
+    out = {
         "input_ids": batch["input_ids"].repeat_interleave(repeats, dim=0),
         "attention_mask": batch["attention_mask"].repeat_interleave(repeats, dim=0),
         "pixel_values": torch.cat([b for b in blocks for _ in range(repeats)]),
         "image_grid_thw": torch.cat([g for g in torch.split(grid, views) for _ in range(repeats)]),
     }
+    if "mm_token_type_ids" in batch:  # transformers 5.x's processor: the token types its get_rope_index reads
+        out["mm_token_type_ids"] = batch["mm_token_type_ids"].repeat_interleave(repeats, dim=0)
+    return out
 
 
 def encode_sft(processor, images: Sequence[Sequence], instructions: Sequence[str], reports: Sequence[str],
@@ -123,6 +126,7 @@ def encode_sft(processor, images: Sequence[Sequence], instructions: Sequence[str
 
 
 def model_inputs(batch: dict) -> dict:
-    """The keys Qwen2_5_VLForConditionalGeneration.forward takes (drops labels and processor extras)."""
-    keep = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw")
+    """The keys Qwen2_5_VLForConditionalGeneration.forward takes (drops labels and processor extras; keeps
+    transformers 5.x's mm_token_type_ids, without which its forward gives 1-D positions)."""
+    keep = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
     return {k: batch[k] for k in keep if k in batch}

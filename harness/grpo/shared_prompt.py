@@ -31,6 +31,7 @@ from harness.grpo.rollout import Rollout, response_logits
 from harness.models.precision import autocast_for
 from harness.models.trainable import unwrap
 from harness.sampling.feature_memo import FeatureMemo
+from harness.sampling.hf_api import cache_kwargs
 from harness.sampling.lean_forward import dedupe_by_default, lean_pass_supported
 from harness.sampling.lean_prefill import attention_mask_from_keep, image_features, prefill_mask
 from harness.sampling.mrope_index import mrope_positions
@@ -96,8 +97,8 @@ def shared_prompt_logits(model, ro: Rollout, memo: FeatureMemo | None = None) ->
         cache = DynamicCache(config=hf.config.get_text_config())
         prompt_mask = prefill_mask(prompts.prompt_mask, attn_impl, embeds.dtype)
         out = lm(inputs_embeds=embeds, position_ids=positions[:, first, :P],
-                 attention_mask={"full_attention": prompt_mask}, past_key_values=cache, use_cache=True,
-                 cache_position=torch.arange(P, device=device), return_dict=True)
+                 attention_mask={"full_attention": prompt_mask}, use_cache=True, return_dict=True,
+                 **cache_kwargs(lm, cache, torch.arange(P, device=device)))
         hidden = out.last_hidden_state[:, -1:, :].repeat_interleave(counts, dim=0)  # predicts response token 0
         T = L - 1  # the last response token predicts nothing that is scored
         if T > 0:
@@ -110,6 +111,6 @@ def shared_prompt_logits(model, ro: Rollout, memo: FeatureMemo | None = None) ->
             responses = inner.get_input_embeddings()(ro.sequences[:, P:P + T])
             out = lm(inputs_embeds=responses, position_ids=positions[:, :, P:P + T],
                      attention_mask={"full_attention": attention_mask_from_keep(keep, attn_impl, responses.dtype)},
-                     past_key_values=cache, use_cache=True, cache_position=query[:, 0], return_dict=True)
+                     use_cache=True, return_dict=True, **cache_kwargs(lm, cache, query[:, 0]))
             hidden = torch.cat([hidden, out.last_hidden_state], dim=1)
         return hf.lm_head(hidden)

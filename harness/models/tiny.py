@@ -153,15 +153,15 @@ def build_tiny_model(tokenizer, seed: int = 0, attn_implementation: str = "eager
     """A randomly initialised tiny Qwen2.5-VL (deterministic for `seed`), with transformers' attention kernels
     `attn_implementation` (model.attn_implementation) and the patch embedding `patch_embed`
     (pretrain.patch_embed, recorded in its config: harness/models/patch_embed.py)."""
-    import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
+    from harness.models.init_order import reference_order_init
     from harness.models.patch_embed import use_patch_embed
 
     config = tiny_model_config(tokenizer, **sizes)
     config._attn_implementation = attn_implementation
-    torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config)
+    # transformers 5.x draws the same initial weights in another order: replayed in 4.57's (init_order.py)
+    model = reference_order_init(lambda: Qwen2_5_VLForConditionalGeneration(config), seed)
     model.generation_config.pad_token_id = config.pad_token_id
     model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.do_sample = False

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.models.merged_lora import merged_weight
+from harness.sampling.hf_api import mrope_section, rope_tables
 
 
 def _t(w: torch.Tensor) -> torch.Tensor:
@@ -63,7 +64,7 @@ class FusedDecodeStep:
             w, b = merged_weight(hf.lm_head)
             self.head = (_t(w), b)
         attn = lm.layers[0].self_attn
-        self.section = attn.rope_scaling["mrope_section"]
+        self.section = mrope_section(lm.config)
         self.hd = attn.head_dim
         self.cos = self.sin = self.mask = None
 
@@ -91,11 +92,9 @@ class FusedDecodeStep:
         )
 
     def set_rope(self, cos: torch.Tensor, sin: torch.Tensor) -> None:
-        """cos / sin [3, rows, T, head_dim] (the rotary embedding of every decode position) -> per-step tables
-        [T, rows, 1, head_dim], each M-RoPE section taken from its axis as apply_multimodal_rotary_pos_emb does."""
-        from harness.sampling.lean_step import select_mrope_sections
-
-        cos, sin = (select_mrope_sections(t, self.section).squeeze(1) for t in (cos, sin))  # [rows, T, hd]
+        """cos / sin (the rotary embedding of every decode position) -> per-step tables [T, rows, 1, head_dim], each
+        M-RoPE section taken from its axis as the attention applies them (harness/sampling/hf_api.py)."""
+        cos, sin = (t.squeeze(1) for t in rope_tables(cos, sin, self.section))  # [rows, T, hd]
         self.cos = cos.transpose(0, 1).unsqueeze(2).contiguous()
         self.sin = rotate_sign(sin).transpose(0, 1).unsqueeze(2).contiguous()
 

@@ -41,8 +41,10 @@ from transformers import (
 
 from harness.models.logit_positions import last_positions
 from harness.sampling.feature_memo import FeatureMemo
+from harness.sampling.hf_api import cache_kwargs, first_step_inputs, layer_output
 from harness.sampling.lean_prefill import prefill, prefill_supported
 from harness.sampling.lean_topp import SortFreeTopP
+from harness.sampling.mrope_index import decode_positions
 
 SUPPORTED_ATTENTION = ("eager", "sdpa")
 # generation_config fields whose non-default values would make `generate` add processors or stopping rules
@@ -53,6 +55,17 @@ UNSUPPORTED_IF_SET = (
     "renormalize_logits", "remove_invalid_values", "guidance_scale", "min_p", "typical_p", "epsilon_cutoff",
     "eta_cutoff", "watermarking_config", "stop_strings", "max_time", "num_beams",
 )
+
+
+# Values of those fields that add nothing: transformers 4.x's defaults. 5.x's GenerationConfig defaults them to None,
+# and a model saved by 4.x (or built by it, harness/models/tiny.py) carries the 4.x value.
+NEUTRAL = {"min_length": 0, "no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0,
+           "renormalize_logits": False, "remove_invalid_values": False, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+           "eta_cutoff": 0.0, "num_beams": 1}
+
+
+def _inactive(name: str, value) -> bool:
+    return value is None or (name in NEUTRAL and value == NEUTRAL[name] and type(value) is type(NEUTRAL[name]))
 
 
 def _hf_model(model):
@@ -74,7 +87,7 @@ def check_supported(hf) -> None:
     default = GenerationConfig()
     for name in UNSUPPORTED_IF_SET:
         have = getattr(hf.generation_config, name, None)
-        if have != getattr(default, name, None):
+        if have != getattr(default, name, None) and not _inactive(name, have):
             raise ValueError(f"generation.backend=lean: the model's generation_config.{name} = {have!r} is not "
                              "implemented by the lean loop; use generation.backend=hf")
 
@@ -121,7 +134,7 @@ class SlotCache:
         self.values: list = [None] * n_layers
         self.capacity, self.filled = capacity, filled
 
-    def update(self, key, value, layer_idx, cache_kwargs=None):
+    def update(self, key, value, layer_idx, cache_kwargs=None, **kwargs):  # 5.x passes kwargs=...
         n = key.shape[2]
         if self.keys[layer_idx] is None:
             self.keys[layer_idx] = key.new_empty(*key.shape[:2], self.capacity, key.shape[3])
@@ -216,9 +229,7 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     else:  # generate's first step, verbatim (positions, rope_deltas, vision features, logits of the last position)
         cache = DynamicCache(config=hf.config.get_text_config())
         extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
-        inputs = hf.prepare_inputs_for_generation(input_ids, past_key_values=cache, attention_mask=attention_mask,
-                                                  cache_position=torch.arange(P, device=device), use_cache=True,
-                                                  logits_to_keep=last_positions(1, P, device), **extra)
+        inputs = first_step_inputs(hf, input_ids, attention_mask, cache, last_positions(1, P, device), **extra)
         logits = hf(**inputs, return_dict=True).logits[:, -1, :].to(copy=True, dtype=torch.float32)
         for i, layer in enumerate(cache.layers):
             slots.update(layer.keys, layer.values, i)
@@ -239,10 +250,9 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     embed = lm.embed_tokens
     # generate's mask has the dtype of the input embeddings (autocast leaves the embedding in the weight's).
     mask = None if fused else _decode_mask(attention_mask, capacity, attn, embed.weight.dtype)
-    # M-RoPE positions of decode step s (its token sits at cache position P + s): P + s + rope_delta, on all
-    # three axes (Qwen2_5_VLForConditionalGeneration.prepare_inputs_for_generation).
-    steps = torch.arange(P, capacity, device=device)
-    pos = (steps[None, :] + hf.model.rope_deltas.to(device).view(-1, 1)).expand(3, rows, -1)
+    # M-RoPE positions of decode step s (its token sits at cache position P + s): P + s + rope_delta in 4.57, on all
+    # three axes (Qwen2_5_VLForConditionalGeneration.prepare_inputs_for_generation; 5.x: mrope_index.py).
+    pos = decode_positions(hf.model, attention_mask, capacity).expand(3, rows, -1)
     probe = embed.weight.new_empty(1)
     cos, sin = lm.rotary_emb(probe, pos)  # [3, rows, max_new_tokens, head_dim]
     if fused:
@@ -250,7 +260,7 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
         fused_step.set_mask(attention_mask, capacity)
     elif step_fn is not None:
         cos, sin = step_fn.sections(cos, sin)  # [rows, 1, max_new_tokens, head_dim]
-    row_dim = 0 if step_fn is not None else 1
+    row_dim = 0 if step_fn is not None else cos.dim() - 3  # the rotary output: [3, rows, ...] in 4.57, [rows, ...] 5.x
 
     seq = torch.full((rows, capacity), pad_token_id, dtype=input_ids.dtype, device=device)
     seq[:, :P] = input_ids
@@ -309,8 +319,8 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
             hidden = step_fn(hidden, *pe, step_mask, slots)
         else:
             for layer in layers:
-                hidden = layer(hidden, attention_mask=step_mask, position_ids=None, past_key_values=slots,
-                               use_cache=True, cache_position=cache_pos, position_embeddings=pe)[0]
+                hidden = layer_output(layer(hidden, attention_mask=step_mask, position_ids=None, use_cache=True,
+                                            position_embeddings=pe, **cache_kwargs(layer, slots, cache_pos)))
         slots.advance()
         hidden = lm.norm(hidden)
         logits = hf.lm_head(hidden[:, -1:, :])[:, -1, :].to(dtype=torch.float32)

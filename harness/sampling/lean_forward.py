@@ -18,6 +18,7 @@ import torch
 
 from harness.models.logit_positions import last_positions
 from harness.sampling.feature_memo import FeatureMemo
+from harness.sampling.hf_api import model_kwargs_for_positions
 from harness.sampling.lean_prefill import image_features, prefill_mask
 from harness.sampling.mrope_index import mrope_positions
 
@@ -48,7 +49,8 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     keep = last_positions(logits_to_keep, input_ids.shape[1], input_ids.device)
     if not lean_pass_supported(hf):
         return model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
-                     image_grid_thw=image_grid_thw, logits_to_keep=keep, use_cache=False).logits
+                     image_grid_thw=image_grid_thw, logits_to_keep=keep, use_cache=False,
+                     **model_kwargs_for_positions(hf, input_ids)).logits
     if dedupe_images is None:
         dedupe_images = dedupe_by_default(hf, input_ids.device)
     inner = hf.model

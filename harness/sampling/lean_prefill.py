@@ -28,14 +28,20 @@ import torch
 
 from harness.models.logit_positions import last_hidden
 from harness.sampling.feature_memo import FeatureMemo
+from harness.sampling.hf_api import cache_kwargs, mm_token_type_ids
 from harness.sampling.mrope_index import mrope_positions
 
-HANDLED = frozenset({"input_ids", "attention_mask", "pixel_values", "image_grid_thw"})
+HANDLED = frozenset({"input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids"})
 
 
 def prefill_supported(hf, batch: dict) -> bool:
+    """Whether `prefill` computes this batch: only the handled inputs, and token types (5.x's processor) that are
+    those of the token ids (what mrope_index.py reads)."""
     text = hf.config.get_text_config()
-    return set(batch) <= HANDLED and not getattr(text, "use_sliding_window", False)
+    if not set(batch) <= HANDLED or getattr(text, "use_sliding_window", False):
+        return False
+    types = batch.get("mm_token_type_ids")
+    return types is None or torch.equal(types.to(torch.int32), mm_token_type_ids(hf.config, batch["input_ids"]))
 
 
 def unique_images(pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> tuple[list[int], list[int]]:
@@ -143,9 +149,9 @@ def prefill(hf, batch: dict, cache, *, dedupe_images: bool, image_keys: Sequence
     model.rope_deltas = rope_deltas
     attn = hf.config._attn_implementation
     mask = prefill_mask(attention_mask, attn, embeds.dtype)
-    out = model.language_model(input_ids=None, position_ids=positions, attention_mask={"full_attention": mask},
-                               past_key_values=cache, inputs_embeds=embeds, use_cache=True,
-                               cache_position=torch.arange(P, device=input_ids.device), return_dict=True)
+    lm = model.language_model
+    out = lm(input_ids=None, position_ids=positions, attention_mask={"full_attention": mask}, inputs_embeds=embeds,
+             use_cache=True, return_dict=True, **cache_kwargs(lm, cache, torch.arange(P, device=input_ids.device)))
     # [B, H], not the [B, 1, H] view: a 3-D non-contiguous input copies the lm_head weight per row
     # (harness/models/logit_positions.py).
     logits = hf.lm_head(last_hidden(out.last_hidden_state))

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.sampling.hf_api import mrope_section, rope_tables
+
 
 def _lora_fn(mod) -> Callable | None:
     """The eval-time forward of a peft LoRA Linear with one active vanilla adapter, or None if not that case."""
@@ -58,13 +60,6 @@ def linear_fn(mod) -> Callable:
     return _lora_fn(mod) or mod
 
 
-def select_mrope_sections(t: torch.Tensor, section) -> torch.Tensor:
-    """[3, rows, T, head_dim] -> [rows, 1, T, head_dim]: each M-RoPE section of the last dim taken from its axis
-    (temporal, height, width, repeated for both halves), as apply_multimodal_rotary_pos_emb selects them."""
-    parts = t.split(list(section) * 2, dim=-1)
-    return torch.cat([m[i % 3] for i, m in enumerate(parts)], dim=-1).unsqueeze(1)
-
-
 class DecodeStep:
     """The decoder layers of `lm` (a Qwen2_5_VLTextModel) for one new token per row, against a slot cache."""
 
@@ -80,14 +75,13 @@ class DecodeStep:
                 layer=layer, attn=a, ln1=layer.input_layernorm, ln2=layer.post_attention_layernorm,
                 q=linear_fn(a.q_proj), k=linear_fn(a.k_proj), v=linear_fn(a.v_proj), o=linear_fn(a.o_proj),
                 gate=linear_fn(m.gate_proj), up=linear_fn(m.up_proj), down=linear_fn(m.down_proj), act=m.act_fn,
-                section=a.rope_scaling["mrope_section"],
             ))
+        self.section = mrope_section(lm.config)
 
     def sections(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin [3, rows, T, head_dim] -> [rows, 1, T, head_dim] with each M-RoPE section taken from its axis,
-        as apply_multimodal_rotary_pos_emb selects them (a copy, no arithmetic), for all steps at once."""
-        section = self.layers[0]["section"]
-        return select_mrope_sections(cos, section), select_mrope_sections(sin, section)
+        """The rotary embedding's cos/sin -> [rows, 1, T, head_dim] with each M-RoPE section taken from its axis,
+        as the attention applies them (a copy, no arithmetic), for all steps at once (harness/sampling/hf_api.py)."""
+        return rope_tables(cos, sin, self.section)
 
     def __call__(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask, cache) -> torch.Tensor:
         """cos/sin: this step's slices of `sections` ([rows, 1, 1, head_dim])."""

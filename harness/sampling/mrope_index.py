@@ -8,8 +8,10 @@ vision inputs are images:
 - a text token is one position after the position before it (all three axes equal);
 - an image of merged grid t x h x w (h, w = grid / spatial_merge_size) starts at the position a text token
   there would have, `base`, and its tokens get (base, base + row, base + column) on the (time, height, width)
-  axes (an image's time index is 0 in every frame); the token after it gets base + max(h, w);
-- padding (attention_mask 0) gets 1; `rope_deltas` is the largest position of a row + 1 - the row's length.
+  axes (an image's time index is 0 in every frame; in transformers 5.x the frame number); the token after it gets
+  base + max(h, w);
+- padding (attention_mask 0) gets 1; `rope_deltas` is the largest position of a row + 1 - the row's length
+  (transformers 5.x: padding gets 0 and the deltas count the real tokens, `token_type_rope_index`).
 
 `mrope_positions` computes that with a few batched integer ops (integers: equal, not merely close), and calls
 `get_rope_index` itself for anything else (videos, rows whose tokens are not one contiguous run, image tokens
@@ -25,15 +27,45 @@ def mrope_positions(model, input_ids: torch.Tensor, image_grid_thw: torch.Tensor
                     attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """`model.get_rope_index(input_ids, image_grid_thw, None, second_per_grid_ts=None, attention_mask=...)`
     (`model`: a Qwen2_5_VLModel, or anything with its config)."""
-    out = _image_positions(model.config, input_ids, image_grid_thw, attention_mask)
+    out = _image_positions(model.config, input_ids, image_grid_thw, attention_mask,
+                           token_types=token_type_rope_index(type(model).get_rope_index))
     if out is None:
-        return model.get_rope_index(input_ids, image_grid_thw, None, second_per_grid_ts=None,
-                                    attention_mask=attention_mask)
+        from harness.sampling.hf_api import get_rope_index
+
+        return get_rope_index(model, input_ids, image_grid_thw, attention_mask)
     return out
 
 
-def _image_positions(config, input_ids, grid, attention_mask):
-    """The positions, or None where the batch is not the case handled here."""
+def token_type_rope_index(get_rope_index=None) -> bool:
+    """Whether `get_rope_index` is transformers 5.x's, which reads the token types (`mm_token_type_ids`) and
+    differs from 4.57's in two conventions: an image's temporal frames (grid_t > 1; the image processor gives
+    grid_t = 1) are spaced by 1 where 4.57 puts them all at time 0 (huggingface/transformers#45325), and
+    `rope_deltas` counts a row's real tokens, not its padded length (5.x then adds it to the count of real tokens
+    so far where 4.57 adds it to the cache position: the same decode positions, `decode_positions` below)."""
+    import inspect
+
+    if get_rope_index is None:
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+
+        get_rope_index = Qwen2_5_VLModel.get_rope_index
+    return "mm_token_type_ids" in inspect.signature(get_rope_index).parameters
+
+
+def decode_positions(model, attention_mask: torch.Tensor, capacity: int) -> torch.Tensor:
+    """[rows, capacity - P]: the M-RoPE position (all three axes) of decode step s of each row from
+    `model.rope_deltas` (set by the prefill), as generate's later steps compute it."""
+    rows, P = attention_mask.shape
+    steps = torch.arange(P, capacity, device=attention_mask.device)[None, :]
+    if token_type_rope_index(type(model).get_rope_index):
+        steps = steps - (P - attention_mask.sum(1, keepdim=True))  # real tokens before the step, not its column
+    return steps + model.rope_deltas.to(attention_mask.device).view(-1, 1)
+
+
+def _image_positions(config, input_ids, grid, attention_mask, token_types: bool | None = None):
+    """The positions, or None where the batch is not the case handled here. `token_types`: the conventions of
+    5.x's get_rope_index (`token_type_rope_index`; None = of the installed transformers)."""
+    if token_types is None:
+        token_types = token_type_rope_index()
     if grid is None or grid.numel() == 0 or input_ids.dim() != 2:
         return None
     rows, length = input_ids.shape
@@ -82,8 +114,10 @@ def _image_positions(config, input_ids, grid, attention_mask):
     frame = within % (lh * lw)[image]
     h_off = torch.where(is_image, frame // lw[image], 0)
     w_off = torch.where(is_image, frame % lw[image], 0)
-    positions = torch.stack([base, base + h_off, base + w_off])
-    positions = torch.where(real.expand(3, -1, -1), positions, torch.ones_like(positions)).to(input_ids.dtype)
+    t_off = torch.where(is_image, within // (lh * lw)[image], 0) * int(token_types)
+    positions = torch.stack([base + t_off, base + h_off, base + w_off])
+    pad = torch.full_like(positions, 0 if token_types else 1)  # padding's position: 1 in 4.57, 0 in 5.x
+    positions = torch.where(real.expand(3, -1, -1), positions, pad).to(input_ids.dtype)
     top = torch.where(real.expand(3, -1, -1), positions, torch.zeros_like(positions)).amax(dim=(0, 2))
-    deltas = (top + 1 - length).view(rows, 1)
+    deltas = (top + 1 - (n_real if token_types else length)).view(rows, 1)
     return positions, deltas

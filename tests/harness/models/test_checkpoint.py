@@ -28,6 +28,7 @@ from harness.models.checkpoint import (
 )
 from harness.models.tiny import save_base
 from harness.models.trainable import MERGER, add_lora, set_trainable, trainable_state, unwrap
+from harness.sampling.vllm_plan import pixel_limits
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0}
 SETTINGS = {"preset": "tiny", "base_id": None, "image_size": 56, "dtype": "float32", "attn_implementation": "eager"}
@@ -186,7 +187,7 @@ def test_stage_reload_is_exact_and_the_spec_records_the_model(sft_model, base_di
     assert spec["base"] == str(base_dir.resolve()) and spec["base_id"] == "Qwen/Qwen2.5-VL-7B-Instruct"
     assert (spec["image_size"], spec["dtype"], spec["preset"], spec["lora"]) == (56, "float32", "tiny", LORA)
     loaded, processor, _ = load_stage_model(tmp_path / "sft")
-    assert processor.image_processor.max_pixels == 56 * 56
+    assert pixel_limits(processor) == (56 * 56, 56 * 56)
     a, b = trainable_state(sft_model), trainable_state(loaded)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

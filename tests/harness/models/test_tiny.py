@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from harness.batching import NEVER_GENERATE, encode_prompts, model_inputs, suppressed_token_ids
 from harness.models.checkpoint import load_base
 from harness.models.tiny import SPECIAL_TOKENS, save_base
 from harness.sampling.decoding import generate_reports
+from harness.sampling.hf_api import get_rope_index, mrope_section
 
 
 def test_special_tokens_have_qwen_order_and_config_ids(tiny_tokenizer, tiny_model):
@@ -17,7 +20,7 @@ def test_special_tokens_have_qwen_order_and_config_ids(tiny_tokenizer, tiny_mode
     assert cfg.image_token_id == tiny_tokenizer.convert_tokens_to_ids("<|image_pad|>")
     assert cfg.vision_start_token_id == tiny_tokenizer.convert_tokens_to_ids("<|vision_start|>")
     head_dim = cfg.text_config.hidden_size // cfg.text_config.num_attention_heads
-    assert sum(cfg.text_config.rope_scaling["mrope_section"]) == head_dim // 2
+    assert sum(mrope_section(cfg.text_config)) == head_dim // 2
 
 
 def test_chat_template_matches_qwen_layout(tiny_processor):
@@ -38,8 +41,7 @@ def test_processor_expands_image_tokens(tiny_processor, xray_images):
 
 def test_positions_are_three_dimensional_over_image_tokens(tiny_processor, tiny_model, xray_images):
     batch = encode_prompts(tiny_processor, [[xray_images[0]]], ["describe"])
-    pos, _ = tiny_model.model.get_rope_index(batch["input_ids"], batch["image_grid_thw"],
-                                             attention_mask=batch["attention_mask"])
+    pos, _ = get_rope_index(tiny_model.model, batch["input_ids"], batch["image_grid_thw"], batch["attention_mask"])
     image_id = tiny_processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     img = batch["input_ids"][0] == image_id
     t, h, w = pos[0, 0, img], pos[1, 0, img], pos[2, 0, img]
@@ -48,14 +50,22 @@ def test_positions_are_three_dimensional_over_image_tokens(tiny_processor, tiny_
     assert sorted(set(h.tolist())) == [h.min().item(), h.min().item() + 1]
     assert sorted(set(w.tolist())) == [w.min().item(), w.min().item() + 1]
     # Without image grid information the same ids get plain 1-D positions: a different embedding.
-    pos1d, _ = tiny_model.model.get_rope_index(batch["input_ids"], None, attention_mask=batch["attention_mask"])
+    pos1d = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0).expand(3, -1, -1)
     assert not torch.equal(pos, pos1d)
+
+
+def _image_processor_saved(folder) -> bool:
+    """The image processor's settings: preprocessor_config.json in 4.57, inside processor_config.json in 5.x."""
+    if (folder / "preprocessor_config.json").is_file():
+        return True
+    combined = folder / "processor_config.json"
+    return combined.is_file() and "image_processor" in json.loads(combined.read_text())
 
 
 def test_save_load_offline_round_trip_identical_logits(tmp_path, tiny_processor, tiny_model, xray_images):
     folder = save_base(tiny_model, tiny_processor, tmp_path / "base")
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
-    assert (folder / "tokenizer.json").is_file() and (folder / "preprocessor_config.json").is_file()
+    assert (folder / "tokenizer.json").is_file() and _image_processor_saved(folder)
     loaded, proc = load_base(folder, image_size=56)
     batch = encode_prompts(proc, [[xray_images[0]]], ["describe"])
     ref = encode_prompts(tiny_processor, [[xray_images[0]]], ["describe"])

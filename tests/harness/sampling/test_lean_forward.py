@@ -10,6 +10,7 @@ from harness.batching import encode_repeated
 from harness.models.precision import autocast_for
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import add_lora, set_trainable, unwrap
+from harness.sampling.hf_api import model_kwargs_for_positions
 from harness.sampling.lean_forward import sequence_logits
 
 INSTRUCTIONS = ["describe", "write the findings section please", "x"]
@@ -38,8 +39,9 @@ def _setup(tokenizer, processor, images, attn, dtype):
 
 
 def _plain(model, ids, mask, pv, grid):
+    # transformers 5.x computes M-RoPE positions only from the token types its processor returns
     return model(input_ids=ids, attention_mask=mask, pixel_values=pv, image_grid_thw=grid, logits_to_keep=7,
-                 use_cache=False).logits
+                 use_cache=False, **model_kwargs_for_positions(unwrap(model), ids)).logits
 
 
 @pytest.mark.parametrize("attn,dtype", [("eager", torch.float32), ("sdpa", torch.float32), ("sdpa", torch.bfloat16)])

@@ -3,6 +3,8 @@ K/V."""
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from harness.batching import encode_prompts
 from harness.models.precision import autocast_for
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import add_lora, set_trainable, unwrap
+from harness.sampling.hf_api import first_step_inputs
 from harness.sampling.lean_decode import SlotCache
 from harness.sampling.lean_prefill import image_features, prefill, prefill_mask, unique_images
 
@@ -51,9 +54,13 @@ def test_mask_equals_create_causal_mask(tiny_tokenizer, attn, dtype, padded):
     model = _model(tiny_tokenizer, attn)
     cfg = unwrap(model).config.get_text_config()
     cfg._attn_implementation = attn
-    want = create_causal_mask(config=cfg, input_embeds=torch.zeros(rows, P, 4, dtype=dtype), attention_mask=mask,
-                              cache_position=torch.arange(P), past_key_values=DynamicCache(config=cfg),
-                              position_ids=None)
+    embeds = torch.zeros(rows, P, 4, dtype=dtype)
+    if "cache" in inspect.signature(create_causal_mask).parameters:  # transformers 5.x
+        want = create_causal_mask(config=cfg, inputs_embeds=embeds, attention_mask=mask,
+                                  cache=DynamicCache(config=cfg), position_ids=None)
+    else:
+        want = create_causal_mask(config=cfg, input_embeds=embeds, attention_mask=mask, cache_position=torch.arange(P),
+                                  past_key_values=DynamicCache(config=cfg), position_ids=None)
     got = prefill_mask(mask, attn, dtype)
     if want is None:
         assert got is None and attn == "sdpa" and not padded
@@ -100,10 +107,7 @@ def test_features_logits_and_kv_equal_generates_first_step(tiny_tokenizer, tiny_
 
         cache = DynamicCache(config=hf.config.get_text_config())
         extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
-        inputs = hf.prepare_inputs_for_generation(batch["input_ids"], past_key_values=cache,
-                                                  attention_mask=batch["attention_mask"],
-                                                  cache_position=torch.arange(P), use_cache=True, logits_to_keep=1,
-                                                  **extra)
+        inputs = first_step_inputs(hf, batch["input_ids"], batch["attention_mask"], cache, 1, **extra)
         want = hf(**inputs, return_dict=True).logits[:, -1, :].float()
         want_deltas = hf.model.rope_deltas.clone()
         hf.model.rope_deltas = None

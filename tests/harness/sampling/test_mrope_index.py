@@ -9,17 +9,19 @@ import torch
 from transformers import Qwen2_5_VLConfig
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
 
-from harness.sampling.mrope_index import _image_positions, mrope_positions
+from harness.sampling.hf_api import get_rope_index
+from harness.sampling.mrope_index import _image_positions, mrope_positions, token_type_rope_index
 
 CFG = Qwen2_5_VLConfig()
 IMG, START, END, VIDEO = CFG.image_token_id, CFG.vision_start_token_id, CFG.vision_end_token_id, CFG.video_token_id
 
 
 class Reference(SimpleNamespace):
-    """transformers' own get_rope_index on a config (it reads nothing else of the model)."""
+    """transformers' own get_rope_index on a config (it reads nothing else of the model; 5.x also its
+    get_vision_position_ids)."""
 
-    def get_rope_index(self, *args, **kwargs):
-        return Qwen2_5_VLModel.get_rope_index(self, *args, **kwargs)
+    get_rope_index = Qwen2_5_VLModel.get_rope_index
+    get_vision_position_ids = getattr(Qwen2_5_VLModel, "get_vision_position_ids", None)
 
 
 MODEL = Reference(config=CFG)
@@ -56,7 +58,7 @@ def test_equals_get_rope_index_on_random_batches(padding):
         ids, grid, mask = random_batch(rng, padding)
         if grid.numel() == 0:
             continue
-        want_pos, want_delta = MODEL.get_rope_index(ids, grid, None, second_per_grid_ts=None, attention_mask=mask)
+        want_pos, want_delta = get_rope_index(MODEL, ids, grid, mask)
         fast = _image_positions(CFG, ids, grid, mask)
         handled += fast is not None
         pos, delta = mrope_positions(MODEL, ids, grid, mask)
@@ -70,11 +72,14 @@ def test_a_hand_computed_row():
     ids = torch.tensor([[0, 11, START, *[IMG] * 6, END, 12]])
     mask = torch.tensor([[0] + [1] * 10])
     pos, delta = mrope_positions(MODEL, ids, torch.tensor([[1, 4, 6]]), mask)
-    # text 0, 1 (11, START); image base 2: rows 0..1, columns 0..2; then base + max(2, 3) = 5, 6 (END, 12)
-    assert pos[:, 0].tolist() == [[1, 0, 1, 2, 2, 2, 2, 2, 2, 5, 6],
-                                  [1, 0, 1, 2, 2, 2, 3, 3, 3, 5, 6],
-                                  [1, 0, 1, 2, 3, 4, 2, 3, 4, 5, 6]]
-    assert delta.tolist() == [[6 + 1 - 11]]
+    # text 0, 1 (11, START); image base 2: rows 0..1, columns 0..2; then base + max(2, 3) = 5, 6 (END, 12);
+    # padding at 1 and the delta against the padded length in 4.57, 0 and the real length in 5.x.
+    v5 = token_type_rope_index()
+    p = 0 if v5 else 1
+    assert pos[:, 0].tolist() == [[p, 0, 1, 2, 2, 2, 2, 2, 2, 5, 6],
+                                  [p, 0, 1, 2, 2, 2, 3, 3, 3, 5, 6],
+                                  [p, 0, 1, 2, 3, 4, 2, 3, 4, 5, 6]]
+    assert delta.tolist() == [[6 + 1 - (10 if v5 else 11)]]
 
 
 def test_what_it_does_not_handle_goes_to_get_rope_index():
