@@ -180,7 +180,8 @@ def unsaved_state(plugin: Regularizer | ReferenceStrategy) -> list[str]:
     """Instance attributes of ``plugin`` that are neither config (its dataclass init fields), nor keys of its
     ``state_dict()``, nor named in its ``derived_attrs``: state a checkpoint would not hold."""
     kept = set(_init_fields(type(plugin))) | set(plugin.derived_attrs) | set(plugin.state_dict())
-    return sorted(a for a in vars(plugin) if a not in kept)
+    # a callable set on the instance (a hook replaced, as a test or a wrapper does) is behaviour, not state
+    return sorted(a for a in vars(plugin) if a not in kept and not callable(vars(plugin)[a]))
 
 
 def check_state_contract(plugin: Regularizer | ReferenceStrategy, kind: str) -> None:

@@ -6,7 +6,7 @@ set is that of stage 2 (merger + LoRA); LoRA is added if the starting point has 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -56,14 +56,25 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
             kls += [part[1]] if part[1] is not None else []
         if not dist.main:
             return dist.broadcast_object(None)
-        scores = dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels, gold_present),
-                                        **kl_summary(kls)})
-        if scores.get(COMPLETIONS):  # the input image of the first rows, for the trackers (not sent to other ranks)
-            scores[COMPLETIONS] = [[*row, val.images[i][0] if i < COMPLETION_IMAGES and val.images[i] else None]
-                                   for i, row in enumerate(scores[COMPLETIONS])]
-        return scores
+        return dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels, gold_present),
+                                      **kl_summary(kls)})
 
     return validate
+
+
+def with_completion_images(validate: Callable, val: PromptSet) -> Callable:
+    """`validate` whose completions table also carries each of the first rows' input image, for the trackers
+    (attached after the scores, so the shared start validation stays plain JSON and is not sent to other ranks)."""
+
+    def validate_with_images(model) -> dict:
+        scores = validate(model)
+        if scores and scores.get(COMPLETIONS):
+            scores = {**scores, COMPLETIONS: [
+                [*row, val.images[i][0] if i < COMPLETION_IMAGES and val.images[i] else None]
+                for i, row in enumerate(scores[COMPLETIONS])]}
+        return scores
+
+    return validate_with_images
 
 
 def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_labels: np.ndarray | None = None,
@@ -83,7 +94,7 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     with `gold_labels` ([N, 14] stored labels of the references) the rule labeler's agreement with them:
     `labeler_f1`, `labeler_exact` (what `gold_f1` / `gold_exact` were before issue 24). `completions`
     (harness/grpo/validation.py COMPLETIONS): each prompt's id, instruction, report, reward and reference report, for
-    the trackers' table (make_validator adds the input image)."""
+    the trackers' table (with_completion_images adds the input image)."""
     from rewards.spec import compute_reward
 
     raw = hyps
@@ -179,6 +190,7 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
                               image_truth(val_samples))
     # The start policy's validation is the same for every run from this model: computed once, shared.
     validate = shared_start_validation(validate, cfg, start_policy, dist)
+    validate = with_completion_images(validate, val)  # after the shared file: images are not JSON
     if cfg.generation.backend == "vllm":  # every rank at once, before training (harness/sampling/vllm_rollout.py)
         from harness.sampling.vllm_rollout import start_engine
 
