@@ -146,18 +146,7 @@ class Registry(Generic[T]):
         """The class ``package.module:Class`` (``Class`` may be dotted) from the user's code, with the checks of
         :meth:`add` (subclass of ``base``, dataclass when it declares fields); its ``name_attr`` is set to ``path``.
         A ValueError names what is wrong (module, attribute, base class)."""
-        module_name, _, attr = path.partition(":")
-        if not module_name.strip() or not attr.strip():
-            raise ValueError(f"{self.kind} {path!r} must be a registered name or look like package.module:Class")
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except ImportError as e:
-            raise ValueError(f"{self.kind} {path!r}: cannot import module '{module_name}' ({e}); is its folder on "
-                             "the Python path (PYTHONPATH)?") from e
-        for part in attr.split("."):
-            if not hasattr(obj, part):
-                raise ValueError(f"{self.kind} {path!r}: module '{module_name}' has no attribute '{attr}'")
-            obj = getattr(obj, part)
+        obj = import_object(path, self.kind, "a registered name or look like package.module:Class")
         if self.base is not None and not (isinstance(obj, type) and issubclass(obj, self.base)):
             raise ValueError(f"{self.kind} {path!r} is {obj!r}, not a subclass of {self.base.__name__}")
         missing = undeclared_config_fields(obj, self.base)
@@ -176,3 +165,22 @@ class Registry(Generic[T]):
     def __contains__(self, name: object) -> bool:
         self.load()
         return name in self.entries
+
+
+def import_object(path: str, kind: str, form: str) -> Any:
+    """The object ``package.module:name`` names (``name`` may be dotted) from the user's code; a ValueError names
+    what is wrong (the form, the module, the attribute). `kind` and `form` word the errors ("reward",
+    "look like package.module:function")."""
+    module_name, _, attr = path.partition(":")
+    if not module_name.strip() or not attr.strip():
+        raise ValueError(f"{kind} {path!r} must {form}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"{kind} {path!r}: cannot import module '{module_name}' ({e}); is its folder on the Python "
+                         "path (PYTHONPATH)?") from e
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{kind} {path!r}: module '{module_name}' has no attribute '{attr}'")
+        obj = getattr(obj, part)
+    return obj

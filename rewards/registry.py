@@ -14,14 +14,12 @@ rewards/spec.py resolves and checks it; rewards/composite.py builds the weighted
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from harness.registry import Registry
+from harness.registry import Registry, import_object
 
 RewardFn = Callable[..., np.ndarray]
 # Every module of the `rewards` package is imported on first use, so that their `@register_reward`s run. Reward
@@ -47,18 +45,7 @@ def get_reward(name: str) -> RewardFn:
 def import_reward(path: str) -> RewardFn:
     """The callable ``package.module:function`` names (``function`` may be dotted: ``Class.method``), checked to take
     the reward signature; a ValueError names what is wrong (module, attribute, signature)."""
-    module_name, _, attr = path.partition(":")
-    if not module_name.strip() or not attr.strip():
-        raise ValueError(f"reward {path!r} must look like package.module:function")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"reward {path!r}: cannot import module '{module_name}' ({e}); is its folder on the Python "
-                         "path (PYTHONPATH)?") from e
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"reward {path!r}: module '{module_name}' has no attribute '{attr}'")
-        obj = getattr(obj, part)
+    obj = import_object(path, "reward", "look like package.module:function")
     if not callable(obj):
         raise ValueError(f"reward {path!r} is a {type(obj).__name__}, not a function")
     check_signature(path, obj)

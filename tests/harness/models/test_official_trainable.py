@@ -13,12 +13,11 @@ import json
 import pytest
 import torch
 
-from harness.batching import encode_sft
 from harness.models.checkpoint import load_stage_model, save_stage_model
 from harness.models.patch_embed import use_patch_embed
 from harness.models.tiny import build_tiny_model, save_base
-from harness.models.trainable import add_lora, lora_settings, set_trainable, unwrap
-from harness.stages.lm_loss import lm_loss
+from harness.models.trainable import add_lora, lora_settings, set_trainable
+from tests.harness.models.test_trainable import _snapshot, _steps
 
 OFFICIAL_TARGETS = ["qkv", "proj", "gate_proj", "up_proj", "down_proj", "q_proj", "v_proj", "k_proj", "o_proj"]
 PATCH = "model.visual.patch_embed.proj"
@@ -26,22 +25,6 @@ PATCH = "model.visual.patch_embed.proj"
 
 def _model(tokenizer):
     return build_tiny_model(tokenizer, seed=0, text_hidden=32, text_layers=1, vision_hidden=16, image_size=56)
-
-
-def _steps(model, processor, images, n=2):
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-2)
-    batch = encode_sft(processor, [[im] for im in images[:2]], ["a", "b"],
-                       ["the heart size is normal .", "mild cardiomegaly ."], 20)
-    for _ in range(n):
-        loss, _ = lm_loss(model, batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-
-def _snapshot(model):
-    return {n: p.detach().clone() for n, p in unwrap(model).named_parameters()}
 
 
 def test_warmup_merger_mlp_trains_exactly_the_official_stage1_set(tiny_tokenizer, tiny_processor, xray_images):
