@@ -11,8 +11,8 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterable, Sequence
 
-__all__ = ["COSINE_SCHEDULERS", "DEEPSPEED_WARMUP_TYPES", "SCHEDULERS", "TRACKERS", "WARMUP_TYPES", "signal_numbers",
-           "tracker_names"]
+__all__ = ["CLASSIFIER_PRETRAINED_FORMATS", "CLASSIFIER_SCHEDULERS", "CLASSIFIER_SELECTIONS", "COSINE_SCHEDULERS",
+           "DEEPSPEED_WARMUP_TYPES", "SCHEDULERS", "TRACKERS", "WARMUP_TYPES", "signal_numbers", "tracker_names"]
 
 # train.scheduler values (harness/schedule.py computes them); the cosine ones decay to a floor at a horizon, the
 # others stay at the peak.
@@ -21,6 +21,11 @@ COSINE_SCHEDULERS = ("cosine", "warmup_cosine")
 # train.warmup_type values: this project's ramp, transformers', and DeepSpeed's two (the official code's).
 WARMUP_TYPES = ("project", "transformers", "linear", "log")
 DEEPSPEED_WARMUP_TYPES = ("linear", "log")
+# classifier.pretrained_format / classifier.scheduler / classifier.select values (harness/models/classifier/ acts
+# on them; the config check refuses others).
+CLASSIFIER_PRETRAINED_FORMATS = ("regbench", "medical_mae")
+CLASSIFIER_SCHEDULERS = ("constant", "warmup_cosine")
+CLASSIFIER_SELECTIONS = ("val_loss", "mean_auc")
 
 TRACKERS = ("tensorboard", "wandb")
 # Signals a process cannot handle, or that would make no sense as "please stop": refused by the config check.

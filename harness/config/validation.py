@@ -334,7 +334,9 @@ def _check_ranges(cfg: RunConfig, need) -> None:
 
 def _check_classifier_recipe(cfg: RunConfig, need) -> None:
     """The classifier's loading format, layer decay, schedule, clipping and selection (ClassifierConfig's rules)."""
-    from harness.models.classifier.config import PRETRAINED_FORMATS, SCHEDULERS, SELECTIONS
+    from harness.config.names import CLASSIFIER_PRETRAINED_FORMATS as PRETRAINED_FORMATS
+    from harness.config.names import CLASSIFIER_SCHEDULERS as SCHEDULERS
+    from harness.config.names import CLASSIFIER_SELECTIONS as SELECTIONS
 
     c = cfg.classifier
     need(c.pretrained_format in PRETRAINED_FORMATS, "classifier.pretrained_format", c.pretrained_format,

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from harness.config.names import CLASSIFIER_PRETRAINED_FORMATS, CLASSIFIER_SCHEDULERS, CLASSIFIER_SELECTIONS
+
 # The tiny preset's ViT: same timm class as ViT-B/16, only smaller, so the code path is the real one.
 TINY_VIT_KWARGS: dict[str, Any] = {
     "patch_size": 16, "embed_dim": 64, "depth": 2, "num_heads": 2, "mlp_ratio": 2.0,
@@ -14,9 +16,9 @@ TINY_ARCH = "tiny_vit"
 # A small conv net for the tiny preset (harness/models/classifier/tiny_cnn.py; this project, issue 12).
 TINY_CNN_ARCH = "tiny_cnn"
 
-PRETRAINED_FORMATS = ("regbench", "medical_mae")
-SCHEDULERS = ("constant", "warmup_cosine")
-SELECTIONS = ("val_loss", "mean_auc")
+PRETRAINED_FORMATS = CLASSIFIER_PRETRAINED_FORMATS
+SCHEDULERS = CLASSIFIER_SCHEDULERS
+SELECTIONS = CLASSIFIER_SELECTIONS
 # Fields added after classifier.json existed, with the defaults that train as before (left out of to_dict).
 OMITTED_AT_DEFAULT: dict[str, Any] = {
     "pretrained_format": "regbench", "drop_path": 0.0, "layer_decay": None, "scheduler": "constant",
