@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DESIGN = (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+DESIGN = (ROOT / "docs/DESIGN.md").read_text(encoding="utf-8")
 
 
 def _layout() -> str:
