@@ -1,20 +1,22 @@
 """Whole GRPO step: regbench's `GRPOTrainer.train_step` vs TRL's `GRPOTrainer`, interleaved (issue 15; goal <= 0.5x).
 
-TRL is a benchmark-only dependency: it lives in its own venv over the project's packages (same torch,
-transformers 4.57.6, peft), never in regbench's. Once, from the worktree root:
+TRL is a test-only dependency (pyproject.toml's `dev` extra: trl 1.16.0, datasets < 5, so the project's
+transformers 4.57.6 stays), installed in `.venv` by `make test`; never imported by the package. From the worktree
+root:
 
-    python -m venv /tmp/trlvenv
-    echo "$PWD/.venv/lib/python3.11/site-packages" > /tmp/trlvenv/lib/python3.11/site-packages/regbench.pth
-    /tmp/trlvenv/bin/pip install trl==1.16.0 "datasets>=4.7,<5" "huggingface_hub<1.0" transformers==4.57.6
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_vs_trl.py --steps 12
 
-(the pins keep the project's transformers: TRL's newest `datasets` would pull huggingface_hub 1.x and with it
-transformers 5). Then:
-
-    PYTHONPATH=$PWD /tmp/trlvenv/bin/python benchmarks/bench_vs_trl.py --steps 12
+(A venv of its own over the project's packages, as before the `dev` extra, works the same: `python -m venv
+/tmp/trlvenv`, a .pth naming `.venv`'s site-packages, `pip install trl==1.16.0 "datasets>=4.7,<5"
+"huggingface_hub<1.0" transformers==4.57.6`.)
 
 Both sides: the same tiny Qwen2.5-VL (tiny preset, built like benchmarks/bench_rl_step.py), saved with
-save_pretrained and loaded from that folder by each side; LoRA r = 32 on every linear layer + the merger trained
-(harness.models.trainable.add_lora + set_trainable("rl"): the same trainable parameters); 4 prompts x G = 4
+save_pretrained and loaded from that folder by each side with attn_implementation sdpa (--attn; transformers'
+default for a loaded model); LoRA r = 32 on every linear layer + the merger trained
+(harness.models.trainable.add_lora + set_trainable("rl"): the same trainable parameters) with LoRA dropout 0 on
+both sides (--lora-dropout; issue 46: regbench's passes run in eval mode, rl.policy_dropout false, while TRL's
+training pass runs in train mode, so before issue 46 TRL's step drew the model's 0.1 dropout and regbench's did
+not; `--lora-dropout 0.1` is that old setting); 4 prompts x G = 4
 candidates of synthetic chest X-rays; exactly 48 new tokens (min = max new tokens); T 0.7, top-p 0.9, top-k off,
 repetition penalty 1.03, vision/control tokens suppressed (harness.batching.NEVER_GENERATE, as regbench does);
 reward BLEU-4 (rewards.registry, the same function for both); constant KL beta 0.1 (k3) against a frozen reference;
@@ -71,16 +73,18 @@ def _timed_method(obj, name: str, bucket: dict, key: str, when=lambda: True):
     setattr(obj, name, wrapper)
 
 
-def load_policy(model_dir: Path):
-    """The saved tiny model, LoRA r = 32 + merger trainable (regbench's stage-'rl' setting)."""
+def load_policy(model_dir: Path, lora_dropout: float | None = None, attn: str = "sdpa"):
+    """The saved tiny model, LoRA r = 32 + merger trainable (regbench's stage-'rl' setting); lora_dropout None =
+    model.lora_dropout's default (0.1), attn = transformers' attn_implementation."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     from harness.config import ModelConfig
     from harness.models.trainable import add_lora, set_trainable
 
     m = ModelConfig()
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(model_dir)
-    model = add_lora(model, r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout)
+    dropout = m.lora_dropout if lora_dropout is None else lora_dropout
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(model_dir, attn_implementation=attn)
+    model = add_lora(model, r=m.lora_r, alpha=m.lora_alpha, dropout=dropout)
     set_trainable(model, "rl")
     return model
 
@@ -133,7 +137,8 @@ def regbench_trainer(model_dir: Path, processor, prompts, args, run_dir: Path):
                   eps_low=0.2, eps_high=0.28, aggregation="token_mean", advantage_scale="std",
                   lora_pass=args.lora_pass, prompt_pass=args.prompt_pass)
     tc = TrainConfig(epochs=1000, lr=3e-6, scheduler="constant", weight_decay=1e-3)
-    trainer = GRPOTrainer(load_policy(model_dir), processor, rl, tc, RunDir(run_dir), prompts, None, seed=args.seed,
+    policy = load_policy(model_dir, getattr(args, "lora_dropout", None), getattr(args, "attn", "sdpa"))
+    trainer = GRPOTrainer(policy, processor, rl, tc, RunDir(run_dir), prompts, None, seed=args.seed,
                           progress=False, generation=GenerationConfig(backend=args.backend))
     trainer.reference.on_start(trainer.store)
     trainer.store.capture("old")
@@ -169,7 +174,7 @@ def trl_trainer(model_dir: Path, processor, prompts, args, out_dir: Path, callba
         save_strategy="no", report_to="none", use_cpu=args.device == "cpu", bf16=False, seed=args.seed,
         dataloader_num_workers=0, disable_tqdm=True, log_completions=False, remove_unused_columns=False,
     )
-    return GRPOTrainer(model=load_policy(model_dir), reward_funcs=bleu4, args=cfg,
+    return GRPOTrainer(model=load_policy(model_dir, args.lora_dropout, args.attn), reward_funcs=bleu4, args=cfg,
                        train_dataset=Dataset.from_dict(rows), processing_class=processor, callbacks=[callback])
 
 
@@ -189,10 +194,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="regbench's rl.prompt_pass (shared: harness/grpo/shared_prompt.py, not bit-identical)")
     parser.add_argument("--no-feature-memo", action="store_true",
                         help="regbench's reference passes encode every image (harness/sampling/feature_memo.py off)")
+    parser.add_argument("--lora-dropout", type=float, default=0.0,
+                        help="LoRA dropout of both policies (0: like for like, issue 46; regbench's passes run in "
+                             "eval mode either way, rl.policy_dropout false, so 0.1 = the setting before issue 46, "
+                             "where only TRL's training pass drew dropout)")
+    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"],
+                        help="attn_implementation of both policies (TRL builds its reference with the policy's)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if not 0 <= args.lora_dropout < 1:
+        parser.error(f"--lora-dropout {args.lora_dropout}: must be in [0, 1)")
 
     import torch
     import trl
@@ -279,7 +292,9 @@ def main(argv: list[str] | None = None) -> int:
           f"steps each after {args.warmup} warm-up, interleaved; {args.threads} thread(s), {args.device}; "
           f"torch {torch.__version__}, trl {trl.__version__}, {platform.machine()}; regbench backend {args.backend}, "
           f"lora_pass {args.lora_pass}, prompt_pass {args.prompt_pass}, "
-          f"feature memo {'off' if args.no_feature_memo else 'on'}")
+          f"feature memo {'off' if args.no_feature_memo else 'on'}; both sides: attn {args.attn}, LoRA dropout "
+          f"{args.lora_dropout:g} (TRL's training pass in train mode, regbench's passes in eval mode"
+          f"{': unlike' if args.lora_dropout else ''})")
     print(f"{'system':9s} {'median':>8s} {'min':>8s} " + " ".join(f"{p:>10s}" for p in PARTS)
           + "   (ms; parts are medians)")
     med = {}
