@@ -178,7 +178,7 @@ def trl_trainer(model_dir: Path, processor, prompts, args, out_dir: Path, callba
                        train_dataset=Dataset.from_dict(rows), processing_class=processor, callbacks=[callback])
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12, help="measured steps per system")
     parser.add_argument("--warmup", type=int, default=2, help="warm-up steps per system (not measured)")
@@ -206,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.lora_dropout < 1:
         parser.error(f"--lora-dropout {args.lora_dropout}: must be in [0, 1)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     import torch
     import trl
