@@ -36,7 +36,8 @@ Steps alternate: TRL runs its training loop, and a callback at the end of every 
 step, so both see the same machine load. TRL's step time is the wall time between two such callbacks minus
 the regbench step run inside (its dataloader and logging included, as a step of its loop costs them).
 Printed: median step time of each and the ratio, and a breakdown (generation, reward, frozen forward passes,
-rest = current forward + loss + backward + optimizer + bookkeeping).
+rest = current forward + loss + backward + optimizer + bookkeeping); then the same ratio in CPU time of the
+process (time.process_time; with one torch thread it moves less than wall time when other work shares the cores).
 """
 
 from __future__ import annotations
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     rb_parts: dict = {}
     trl_parts: dict = {}
     times: dict = {"regbench": [], "trl": []}
+    cpu_times: dict = {"regbench": [], "trl": []}  # process CPU time: less moved by other work on the machine
     parts: dict = {"regbench": {p: [] for p in PARTS}, "trl": {p: [] for p in PARTS}}
     lengths: list = []
 
@@ -248,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
 
         rb_module.compute_reward = timed_reward
 
-        def record(system: str, total: float, bucket: dict) -> None:
+        def record(system: str, total: float, cpu: float, bucket: dict) -> None:
             times[system].append(total)
+            cpu_times[system].append(cpu)
             for p in PARTS[:-1]:
                 parts[system][p].append(bucket.get(p, 0.0))
             parts[system]["rest"].append(total - sum(bucket.get(p, 0.0) for p in PARTS[:-1]))
@@ -258,21 +261,21 @@ def main(argv: list[str] | None = None) -> int:
             mark = None
 
             def on_train_begin(self, *_, **__):
-                self.mark = time.perf_counter()
+                self.mark, self.cpu_mark = time.perf_counter(), time.process_time()
 
             def on_step_end(self, a, state, control, **kw):
-                trl_total = time.perf_counter() - self.mark
+                trl_total, trl_cpu = time.perf_counter() - self.mark, time.process_time() - self.cpu_mark
                 measured = state.global_step > args.warmup
                 if measured:
-                    record("trl", trl_total, trl_parts)
+                    record("trl", trl_total, trl_cpu, trl_parts)
                 trl_parts.clear()
                 rb_parts.clear()
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 rb.train_step()
                 if measured:
-                    record("regbench", time.perf_counter() - t0, rb_parts)
+                    record("regbench", time.perf_counter() - t0, time.process_time() - c0, rb_parts)
                 rb_parts.clear()
-                self.mark = time.perf_counter()
+                self.mark, self.cpu_mark = time.perf_counter(), time.process_time()
 
         trainer = trl_trainer(model_dir, processor, prompts, args, Path(tmp) / "trl", Interleave())
         _timed_method(trainer, "_generate_single_turn", trl_parts, "generate")
@@ -310,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     paired = [a / b for a, b in zip(times["regbench"], times["trl"], strict=True)]
     print(f"regbench / TRL: ratio of medians {med['regbench'] / med['trl']:.3f}, median of paired ratios "
           f"{statistics.median(paired):.3f} (goal <= 0.5)")
+    cpu = {s: statistics.median(cpu_times[s]) for s in ("regbench", "trl")}
+    paired_cpu = [a / b for a, b in zip(cpu_times["regbench"], cpu_times["trl"], strict=True)]
+    print(f"CPU time of the process per step (medians, ms): regbench {cpu['regbench'] * 1e3:.1f}, TRL "
+          f"{cpu['trl'] * 1e3:.1f}; ratio of medians {cpu['regbench'] / cpu['trl']:.3f}, median of paired ratios "
+          f"{statistics.median(paired_cpu):.3f} (steadier than wall time on a loaded machine)")
     return 0
 
 
