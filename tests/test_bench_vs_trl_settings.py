@@ -7,6 +7,7 @@ nothing is timed."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,14 +20,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bench():
+    path = list(sys.path)
     spec = importlib.util.spec_from_file_location("bench_vs_trl", ROOT / "benchmarks" / "bench_vs_trl.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # puts benchmarks/ on sys.path, as the script does
-    return module
+    yield module
+    sys.path[:] = path
 
 
 @pytest.fixture(scope="module")
-def saved_tiny(tmp_path_factory):
+def saved_tiny(bench, tmp_path_factory):  # bench: benchmarks/ on sys.path for bench_rl_step
     from bench_rl_step import build_model_and_processor, build_prompts
 
     from harness.config import ModelConfig
