@@ -24,6 +24,8 @@ import functools
 import json
 from pathlib import Path
 
+from harness.parallel.ds_config_path import deepspeed_config_path
+
 GIB = 2**30
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Tokens of a prompt besides its images: chat template, instruction and the classifier's disease list (an
@@ -136,10 +138,7 @@ def zero_stage(path: str) -> int:
     """ZeRO stage of train.deepspeed (0: none, DDP). A relative path is read from here, else from the repository."""
     if not path:
         return 0
-    p = Path(path)
-    if not p.is_file():
-        p = Path(__file__).resolve().parents[1] / path
-    return int((json.loads(p.read_text()).get("zero_optimization") or {}).get("stage", 0))
+    return int((json.loads(deepspeed_config_path(path).read_text()).get("zero_optimization") or {}).get("stage", 0))
 
 
 def views(cfg) -> int:

@@ -8,6 +8,8 @@ import textwrap
 
 import yaml
 
+from harness.config.yaml12 import parse_yaml
+
 WIDTH = 116
 
 
@@ -21,7 +23,7 @@ def _scalar(value) -> str:
     for readable in (True, False):
         text = yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=readable).strip()
         text = text.removesuffix("\n...").removesuffix("...").strip()
-        if readable and yaml.safe_load(text) != value:
+        if readable and parse_yaml(text) != value:
             continue  # e.g. U+0085 (NEL) written raw is read back as a line break: escape non-ASCII instead
         return text
     return text

@@ -17,6 +17,7 @@ import yaml
 
 from harness.config.run import RunConfig
 from harness.config.validation import validate
+from harness.config.yaml12 import parse_yaml
 from harness.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------
@@ -104,7 +105,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             raise ConfigError(f"override '{item}' must look like key.sub=value")
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = parse_yaml(raw) if raw != "" else ""
         except yaml.YAMLError as e:
             raise ConfigError(f"override '{item}': value is not valid YAML ({e})") from e
         set_key(data, key.strip(), value, f"override '{item}'")
@@ -128,7 +129,7 @@ def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict:
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = parse_yaml(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from e
     except yaml.YAMLError as e:

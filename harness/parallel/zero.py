@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from harness.parallel.ds_config_path import deepspeed_config_path
 from harness.runs.checkpoint_io import load_state
 
 
@@ -98,7 +99,7 @@ def stage_config(path: str | Path, grad_clip: float) -> dict:
     """The DeepSpeed config of a stage: the JSON at `path` with `gradient_clipping` = train.grad_clip (DeepSpeed
     clips over all partitions, as torch.nn.utils.clip_grad_norm_ does over all gradients). ZeRO-1/2 only: ZeRO-3
     partitions the weights themselves, which the snapshots (copies of whole parameters) do not handle."""
-    path = Path(path)
+    path = deepspeed_config_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"train.deepspeed = {str(path)!r}: no such file (see experiments/deepspeed/)")
     try:
