@@ -267,11 +267,11 @@ def test_old_policy_sync_counts_per_epoch_or_globally(mode, synced_after, tiny_m
 
 def test_a_frozen_policy_equal_to_the_current_one_costs_no_forward_pass(tiny_model, tiny_processor, tmp_path,
                                                                         prompt_set, monkeypatch):
-    from harness.grpo import trainer as trainer_module
+    from harness.grpo import passes as passes_module  # the logits function is chosen there (issue 47)
 
     calls = []
-    real = trainer_module.response_logits
-    monkeypatch.setattr(trainer_module, "response_logits", lambda m, ro, *memo: calls.append(1) or real(m, ro, *memo))
+    real = passes_module.response_logits
+    monkeypatch.setattr(passes_module, "response_logits", lambda m, ro, *memo: calls.append(1) or real(m, ro, *memo))
     rows = []
     for skip in (True, False):
         tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / str(skip), prompt_set, regularizer="rer")
@@ -486,7 +486,7 @@ def test_rollout_backend_comes_from_the_generation_config(generation, expected, 
                                                           prompt_set, monkeypatch):
     """Issue 25: a trainer built outside the RL stage sampled with transformers' generate (a hidden default "hf")
     while GenerationConfig's default is lean; the backend is now the config's wherever the trainer is built."""
-    import harness.grpo.trainer as trainer_module
+    import harness.grpo.passes as passes_module  # the rollouts are sampled there (issue 47)
     from harness.config import GenerationConfig
 
     seen = []
@@ -495,7 +495,7 @@ def test_rollout_backend_comes_from_the_generation_config(generation, expected, 
         seen.append(backend)
         raise RuntimeError("sampled")
 
-    monkeypatch.setattr(trainer_module, "sample_rollout", record)
+    monkeypatch.setattr(passes_module, "sample_rollout", record)
     torch.manual_seed(0)
     model = add_lora(tiny_model, r=4, alpha=8, dropout=0.1)
     set_trainable(model, "rl")
