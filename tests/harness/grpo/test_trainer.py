@@ -343,20 +343,20 @@ def test_validation_decodes_exactly_as_the_test(monkeypatch, tiny_processor):
 
     monkeypatch.setattr(rl_stage, "generate_reports", fake_generate)
     val = PromptSet(["a", "b"], [[None], [None]], ["w", "w"], ["the heart is normal .", "no effusion ."])
-    rl_stage.make_validator(cfg, val, tiny_processor)(None)
+    rl_stage.make_validator(rl_stage.validation_fields(cfg), val, tiny_processor)(None)
     assert {k: seen[k] for k in greedy_settings(cfg.generation)} == greedy_settings(cfg.generation)
     assert seen["min_new_tokens"] == 7 and seen["max_new_tokens"] == 9
 
 
 def test_validation_rg_term_skips_empty_pairs():
     from harness.config import RunConfig
-    from harness.stages.rl import score_validation
+    from harness.stages.rl import score_validation, validation_fields
     from rewards.entity import entity_f1
 
     val = PromptSet(["a", "b", "c"], [[None]] * 3, ["w"] * 3,
                     ["mild cardiomegaly .", "small left pleural effusion .", "no pneumothorax ."])
     hyps = ["mild cardiomegaly .", "", "left pleural effusion ."]
-    scores = score_validation(RunConfig(), val, hyps)
+    scores = score_validation(validation_fields(RunConfig()), val, hyps)
     expected = float(np.mean(entity_f1([hyps[0], hyps[2]], [val.references[0], val.references[2]])))
     assert scores["rg_pairs"] == 2 and scores["rg"] == pytest.approx(expected)
     assert scores["rg"] != pytest.approx(float(np.mean(entity_f1(hyps, val.references))))
