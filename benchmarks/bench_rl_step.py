@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    import harness.grpo.trainer as trainer_module
+    import harness.grpo.reward as reward_module
 
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -205,15 +205,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(processor.tokenizer)}, image {mcfg.image_size}px); B={args.prompts} x G={args.group_size}, "
           f"new tokens {args.min_new_tokens}..{args.max_new_tokens}; reward bleu4; reference static")
 
-    # The reward is called through the trainer module's `compute_reward`: time it there.
+    # The reward is called through the run's reward (harness/grpo/reward.py, `call_reward`): time it there.
     reward_parts: dict = {}
-    original_reward = trainer_module.compute_reward
+    original_reward = reward_module.call_reward
 
     def timed_reward(*a, **k):
         with _timed(reward_parts, "reward", sync):
             return original_reward(*a, **k)
 
-    trainer_module.compute_reward = timed_reward
+    reward_module.call_reward = timed_reward
     meter = PeakMeter(cuda)
     results = {v: {"time": [], "peak": [], **{p: [] for p in PARTS}} for v in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 for p in PARTS[:-1]:
                     r[p].append(parts.get(p, 0.0))
                 r["rest"].append(total - sum(parts.get(p, 0.0) for p in PARTS[:-1]))
-    trainer_module.compute_reward = original_reward
+    reward_module.call_reward = original_reward
 
     print(f"{args.steps} measured steps per variant after {args.warmup} warm-up, interleaved; times in ms")
     print(f"{'variant':9s} {'mean':>8s} {'median':>8s} " + " ".join(f"{p:>9s}" for p in PARTS)

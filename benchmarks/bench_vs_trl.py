@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench_rl_step import build_model_and_processor, build_prompts
     from transformers import TrainerCallback
 
-    import harness.grpo.trainer as rb_module
+    import harness.grpo.reward as rb_module  # the run's reward calls call_reward (harness/grpo/reward.py)
     from harness.config import ModelConfig
 
     torch.set_num_threads(args.threads)
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         rb = regbench_trainer(model_dir, processor, prompts, args, Path(tmp) / "rb")
         _timed_method(rb, "_rollout", rb_parts, "generate")
         _timed_method(rb, "_frozen_pass", rb_parts, "frozen_fwd")  # old / reference log-prob passes
-        reward_fn = rb_module.compute_reward
+        reward_fn = rb_module.call_reward
 
         def timed_reward(*a, **k):
             t0 = time.perf_counter()
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 rb_parts["reward"] = rb_parts.get("reward", 0.0) + time.perf_counter() - t0
 
-        rb_module.compute_reward = timed_reward
+        rb_module.call_reward = timed_reward
 
         def record(system: str, total: float, cpu: float, bucket: dict) -> None:
             times[system].append(total)
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
 
         trainer._generate_single_turn = check_lengths
         trainer.train()
-        rb_module.compute_reward = reward_fn
+        rb_module.call_reward = reward_fn
 
     if set(lengths) != {args.max_new_tokens}:
         print(f"TRL completions were not all {args.max_new_tokens} tokens: {sorted(set(lengths))}", file=sys.stderr)

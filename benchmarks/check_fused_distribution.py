@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     start = _policies(cfg, run)["before"]
     samples = load_splits(cfg, progress=False)["val"][:args.n_prompts]
     model, processor, spec = _load_policy(start, cfg, "cpu")
-    prompts = prompt_set(cfg, samples, spec)
+    prompts = prompt_set(cfg.prompt, cfg.model, samples, spec)
     g, k = args.group_size, args.seeds
     planted_t = cfg.rl.temperature * args.planted
     arms = {"lean": ("lean", cfg.rl.temperature, range(k)), "lean, other seeds": ("lean", cfg.rl.temperature,

@@ -98,13 +98,14 @@ def well_formatted_fraction(texts: Sequence[str]) -> float:
     return float(np.mean([format_ok(t) for t in texts])) if len(texts) else 0.0
 
 
-def reward_inputs(reward: str, texts: Sequence[str], fmt: str) -> list[str]:
-    """The texts the reward `reward` (a registered name, `module:function` or a weighted mix) scores: raw outputs
-    for a reward with `scores_raw_text` (a mix extracts the parts itself) or a plain model, else their report
-    parts."""
+def reward_inputs(reward, texts: Sequence[str], fmt: str) -> list[str]:
+    """The texts the reward `reward` (a registered name, `module:function` or a weighted mix, or the function one
+    resolved to) scores: raw outputs for a reward with `scores_raw_text` (a mix extracts the parts itself) or a
+    plain model, else their report parts."""
     from rewards.spec import resolve_reward
 
-    if _check(fmt) == "plain" or getattr(resolve_reward(reward), "scores_raw_text", False):
+    fn = reward if callable(reward) else None  # resolved once per run by the RL loop (harness/grpo/reward.py)
+    if _check(fmt) == "plain" or getattr(fn or resolve_reward(reward), "scores_raw_text", False):
         return list(texts)
     return [report_part(t, fmt) for t in texts]
 

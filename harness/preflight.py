@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from harness.config import ConfigError, RunConfig
+from harness.config import ConfigError, RunConfig, to_dict
 from harness.models.checkpoint import check_base_folder
 
 SPLITS = ("train", "val", "test")
@@ -28,7 +28,7 @@ DECODING_STAGES = ("rl", "eval")
 
 def check_names(cfg: RunConfig, stage: str | None) -> None:
     """Registered names the config refers to (only the stages that use them)."""
-    check_generation_backend(cfg, stage)
+    check_generation_backend(cfg.generation.backend, cfg.model, stage)
     if stage == "rl":
         from rewards.spec import check_reward
 
@@ -48,10 +48,11 @@ def check_scorers(cfg: RunConfig, stage: str | None) -> None:
         check_needs(cfg, stage, SCORER_KINDS)
 
 
-def check_generation_backend(cfg: RunConfig, stage: str | None) -> None:
-    """generation.backend=vllm in a stage that decodes: the vllm package must import here (pip install
-    'regbench[vllm]'), refused in one line before any model, data set or decoding."""
-    if cfg.generation.backend != "vllm" or stage not in DECODING_STAGES:
+def check_generation_backend(backend: str, model, stage: str | None) -> None:
+    """generation.backend (`backend`) vllm in a stage that decodes: the vllm package must import here (pip install
+    'regbench[vllm]') and `model` (the model section) must name a CUDA device, refused in one line before any
+    model, data set or decoding."""
+    if backend != "vllm" or stage not in DECODING_STAGES:
         return
     from harness.sampling.vllm_rollout import vllm_missing
 
@@ -59,7 +60,7 @@ def check_generation_backend(cfg: RunConfig, stage: str | None) -> None:
     if missing:
         raise ConfigError(f"'generation.backend' = 'vllm' {missing}; use generation.backend=lean")
     try:
-        device = model_device(cfg)
+        device = model_device(model)
     except ValueError:
         return  # check_device names the device problem
     if device.type != "cuda":
@@ -79,17 +80,17 @@ def check_inputs(cfg: RunConfig, stage: str) -> None:
         if cfg.model.path:
             check_base_model(cfg.model.path, "model.path")
     else:
-        check_base_model(cfg.model.path or _preset_path(cfg), "model.path")
+        check_base_model(cfg.model.path or _preset_path(cfg.model), "model.path")
     if stage == "sft":
         if not cfg.classifier.dir:
             raise ConfigError("stage 2 (sft) needs 'classifier.dir': the folder written by `regbench classifier "
                               "train`")
         check_classifier_dir(cfg.classifier.dir, "classifier.dir")
     if stage == "classifier" and cfg.classifier.pretrained_path:
-        check_classifier_start(cfg)
-    check_device(cfg)  # every stage, the classifier too, runs on model.device
+        check_classifier_start(cfg.classifier)
+    check_device(cfg.model)  # every stage, the classifier too, runs on model.device
     if stage == "classifier":
-        check_classifier_precision(cfg)
+        check_classifier_precision(cfg.classifier, cfg.model)
 
 
 # Where the Medical-MAE checkpoint of the MIMIC-CXR presets comes from (it is never downloaded here).
@@ -97,12 +98,11 @@ MEDICAL_MAE_SOURCE = ("Medical-MAE's ViT-B/16 weights (vit-b_CXR_0.5M_mae_CheXpe
                       "linked in the README of github.com/lambert-x/medical_mae)")
 
 
-def check_classifier_start(cfg: RunConfig) -> None:
-    """classifier.pretrained_path: present and a readable checkpoint (its layout is checked when the model is built,
-    still before the run folder opens)."""
+def check_classifier_start(c) -> None:
+    """classifier.pretrained_path of the classifier section `c`: present and a readable checkpoint (its layout is
+    checked when the model is built, still before the run folder opens)."""
     from harness.models.classifier.model import read_state_dict
 
-    c = cfg.classifier
     path = Path(c.pretrained_path)
     if path.is_dir():  # a classifier folder (IU-Xray starts from MIMIC-CXR's: a study's `upstream`)
         path = path / "classifier.safetensors"
@@ -118,9 +118,10 @@ def check_classifier_start(cfg: RunConfig) -> None:
         raise ConfigError(str(e)) from e
 
 
-def check_classifier_precision(cfg: RunConfig) -> None:
-    """classifier.amp_bf16 on a CPU needs native bf16 (oneDNN would emulate it, slower than fp32); a GPU has it."""
-    if cfg.classifier.amp_bf16 and model_device(cfg).type == "cpu":
+def check_classifier_precision(classifier, model) -> None:
+    """classifier.amp_bf16 on a CPU needs native bf16 (oneDNN would emulate it, slower than fp32); a GPU has it.
+    `classifier`, `model`: the run's classifier and model sections."""
+    if classifier.amp_bf16 and model_device(model).type == "cpu":
         from harness.models.classifier.training import NO_NATIVE_BF16, native_cpu_bf16
 
         if not native_cpu_bf16():
@@ -137,14 +138,15 @@ def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) ->
     restart = runstate.restart_requested() if restart is None else restart
     runstate.check_out_dir(path)
     if not restart:
-        runstate.check_reuse(path, cfg, stage)
+        runstate.check_reuse(path, to_dict(cfg), stage)
     if path.is_dir():
         runlock.check_free(path)
 
 
-def model_device(cfg: RunConfig) -> torch.device:
-    """The device of `model.device`; "auto" is this process's GPU when CUDA is available, else the CPU."""
-    name = cfg.model.device
+def model_device(model) -> torch.device:
+    """The device of `model.device` (`model`: the run's model section, ModelConfig); "auto" is this process's GPU
+    when CUDA is available, else the CPU."""
+    name = model.device
     if name == "auto":
         if not torch.cuda.is_available():
             return torch.device("cpu")
@@ -158,19 +160,20 @@ def model_device(cfg: RunConfig) -> torch.device:
     return device
 
 
-def check_device(cfg: RunConfig) -> None:
-    """`model.device` names a device this machine has."""
+def check_device(model) -> None:
+    """`model.device` (`model`: the model section) names a device this machine has."""
     try:
-        model_device(cfg)
+        model_device(model)
     except ValueError as e:
         raise ConfigError(str(e)) from e
 
 
-def _preset_path(cfg: RunConfig) -> str | None:
-    """The base model of a preset without model.path (None for the tiny one: stage 0 builds it)."""
+def _preset_path(model) -> str | None:
+    """The base model of the model section's preset without model.path (None for the tiny one: stage 0 builds
+    it)."""
     from harness.config.presets import get_preset
 
-    preset = get_preset(cfg.model.preset)
+    preset = get_preset(model.preset)
     return None if preset.name == "tiny" else preset.default_path
 
 

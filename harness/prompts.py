@@ -36,11 +36,11 @@ class PromptSet:
         return len(self.ids)
 
 
-def prompt_set(cfg: RunConfig, samples, spec: dict, cache_dir=None) -> PromptSet:
-    """Samples as the RL loop and the analyses see them: instructions rebuilt as the checkpoint was trained
-    (`cache_dir`: decoded images kept there, see `load_images`)."""
-    return PromptSet([s.id for s in samples], load_images(samples, cfg.model.image_size, cache_dir=cache_dir),
-                     instructions_for(cfg, samples, spec), [s.report for s in samples])
+def prompt_set(prompt, model, samples, spec: dict, cache_dir=None) -> PromptSet:
+    """Samples as the RL loop and the analyses see them (`prompt`, `model`: the run's PromptConfig and ModelConfig):
+    instructions rebuilt as the checkpoint was trained (`cache_dir`: decoded images kept there, see `load_images`)."""
+    return PromptSet([s.id for s in samples], load_images(samples, model.image_size, cache_dir=cache_dir),
+                     instructions_for(prompt, model, samples, spec), [s.report for s in samples])
 
 
 def load_images(samples, size: int, cache_dir=None):
@@ -143,28 +143,30 @@ def predicted_diseases(classifier_dir: str | Path, samples, device: str | torch.
     return kept_result(root / PREDICTIONS_FOLDER / f"{h.hexdigest()[:24]}{suffix}.json", "names", predict)
 
 
-def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:
-    """Prompts rebuilt the way a stage checkpoint was trained: with the classifier's predicted diseases when its
-    spec records a classifier (stage 2 onwards), plain otherwise."""
-    fmt = checkpoint_format(cfg, spec)
+def instructions_for(prompt, model, samples, spec: dict) -> list[str]:
+    """Prompts rebuilt the way a stage checkpoint was trained: with the classifier's predicted diseases (on the model
+    section's device) when its spec records a classifier (stage 2 onwards), plain otherwise. `prompt`, `model`: the
+    run's PromptConfig and ModelConfig."""
+    fmt = checkpoint_format(prompt.output_format, spec)
     if not spec.get("classifier_dir"):
-        return [format_instruction(cfg.prompt.instruction, fmt)] * len(samples)
+        return [format_instruction(prompt.instruction, fmt)] * len(samples)
     settings = {k: spec.get(k, default) for k, default in PROMPT_SPEC_DEFAULTS.items()}
-    names = predicted_diseases(spec["classifier_dir"], samples, model_device(cfg),
+    names = predicted_diseases(spec["classifier_dir"], samples, model_device(model),
                                fill_empty=fills_empty(settings["disease_list_format"]))
-    instruction = spec.get("instruction", cfg.prompt.instruction)
-    template = spec.get("disease_template", cfg.prompt.disease_template)
+    instruction = spec.get("instruction", prompt.instruction)
+    template = spec.get("disease_template", prompt.disease_template)
     return [format_instruction(_disease_text(instruction, ns, template, settings), fmt) for ns in names]
 
 
-def checkpoint_format(cfg: RunConfig, spec: dict) -> str:
-    """The output format (harness/output_format.py) a stage model was taught, which must be the config's: a
-    think_report model scored as plain (or the reverse) would be scored on what it was not taught to write.
-    A spec without the key is a plain model (written before the format existed)."""
+def checkpoint_format(output_format: str, spec: dict) -> str:
+    """The output format (harness/output_format.py) a stage model was taught, which must be the config's
+    (prompt.output_format, `output_format`): a think_report model scored as plain (or the reverse) would be scored
+    on what it was not taught to write. A spec without the key is a plain model (written before the format
+    existed)."""
     from harness.config import ConfigError
 
     trained = spec.get("output_format", "plain")
-    if spec and trained != cfg.prompt.output_format:
-        raise ConfigError(f"prompt.output_format is '{cfg.prompt.output_format}' but the model was trained with "
+    if spec and trained != output_format:
+        raise ConfigError(f"prompt.output_format is '{output_format}' but the model was trained with "
                           f"'{trained}' (its spec.json); set prompt.output_format={trained} for this stage")
-    return cfg.prompt.output_format
+    return output_format

@@ -8,8 +8,9 @@ A spec is
   to > 0, used as given).
 
 `resolve_reward` gives the function, `check_reward` resolves every part now (so that a typo fails when the config
-loads), `compute_reward` calls the function and checks its output, `reward_label` is the short text of a spec,
-`reward_scorers` the model-based scorers a spec will load (so that preflight checks their weights first).
+loads), `compute_reward` calls the function and checks its output (`call_reward`: the function already resolved),
+`reward_label` is the short text of a spec, `reward_scorers` the model-based scorers a spec will load (so that
+preflight checks their weights first).
 This module sits above the registry and the composites: both are resolved from here, and neither imports it.
 """
 
@@ -23,8 +24,8 @@ import numpy as np
 from rewards.composite import check_weights, make_composite
 from rewards.registry import RewardFn, named_reward
 
-__all__ = ["RewardFailed", "check_reward", "compute_reward", "probe_reward", "resolve_reward", "reward_label",
-           "reward_scorers", "user_parts"]
+__all__ = ["RewardFailed", "call_reward", "check_reward", "compute_reward", "probe_reward", "resolve_reward",
+           "reward_label", "reward_scorers", "user_parts"]
 
 
 class RewardFailed(RuntimeError):
@@ -81,9 +82,19 @@ def compute_reward(name: Any, candidates: list[str], references: list[str], **co
     """Call the reward of a spec (a registered name, ``module:function`` or a weighted mapping) and check its
     output: shape [N], finite."""
     label = reward_label(name)
+    _check_lengths(label, candidates, references)
+    return call_reward(resolve_reward(name), label, candidates, references, **context)
+
+
+def _check_lengths(label: str, candidates: list[str], references: list[str]) -> None:
     if len(candidates) != len(references):
         raise ValueError(f"reward '{label}': {len(candidates)} candidates but {len(references)} references")
-    fn = resolve_reward(name)
+
+
+def call_reward(fn: RewardFn, label: str, candidates: list[str], references: list[str], **context) -> np.ndarray:
+    """`compute_reward` with the spec already resolved (`resolve_reward`; `label`: its `reward_label`): a caller
+    that scores every step resolves it once per run."""
+    _check_lengths(label, candidates, references)
     try:
         out = np.asarray(fn(candidates, references, **context), dtype=np.float64)
     except Exception as e:  # noqa: BLE001 - any error of a reward is reported with the reward's name

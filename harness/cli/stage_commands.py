@@ -58,7 +58,7 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
 
         splits = require_train(load_splits(cfg, progress), cfg, stage)
         if stage == "rl":  # a user reward that fails on the data is refused before stage 0 too
-            probe_user_reward(cfg, splits["train"])
+            probe_user_reward(cfg.rl.reward, splits["train"])
     build_base(cfg, progress=progress)
 
 
@@ -105,7 +105,7 @@ def cmd_eval(ns) -> int:
     cfg = stage_config(ns, "eval")
     from harness.preflight import check_device
 
-    check_device(cfg)
+    check_device(cfg.model)
     if ns.out:
         from harness.runs.state import check_out_dir
 

@@ -14,12 +14,12 @@ the seed; greedy validation does not draw random numbers). A field missing from 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.config import RunConfig, to_dict
 from harness.runs.digest import model_digest
 from harness.runs.records import atomic_write_text
 
@@ -38,27 +38,29 @@ NOT_READ_BY_VALIDATION = (
 NOT_READ_TOP = ("out_dir", "seed", "train", "init_from", "cache_dir")
 
 
-def start_validation_key(cfg: RunConfig) -> str | None:
-    """The key of the start policy's validation of `cfg` (None when RL starts from the base model)."""
-    if not cfg.init_from:
+def start_validation_key(config: dict) -> str | None:
+    """The key of the start policy's validation of a run whose resolved config is `config` (the record,
+    harness/config: to_dict; None when RL starts from the base model)."""
+    if not config.get("init_from"):
         return None
-    d = to_dict(cfg)
+    d = copy.deepcopy(config)
     for name in NOT_READ_TOP:
         d.pop(name, None)
     for name in NOT_READ_BY_VALIDATION:
         d["rl"].pop(name, None)
-    payload = json.dumps({"model": model_digest(cfg.init_from), "config": d}, sort_keys=True, default=str)
+    payload = json.dumps({"model": model_digest(config["init_from"]), "config": d}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def shared_start_validation(validate: Callable, cfg: RunConfig, start, dist) -> Callable:
-    """`validate` that reads the start policy's scores from the shared file when the live policy is the start
-    snapshot `start` (a SnapshotStore holding "start" in the parameters' own dtypes), and writes them there the
-    first time. Under data parallelism rank 0 decides and every rank returns its answer."""
-    key = start_validation_key(cfg)
+def shared_start_validation(validate: Callable, config: dict, start, dist) -> Callable:
+    """`validate` (of the run whose resolved config is `config`, the record) that reads the start policy's scores
+    from the shared file when the live policy is the start snapshot `start` (a SnapshotStore holding "start" in the
+    parameters' own dtypes), and writes them there the first time. Under data parallelism rank 0 decides and every
+    rank returns its answer."""
+    key = start_validation_key(config)
     if key is None or start.dtype is not None:
         return validate
-    path = Path(cfg.init_from).parent / FOLDER / f"{key}.json"
+    path = Path(config["init_from"]).parent / FOLDER / f"{key}.json"
 
     def read() -> dict | None:
         try:

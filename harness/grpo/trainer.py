@@ -11,9 +11,9 @@ Per optimizer step:
   4. beta[B, G] from the regularizer; loss from policy_loss (Eq. 3-6); one AdamW step on the current policy.
      With rl.micro_batch_size, rollouts, frozen passes and the backward run over micro-batches of responses;
      the aggregation's normalisers are those of the whole step (core.aggregation_weights), so the gradient is
-     the one-batch gradient (StepLoss below). The update itself (micro-batch backwards, the all-reduce under a
-     launch, fp16 loss scaling, clipping, the optimizer or DeepSpeed step) is one call of the updater
-     (harness/parallel/updater.py, `Updater.update`). A step whose rewards, logits, loss or gradient are not
+     the one-batch gradient (StepLoss, harness/grpo/step_loss.py). The update itself (micro-batch backwards,
+     the all-reduce under a launch, fp16 loss scaling, clipping, the optimizer or DeepSpeed step) is one call of
+     the updater (harness/parallel/updater.py, `Updater.update`). A step whose rewards, logits, loss or gradient are not
      finite is skipped (no optimizer step), logged and counted (harness/grpo/nonfinite.py);
      rl.max_nonfinite_steps in a row stop the run with a checkpoint (harness/grpo/checkpointing.py);
   5. regularizer.after_step (adaptive controller), reference.after_step (EMA), old <- current every N steps
@@ -24,6 +24,9 @@ snapshot (harness/grpo/selection.py), then the reference strategy may reset to i
 policy chosen by rl.select (best_val or final), the same rule for every arm, is left in the model
 (harness/grpo/final_policy.py). The log rows are assembled in harness/grpo/step_log.py. A stop signal
 (harness/runs/preemption.py) ends the loop between two steps with a checkpoint and `Preempted`.
+How the passes compute (rl.lora_pass, rl.prompt_pass, generation.backend, the feature memo, the current pass's
+mode) is chosen once at construction (harness/grpo/passes.py); the step reads the algorithm only. rl.reward is
+resolved once per run (harness/grpo/reward.py).
 
 Dropout: the rollouts and the old, reference and validation passes run in eval mode (dropout off: the same
 weights give the same numbers). The current policy's pass with grad runs in eval mode too by default, so the ratio
@@ -36,7 +39,6 @@ modules off, as transformers recomputes activations only in train mode (harness/
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import time
 import warnings
@@ -49,30 +51,14 @@ from tqdm.auto import tqdm
 
 from harness.config import GenerationConfig, RLConfig, TrainConfig
 from harness.grpo import checkpointing, final_policy
-from harness.grpo.core import (
-    aggregation_normalizer,
-    aggregation_weights,
-    group_advantages,
-    kl_penalty,
-    masked_mean,
-    policy_loss,
-    response_mean,
-    token_entropy,
-    token_logprobs,
-    zero_std_groups,
-)
-from harness.grpo.kl_reward import kl_shaped_rewards, response_kl
+from harness.grpo.core import group_advantages, token_entropy, token_logprobs, zero_std_groups
 from harness.grpo.nonfinite import count_skipped, count_taken, frozen_problem, new_counts, reward_problem, stop_error
-from harness.grpo.rollout import (
-    Rollout,
-    concat_rollouts,
-    merged_response_logits,
-    response_logits,
-    sample_rollout,
-)
+from harness.grpo.passes import passes_for
+from harness.grpo.reward import RunReward
+from harness.grpo.rollout import Rollout, concat_rollouts
 from harness.grpo.selection import BestTracker
-from harness.grpo.shared_prompt import shared_prompt_logits
 from harness.grpo.step_log import loss_stats, run_summary, samples_record, step_row
+from harness.grpo.step_loss import StepLoss, kl_in_reward
 from harness.grpo.validation import (
     COMPLETION_COLUMNS,
     COMPLETIONS,
@@ -80,99 +66,18 @@ from harness.grpo.validation import (
     ValidationEvent,
     validation_score,
 )
-from harness.models.pass_mode import set_grad_pass_mode
 from harness.models.precision import base_dtype
-from harness.output_format import reward_inputs
 from harness.parallel.distributed import Dist, shard
 from harness.parallel.updater import UpdateOutcome, Updater, needs_scaler
 from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
 from harness.runs import preemption
 from harness.runs.checkpoint_io import load_state
 from harness.runs.records import RunDir
-from harness.sampling.feature_memo import SnapshotFeatures
 from harness.schedule import epoch_order, make_scheduler
 from harness.snapshots import SnapshotStore
 from harness.token_weighting.registry import build_token_weighting
 from regularizers.registry import reference_from_config, regularizer_from_config
 from rewards.report_part import format_ok
-from rewards.spec import compute_reward
-
-
-def _pass_logits(rl: RLConfig):
-    """The logits function of the old, reference and current log-prob passes: rl.lora_pass (peft: bit for bit
-    the model's own forward; merged: each LoRA layer one product, harness/models/merged_lora.py) and rl.prompt_pass
-    (per_row: every row's prompt computed; shared: once per group, harness/grpo/shared_prompt.py)."""
-    logits_fn = shared_prompt_logits if rl.prompt_pass == "shared" else response_logits
-    if rl.lora_pass == "merged":
-        return functools.partial(merged_response_logits, logits_fn=logits_fn)
-    return logits_fn
-
-
-class StepLoss:
-    """The loss of one step's micro-batches for `Updater.update`: `loss(forward, (a, b))` runs the current policy
-    over rows a..b and returns their share of the step's loss (Eq. 3-6; the aggregation's normalisers are those of
-    the whole step, core.aggregation_weights, so the micro-batches add up to the one-batch loss and gradient), or
-    why they cannot train. Keeps the betas and the reference entropies (from the frozen pass, or from the
-    current pass when ref == current in one micro-batch) and the per-token values for `stats()`."""
-
-    def __init__(self, rl: RLConfig, regularizer, lp_temp: float, ro: Rollout, chunks, frozen: dict,
-                 adv: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, kl_in_reward: dict | None = None):
-        # kl_in_reward (rl.kl_placement reward): {"beta": [N] betas the rewards were shaped with, "stats": {...}};
-        # the loss then has no KL term.
-        self.rl, self.regularizer, self.lp_temp, self.ro, self.frozen = rl, regularizer, lp_temp, ro, frozen
-        self.adv, self.advantages, self.mask, self.whole = adv, advantages, mask, len(chunks) == 1
-        self.kl_in_reward = kl_in_reward
-        agg = {"group_size": adv.shape[1], "max_len": rl.max_new_tokens}
-        self.kw = dict(eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip, kl_estimator=rl.kl_estimator,
-                       aggregation=rl.aggregation, entropy_coef=rl.entropy_coef, kl_cap=rl.kl_cap,
-                       importance_sampling=rl.importance_sampling, surrogate=rl.surrogate,
-                       sapo_tau_pos=rl.sapo_tau_pos, sapo_tau_neg=rl.sapo_tau_neg, **agg)
-        self.weights = None if self.whole else aggregation_weights(mask, rl.aggregation, **agg)
-        self.normalizer = aggregation_normalizer(mask, rl.aggregation, **agg)  # this process's share (Updater)
-        self.h_ref = frozen["ref"][1] if "ref" in frozen else None  # [N, T] reference entropies (RER)
-        self.beta, self.kept, self.last = None, [], {}
-        if kl_in_reward is not None:
-            self.beta = kl_in_reward["beta"]
-        elif not (regularizer.needs_reference and regularizer.needs_reference_entropy) or self.h_ref is not None:
-            self.beta = self._betas(self.h_ref)
-
-    def _betas(self, h_tok: torch.Tensor | None) -> torch.Tensor:
-        h = response_mean(h_tok, self.ro.response_mask.float()).view(*self.adv.shape) if h_tok is not None else None
-        return self.regularizer.betas(self.adv, h).reshape(-1)
-
-    def __call__(self, forward, rows: tuple[int, int]) -> torch.Tensor | str:
-        (a, b), sub, rl, frozen = rows, self.ro.rows(*rows), self.rl, self.frozen
-        logits = forward(_pass_logits(rl), sub)
-        logp = token_logprobs(logits, sub.responses, self.lp_temp, rl.logprob_chunk_positions)
-        ent = token_entropy(logits, self.lp_temp, rl.logprob_chunk_positions, requires_grad=rl.entropy_coef != 0)
-        del logits
-        if not (torch.isfinite(logp).all() and torch.isfinite(ent).all()):
-            return "logits of the current policy are not finite"
-        lp_old = frozen["old"][0][a:b] if "old" in frozen else logp.detach()
-        lp_ref = None
-        if self.regularizer.needs_reference:
-            lp_ref = frozen["ref"][0][a:b] if "ref" in frozen else logp.detach()
-            if self.beta is None:  # one micro-batch, ref == current: its entropies are this pass's (detached)
-                self.h_ref = ent.detach()
-                self.beta = self._betas(self.h_ref)
-        if self.kl_in_reward is not None:
-            lp_ref = None  # the KL acted on the rewards
-        loss, self.last = policy_loss(logp, lp_old, lp_ref, self.advantages[a:b], self.beta[a:b], self.mask[a:b],
-                                      entropy=ent, token_weights=None if self.whole else self.weights[a:b], **self.kw)
-        if not torch.isfinite(loss):
-            return f"the loss is {float(loss.detach())} although rewards and logits are finite"
-        self.kept.append((logp.detach(), lp_old, lp_ref, ent.detach()))
-        return loss
-
-    def stats(self) -> dict:
-        """The step's loss statistics, exactly as one batch gives them (with the reward's KL statistics)."""
-        extra = self.kl_in_reward["stats"] if self.kl_in_reward is not None else {}
-        if self.whole:
-            return {**self.last, **extra}
-        cat = [torch.cat(parts) if parts[0] is not None else None for parts in zip(*self.kept, strict=True)]
-        with torch.no_grad():
-            return {**policy_loss(cat[0], cat[1], cat[2], self.advantages, self.beta, self.mask, entropy=cat[3],
-                                  **self.kw)[1], **extra}
 
 
 class GRPOTrainer:
@@ -188,10 +93,10 @@ class GRPOTrainer:
         self.model, self.processor, self.rl, self.tcfg, self.run = model, processor, rl, train_cfg, run
         self.train_set, self.val_set, self.seed, self.progress = train, val, seed, progress
         self.dist = dist or Dist()
-        self.generation_backend = (generation or GenerationConfig()).backend
         # output_format: prompt.output_format of the model being trained (harness/output_format.py): which part of
         # a sampled text the rewards score ("plain": all of it; "think_report": the <report> part).
         self.output_format = output_format
+        self.reward = RunReward(rl.reward, output_format)  # rl.reward resolved once per run
         if rl.prompts_per_step % self.dist.world:
             raise ValueError(f"rl.prompts_per_step = {rl.prompts_per_step} must be a multiple of the number of "
                              f"processes ({self.dist.world}): each process takes an equal share of the prompts")
@@ -199,11 +104,13 @@ class GRPOTrainer:
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("no trainable parameters: call set_trainable(model, 'rl') first")
+        # The speed options and the pass mode, chosen once; forbidden combinations are refused here (passes.py).
+        self.passes = passes_for(rl, generation, base_dtype(model))
+        self.frozen_features = self.passes.features  # the frozen passes' vision features (feature_memo.py)
         # DDP under a launch (every process starts from rank 0's values); fp16 bases get a loss scale.
         self.updater = Updater(model, self.params, self.dist, fp16_scaler=needs_scaler(base_dtype(model)))
         # Snapshots live beside the model (GPU memory holds them easily; swaps then never cross PCIe).
         self.store = SnapshotStore(model, device=self.params[0].device)
-        self.frozen_features = SnapshotFeatures()  # the frozen passes' vision features (feature_memo.py)
         self.regularizer = regularizer_from_config(rl)
         self.reference = reference_from_config(rl)
         if rl.regularizer == "none" and rl.reference != "static":
@@ -262,16 +169,13 @@ class GRPOTrainer:
                 sub = idx[s:s + per]
                 # (prompt index, view) per image, rows group-major: what the frozen passes' memos key on.
                 keys = [(i, v) for i in sub for _ in range(rl.group_size) for v in range(len(self.train_set.images[i]))]
-                parts.append(sample_rollout(
+                parts.append(self.passes.sample(
                     self.model, self.processor, [self.train_set.images[i] for i in sub],
                     [self.train_set.instructions[i] for i in sub], group_size=rl.group_size,
                     temperature=rl.temperature, top_p=rl.top_p, top_k=rl.top_k, max_new_tokens=rl.max_new_tokens,
                     min_new_tokens=rl.min_new_tokens, repetition_penalty=rl.repetition_penalty,
-                    backend=self.generation_backend, image_keys=keys, memo=memo))
-        if self.generation_backend == "vllm":  # the engine's memory back to the update (generation.vllm_sleep_level)
-            from harness.sampling.vllm_rollout import sleep_engines
-
-            sleep_engines()
+                    image_keys=keys, memo=memo))
+        self.passes.after_rollouts()  # a vLLM engine's memory back to the update (generation.vllm_sleep_level)
         return concat_rollouts(parts, self.processor.tokenizer.pad_token_id)
 
     def _chunks(self, n: int) -> list[tuple[int, int]]:
@@ -290,7 +194,7 @@ class GRPOTrainer:
         with self.store.use(name) if name else contextlib.nullcontext():
             for a, b in chunks:
                 sub = ro.rows(a, b)
-                logits = _pass_logits(self.rl)(self.model, sub, memo)
+                logits = self.passes.logits(self.model, sub, memo)
                 logps.append(token_logprobs(logits, sub.responses, self.lp_temp, chunk))
                 ents.append(token_entropy(logits, self.lp_temp, chunk) if want_entropy else None)
         return torch.cat(logps), (torch.cat(ents) if want_entropy else None)
@@ -306,7 +210,7 @@ class GRPOTrainer:
             ent_here = name == "ref" and self.regularizer.needs_reference_entropy
             if not self.store.equal_to_live(name):
                 frozen[name] = self._frozen_pass(name, ro, chunks, ent_here)
-            elif self.rl.policy_dropout or (ent_here and len(chunks) > 1) or self._kl_in_reward:
+            elif not self.passes.borrows_current or (ent_here and len(chunks) > 1) or self._kl_in_reward:
                 # rl.policy_dropout: the current pass runs with dropout, so its values are not this policy's
                 # (eval-mode) values; the live parameters are this snapshot's, so no swap is needed. KL in the
                 # reward: the advantages need old and reference log-probs before the policy's own pass.
@@ -316,22 +220,6 @@ class GRPOTrainer:
     @property
     def _kl_in_reward(self) -> bool:
         return self.rl.kl_placement == "reward" and self.regularizer.needs_reference
-
-    def _shape_rewards(self, rewards: torch.Tensor, adv: torch.Tensor, ro: Rollout, frozen: dict):
-        """rl.kl_placement reward: the rewards minus beta_i times each response's KL (old vs reference; verl's
-        use_kl_in_reward, harness/grpo/kl_reward.py), and what StepLoss needs: the betas (from the regularizer, on
-        the task reward's advantages as in the loss placement) and the KL statistics for the log (kl_mean: the
-        token mean of the estimator, which the adaptive controller reads)."""
-        rl, resp = self.rl, ro.response_mask.float()
-        h = frozen["ref"][1]
-        h = response_mean(h, resp).view(*adv.shape) if h is not None else None
-        beta = self.regularizer.betas(adv, h).reshape(-1).to(rewards.device)
-        lp_old, lp_ref = frozen["old"][0], frozen["ref"][0]
-        kl = response_kl(lp_old, lp_ref, resp, rl.kl_estimator, rl.kl_cap, rl.kl_reward_reduce)
-        shaped = kl_shaped_rewards(rewards, kl, beta)
-        stats = {"kl_mean": float(masked_mean(kl_penalty(lp_old, lp_ref, rl.kl_estimator, rl.kl_cap), resp)),
-                 "kl_reward_mean": float((beta * kl.to(beta.dtype)).mean())}
-        return shaped, {"beta": beta, "stats": stats}
 
     def _token_advantages(self, adv: torch.Tensor, ro: Rollout, chunks) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[N] advantages; with token weighting (DiTPO) [N, T]: A[i, t] = w[i, t] * A[i], and the weights w (the
@@ -350,33 +238,29 @@ class GRPOTrainer:
         self.model.eval()  # dropout off in the rollouts and frozen passes (see module docstring)
         ro = self._rollout(idx)
         refs = [self.train_set.references[i] for i in idx for _ in range(G)]
-        fmt = self.output_format  # prompt.output_format (harness/output_format.py)
-        raw = np.asarray(compute_reward(rl.reward, reward_inputs(rl.reward, ro.texts, fmt), refs), dtype=np.float64)
+        raw = np.asarray(self.reward(ro.texts, refs), dtype=np.float64)
         # Rewards (and so advantages and betas) on the model's device, beside the log-probs they weigh.
         rewards = torch.tensor(raw, dtype=torch.float32, device=ro.response_mask.device).view(B, G)
         adv = group_advantages(rewards, scale=rl.advantage_scale, std=rl.advantage_std)
         zero_std = zero_std_groups(rewards)
         chunks = self._chunks(B * G)
         frozen = self._frozen_passes(ro, chunks)  # before the policy's own forward (see _frozen_pass)
-        kl_in_reward = None
+        kl_shaping = None
         if self._kl_in_reward:  # the advantages of the KL-shaped rewards (rl.kl_placement reward)
-            shaped, kl_in_reward = self._shape_rewards(rewards, adv, ro, frozen)
+            shaped, kl_shaping = kl_in_reward(rl, self.regularizer, rewards, adv, ro, frozen)
             adv = group_advantages(shaped, scale=rl.advantage_scale, std=rl.advantage_std)
             zero_std = zero_std_groups(shaped)
         mask = ro.response_mask.float()
         if rl.zero_std_groups == "drop":
             mask = mask * (~zero_std).repeat_interleave(G).float().unsqueeze(1)
         advantages, token_w = self._token_advantages(adv, ro, chunks)
-        loss = StepLoss(rl, self.regularizer, self.lp_temp, ro, chunks, frozen, adv, advantages, mask, kl_in_reward)
+        loss = StepLoss(rl, self.regularizer, self.lp_temp, ro, chunks, frozen, adv, advantages, mask, kl_shaping,
+                        logits_fn=self.passes.logits)
         lr = self.optimizer.param_groups[0]["lr"]
-        try:
-            # the current policy's pass with grad (rl.policy_dropout; gradient checkpointing needs train mode)
-            set_grad_pass_mode(self.model, rl.policy_dropout)
+        with self.passes.with_grad(self.model):  # the current policy's pass in its mode, then eval mode again
             outcome = self.updater.update(loss, chunks, self.optimizer, grad_clip=self.tcfg.grad_clip,
                                           normalizer=loss.normalizer,
                                           rejected=reward_problem(rl.reward, raw, adv) or frozen_problem(frozen))
-        finally:
-            self.model.eval()
         stats = self._step_stats(outcome, loss, mask)
         with warnings.catch_warnings():
             # A skipped step still advances the schedule (the lr is a function of the step number); torch warns

@@ -154,28 +154,30 @@ def lora_config(lora: dict, base_id: str | None, model=None):
                       trainable_token_indices=tokens, base_model_name_or_path=base_id)
 
 
-def model_settings(cfg) -> dict:
-    """What a stage checkpoint records about its model besides the base folder: preset, image size, dtype,
-    attention, and `base_id`, the hub id the base stands for (`model.path` when it is a hub id, else the
-    preset's; a local `model.path` is taken for a copy of the preset's model; None for the tiny preset)."""
+def model_settings(model) -> dict:
+    """What a stage checkpoint records about its model besides the base folder, from the run's model section
+    `model` (ModelConfig): preset, image size, dtype, attention, and `base_id`, the hub id the base stands for
+    (`model.path` when it is a hub id, else the preset's; a local `model.path` is taken for a copy of the preset's
+    model; None for the tiny preset)."""
     from harness.config.presets import get_preset
 
-    preset = get_preset(cfg.model.preset)
-    path = cfg.model.path
+    preset = get_preset(model.preset)
+    path = model.path
     base_id = path if path and not Path(path).exists() and _is_hub_id(path) else preset.default_path
-    return {"preset": preset.name, "base_id": base_id, "image_size": cfg.model.image_size,
-            "dtype": cfg.model.dtype, "attn_implementation": cfg.model.attn_implementation}
+    return {"preset": preset.name, "base_id": base_id, "image_size": model.image_size,
+            "dtype": model.dtype, "attn_implementation": model.attn_implementation}
 
 
-def adopt_checkpoint_settings(cfg, model_dir: str | Path) -> None:
-    """Use the image size, dtype and attention a stage checkpoint records where the config took the preset's defaults
-    (values set in the config or on the command line are kept), in place. No-op for a plain model folder."""
+def adopt_checkpoint_settings(model, model_dir: str | Path) -> None:
+    """Use the image size, dtype and attention a stage checkpoint records where the run's model section `model`
+    (ModelConfig) took the preset's defaults (values set in the config or on the command line are kept), in place.
+    No-op for a plain model folder."""
     if not (Path(model_dir) / SPEC).is_file():
         return
     spec = read_spec(model_dir)
-    for key in getattr(cfg.model, "_preset_owned", ()):
+    for key in getattr(model, "_preset_owned", ()):
         if spec.get(key) is not None:
-            setattr(cfg.model, key, spec[key])
+            setattr(model, key, spec[key])
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:

@@ -122,14 +122,15 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
 
 
-def lora_settings(cfg, tokenizer=None) -> dict:
-    """add_lora's arguments from a RunConfig's model section (REVA-PO Supp. D.2: r = alpha = 32, dropout 0.1),
-    plus `patch_embed` with model.lora_patch_embed, plus `token_indices` (the tags' tokens in `tokenizer`) with
-    `model.train_format_tokens`; a default config gives exactly r, alpha and dropout, as before those options."""
-    settings = {"r": cfg.model.lora_r, "alpha": cfg.model.lora_alpha, "dropout": cfg.model.lora_dropout}
-    if cfg.model.lora_patch_embed:  # only when on: a default config's settings (and spec.json) stay as they were
+def lora_settings(model, tokenizer=None) -> dict:
+    """add_lora's arguments from a run's model section `model` (ModelConfig; REVA-PO Supp. D.2: r = alpha = 32,
+    dropout 0.1), plus `patch_embed` with model.lora_patch_embed, plus `token_indices` (the tags' tokens in
+    `tokenizer`) with `model.train_format_tokens`; a default config gives exactly r, alpha and dropout, as before
+    those options."""
+    settings = {"r": model.lora_r, "alpha": model.lora_alpha, "dropout": model.lora_dropout}
+    if model.lora_patch_embed:  # only when on: a default config's settings (and spec.json) stay as they were
         settings["patch_embed"] = True
-    if not cfg.model.train_format_tokens:
+    if not model.train_format_tokens:
         return settings
     if tokenizer is None:
         raise ValueError("model.train_format_tokens: lora_settings needs the tokenizer to find the tags' tokens")

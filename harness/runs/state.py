@@ -95,8 +95,9 @@ def read_manifest(run_dir: Path) -> dict | None:
     return data
 
 
-def check_reuse(run_dir: Path, cfg: RunConfig, stage: str) -> None:
-    """Refuse a run folder of another stage or another config (RunMismatch naming the keys)."""
+def check_reuse(run_dir: Path, config: dict, stage: str) -> None:
+    """Refuse a run folder of another stage or another config (RunMismatch naming the keys); `config`: the
+    resolved config's record (harness/config: to_dict), as the manifest holds it."""
     manifest = read_manifest(run_dir)
     if manifest is None:
         return
@@ -107,7 +108,7 @@ def check_reuse(run_dir: Path, cfg: RunConfig, stage: str) -> None:
     old = manifest.get("config")
     if not isinstance(old, dict):
         raise RunMismatch(f"{where}: the manifest has no 'config' mapping; {fix}")
-    diffs = config_differences(old, to_dict(cfg))
+    diffs = config_differences(old, config)
     if diffs:
         shown = "; ".join(f"{k}: {v0!r} in the run, {v1!r} now" for k, v0, v1 in diffs[:6])
         more = f" (+{len(diffs) - 6} more)" if len(diffs) > 6 else ""

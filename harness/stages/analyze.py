@@ -191,7 +191,7 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
     for pol, path in policies.items():
         seed_everything(seed)
         model, processor, spec = _load_policy(path, cfg, device)
-        prompts = prompt_set(cfg, samples, spec)
+        prompts = prompt_set(cfg.prompt, cfg.model, samples, spec)
         args = (model, processor, prompts, cfg, group_size, seed, batch_prompts)
         if pol == "before":  # the same for every analysis of a run that starts from this model
             key_ = before_sample_key(cfg, path, list(prompts.ids), group_size, seed, batch_prompts, device)

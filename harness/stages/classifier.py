@@ -55,7 +55,7 @@ def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
     # The data and the model before the run folder is opened: a bad input leaves it as it was.
     splits = require_train(load_splits(cfg, progress), cfg, "classifier")
     # model.device, as for the other stages: at the paper's scale (ViT-B/16, MIMIC-CXR) a GPU; here the CPU
-    model = build_classifier(ccfg).to(model_device(cfg))
+    model = build_classifier(ccfg).to(model_device(cfg.model))
     run = start_run(cfg, "classifier")
     out = run.path / "classifier"
     if run.complete:  # pragma: no cover - finished by another process meanwhile

@@ -116,12 +116,12 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
     restart = runstate.restart_requested() if restart is None else restart
     runstate.check_out_dir(path)
     if not restart:
-        runstate.check_reuse(path, cfg, stage)  # before the folder is touched
+        runstate.check_reuse(path, to_dict(cfg), stage)  # before the folder is touched
     runlock.acquire(path)
     if restart:
         runstate.discard_run(path)
     else:
-        runstate.check_reuse(path, cfg, stage)  # again, now that no one else writes it
+        runstate.check_reuse(path, to_dict(cfg), stage)  # again, now that no one else writes it
     from harness.config.names import tracker_names
     from harness.runs.trackers import read_labels
 
@@ -133,6 +133,6 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
         if not runstate.has_checkpoint(path):
             run.clear_logs()
         # `preemptions`: how often the run was stopped by a signal so far (one line each in preemptions.jsonl)
-        run.write_manifest(to_dict(cfg), cfg.seed, stage, {"config_hash": runstate.config_hash(cfg),
+        run.write_manifest(to_dict(cfg), cfg.seed, stage, {"config_hash": runstate.config_hash(to_dict(cfg)),
                                                            "preemptions": preemption.count(path), **(extra or {})})
     return run

@@ -101,14 +101,14 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     check_scorers(cfg, "eval")  # CheXbert / RadGraph weights before the model loads and the split is decoded
     seed_everything(cfg.seed)
     cfg = copy.deepcopy(cfg)
-    adopt_checkpoint_settings(cfg, model_dir)  # e.g. `eval --model RUN/model` alone: the run's image size
+    adopt_checkpoint_settings(cfg.model, model_dir)  # e.g. `eval --model RUN/model` alone: the run's image size
     model, processor, spec = load_any_model(model_dir, cfg)
-    model.to(model_device(cfg))
+    model.to(model_device(cfg.model))
     splits = load_splits(cfg, progress, only=split if split == "test" else None)
     if split not in splits:
         raise ValueError(f"split '{split}' not in the data set (have: {', '.join(splits)})")
     samples = splits[split]
-    instructions = instructions_for(cfg, samples, spec)
+    instructions = instructions_for(cfg.prompt, cfg.model, samples, spec)
     images = load_images(samples, cfg.model.image_size, cache_dir=eval_pixel_dir(cfg, split))
     if cfg.generation.backend == "vllm":  # sized by this split's prompts (harness/sampling/vllm_rollout.py)
         from harness.sampling.vllm_rollout import start_engine

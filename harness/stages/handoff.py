@@ -94,10 +94,10 @@ def best_epoch_hook(cfg: RunConfig, model, processor, val_samples, instructions:
 
         raise ConfigError("train.handoff = best_val needs a validation split (it is empty); set train.handoff=last")
     from harness.prompts import PromptSet
-    from harness.stages.rl import make_validator
+    from harness.stages.rl import make_validator, validation_fields
 
     val = PromptSet([s.id for s in val_samples], images, list(instructions), [s.report for s in val_samples])
-    return BestEpoch(cfg, model, make_validator(cfg, val, processor, dist), run, dist)
+    return BestEpoch(cfg, model, make_validator(validation_fields(cfg), val, processor, dist), run, dist)
 
 
 def save_handoff(hook: BestEpoch | None, save: Callable[[str, dict], None]) -> dict:

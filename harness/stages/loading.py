@@ -39,7 +39,7 @@ def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
 def load_for_stage(cfg: RunConfig, progress: bool = True):
     """(model, processor, base_path): from `init_from` if set, else the preset's base model; on `model.device`."""
     attn = cfg.model.attn_implementation
-    device = model_device(cfg)
+    device = model_device(cfg.model)
     if cfg.init_from:
         model, processor, spec = load_stage_model(cfg.init_from, cfg.model.dtype, cfg.model.image_size, attn,
                                                   base_path=cfg.model.path)
@@ -89,7 +89,7 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     check_inputs(cfg, stage)
     check_run_folder(cfg, stage)  # reads only: nothing is written before the data and the model are loaded
     if cfg.init_from:
-        adopt_checkpoint_settings(cfg, cfg.init_from)  # the image size / dtype the checkpoint was trained with
+        adopt_checkpoint_settings(cfg.model, cfg.init_from)  # the image size / dtype the checkpoint was trained with
     plugin = plugin_for(cfg.train.deepspeed, cfg.train.grad_clip, int(os.environ.get("WORLD_SIZE", "1")))
     dist = init_distributed(cfg.train.dist_timeout_s, cfg.train.dist_load_timeout_s, deepspeed_plugin=plugin)
     progress = progress and dist.main
@@ -120,21 +120,21 @@ def _load_inputs(cfg: RunConfig, stage: str, progress: bool, start: StageStart) 
 
     start.splits = require_train(load_splits(cfg, progress), cfg, stage)
     if stage == "rl":
-        probe_user_reward(cfg, start.splits["train"])
+        probe_user_reward(cfg.rl.reward, start.splits["train"])
     start.model, start.processor, start.base_path = load_for_stage(cfg, progress)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(start.model)
 
 
-def probe_user_reward(cfg: RunConfig, samples) -> None:
-    """A reward from the user's code (`rl.reward=module:function`, alone or in a weighted sum) called on a probe
-    batch of the training references before the model loads: one that raises, or returns something other than one
-    finite number per candidate, is refused naming the reward and the error, with nothing written."""
+def probe_user_reward(reward, samples) -> None:
+    """rl.reward (`reward`) with the user's code in it (`module:function`, alone or in a weighted sum) called on a
+    probe batch of the training references before the model loads: one that raises, or returns something other than
+    one finite number per candidate, is refused naming the reward and the error, with nothing written."""
     from harness.config import ConfigError
     from rewards.spec import RewardFailed, probe_reward
 
     try:
-        probe_reward(cfg.rl.reward, [s.report for s in samples[:4]])
+        probe_reward(reward, [s.report for s in samples[:4]])
     except (RewardFailed, ValueError, TypeError) as e:
-        raise ConfigError(f"'rl.reward' = {cfg.rl.reward!r} failed on a probe batch of 4 training reports, before "
+        raise ConfigError(f"'rl.reward' = {reward!r} failed on a probe batch of 4 training reports, before "
                           f"any decoding: {e}") from e

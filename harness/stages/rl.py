@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from harness.config import RunConfig
+from harness.config import GenerationConfig, RunConfig, to_dict
 from harness.data.pixel_cache import stage_pixel_folder
 from harness.evaluation import findings_scores, label_with, nlg_scores
+from harness.grpo.reward import RunReward
 from harness.grpo.start_validation import shared_start_validation
 from harness.grpo.trainer import GRPOTrainer
 from harness.grpo.val_drift import kl_summary, kl_to_snapshot
 from harness.grpo.validation import COMPLETION_IMAGES, COMPLETIONS, ValidationCallback, ValidationEvent
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
-from harness.output_format import report_part, reward_inputs, well_formatted_fraction
+from harness.output_format import report_part, well_formatted_fraction
 from harness.parallel.distributed import Dist
 from harness.prompts import PromptSet, prompt_set
 from harness.runs import preemption
@@ -29,7 +31,28 @@ from harness.snapshots import SnapshotStore
 from harness.stages.loading import begin_stage
 
 
-def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None = None,
+@dataclass(frozen=True)
+class ValidationFields:
+    """What the validation reads of a run's config, unpacked once by the stage (`validation_fields`): the
+    generation section (greedy decoding), rl.reward (`proxy_reward`), rl.val_rg_metric (the `rg` of Eq. 10), the
+    log-prob temperature of the KL to the start policy, prompt.output_format and eval.gold_reader."""
+
+    generation: GenerationConfig
+    reward: object
+    rg_metric: str = "none"
+    temperature: float = 1.0
+    output_format: str = "plain"
+    gold_reader: str = "v1"
+
+
+def validation_fields(cfg: RunConfig) -> ValidationFields:
+    rl = cfg.rl
+    return ValidationFields(cfg.generation, rl.reward, rl.val_rg_metric,
+                            rl.logprob_temperature if rl.logprob_temperature is not None else rl.temperature,
+                            cfg.prompt.output_format, cfg.eval.gold_reader)
+
+
+def make_validator(fields: ValidationFields, val: PromptSet, processor, dist: Dist | None = None,
                    gold_labels: np.ndarray | None = None, start: SnapshotStore | None = None,
                    gold_present: np.ndarray | None = None):
     """validate(model) -> scores of greedy reports on `val`, decoded exactly as the test split is (the generation
@@ -38,16 +61,17 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
     score_validation and harness/grpo/val_drift.py (KL to `start`'s snapshot "start" on the greedy reports)."""
     dist = dist or Dist()
     mine = list(range(len(val)))[dist.rank::dist.world]
-    temperature = cfg.rl.logprob_temperature if cfg.rl.logprob_temperature is not None else cfg.rl.temperature
+    generation = fields.generation
+    reward = RunReward(fields.reward, fields.output_format)  # resolved once per run
 
     def validate(model) -> dict:
         images, instructions = [val.images[i] for i in mine], [val.instructions[i] for i in mine]
-        local = generate_reports(model, processor, images, instructions, **greedy_settings(cfg.generation),
+        local = generate_reports(model, processor, images, instructions, **greedy_settings(generation),
                                  progress=False)
         kl = None
         if start is not None:
             kl = kl_to_snapshot(model, processor, start, "start", images, instructions, local,
-                                temperature=temperature, batch_size=cfg.generation.batch_size)
+                                temperature=fields.temperature, batch_size=generation.batch_size)
         hyps: list[str] = [""] * len(val)
         kls = []
         for part in dist.gather_objects((list(zip(mine, local, strict=True)), kl)):
@@ -56,7 +80,7 @@ def make_validator(cfg: RunConfig, val: PromptSet, processor, dist: Dist | None 
             kls += [part[1]] if part[1] is not None else []
         if not dist.main:
             return dist.broadcast_object(None)
-        return dist.broadcast_object({**score_validation(cfg, val, hyps, gold_labels, gold_present),
+        return dist.broadcast_object({**score_validation(fields, val, hyps, gold_labels, gold_present, reward),
                                       **kl_summary(kls)})
 
     return validate
@@ -77,8 +101,8 @@ def with_completion_images(validate: Callable, val: PromptSet) -> Callable:
     return validate_with_images
 
 
-def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_labels: np.ndarray | None = None,
-                     gold_present: np.ndarray | None = None) -> dict:
+def score_validation(fields: ValidationFields, val: PromptSet, hyps: list[str], gold_labels: np.ndarray | None = None,
+                     gold_present: np.ndarray | None = None, reward: RunReward | None = None) -> dict:
     """BLEU / METEOR / ROUGE-L of the validation reports, and the RadGraph term `rg` of Eq. 10 if configured.
 
     `rg` averages over the pairs whose hypothesis and reference are both non-empty, as the official code's
@@ -94,15 +118,15 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     with `gold_labels` ([N, 14] stored labels of the references) the rule labeler's agreement with them:
     `labeler_f1`, `labeler_exact` (what `gold_f1` / `gold_exact` were before issue 24). `completions`
     (harness/grpo/validation.py COMPLETIONS): each prompt's id, instruction, report, reward and reference report, for
-    the trackers' table (with_completion_images adds the input image)."""
+    the trackers' table (with_completion_images adds the input image). `reward`: rl.reward resolved
+    (make_validator resolves it once per run; None: resolved here)."""
     from rewards.spec import compute_reward
 
     raw = hyps
-    hyps = [report_part(h, cfg.prompt.output_format) for h in raw]  # the <report> part (think_report)
+    hyps = [report_part(h, fields.output_format) for h in raw]  # the <report> part (think_report)
     scores = nlg_scores(dict(zip(val.ids, val.references, strict=True)), dict(zip(val.ids, hyps, strict=True)),
                         metrics=["BLEU", "METEOR", "ROUGE_L"])
-    rewards = compute_reward(cfg.rl.reward, reward_inputs(cfg.rl.reward, raw, cfg.prompt.output_format),
-                             val.references)
+    rewards = (reward or RunReward(fields.reward, fields.output_format))(raw, val.references)
     scores["proxy_reward"] = float(np.mean(rewards))
     scores["well_formatted"] = well_formatted_fraction(raw)
     labeler = label_with("rules", hyps) if gold_labels is not None or gold_present is not None else None
@@ -112,11 +136,11 @@ def score_validation(cfg: RunConfig, val: PromptSet, hyps: list[str], gold_label
     if gold_present is not None:
         from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 
-        read = read_reports(hyps, cfg.eval.gold_reader)
+        read = read_reports(hyps, fields.gold_reader)
         gold = gold_scores(read, gold_present)
         scores.update(gold_f1=gold["gold_f1"], gold_exact=gold["gold_exact"])
         scores["labeler_gold_disagree"] = disagreement(labeler, read)["labeler_gold_disagree"]
-    backend = {"entity_f1": "entity_f1", "radgraph": "radgraph_f1"}.get(cfg.rl.val_rg_metric)
+    backend = {"entity_f1": "entity_f1", "radgraph": "radgraph_f1"}.get(fields.rg_metric)
     if backend:
         pairs = [(h, r) for h, r in zip(hyps, val.references, strict=True) if h.strip() and r.strip()]
         scores["rg_pairs"] = len(pairs)
@@ -175,21 +199,21 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
 
     spec = read_spec(cfg.init_from) if cfg.init_from else {}
     # An SFT adapter brings its own layout (LoRA, token rows); from a model without one, the config's.
-    lora = spec.get("lora") or lora_settings(cfg, processor.tokenizer)
+    lora = spec.get("lora") or lora_settings(cfg.model, processor.tokenizer)
     model = add_lora(model, **lora)
     set_trainable(model, "rl")
     n_train, n_all = count_parameters(model)
     pixels = stage_pixel_folder(run.path)  # every epoch and validation reads the images again: decoded once
-    train = prompt_set(cfg, splits["train"], spec, cache_dir=pixels.name)
+    train = prompt_set(cfg.prompt, cfg.model, splits["train"], spec, cache_dir=pixels.name)
     val_samples = splits["val"][: cfg.rl.val_max_samples] if cfg.rl.val_max_samples else splits["val"]
-    val = prompt_set(cfg, val_samples, spec, cache_dir=pixels.name)
+    val = prompt_set(cfg.prompt, cfg.model, val_samples, spec, cache_dir=pixels.name)
     # The policy RL starts from (also on resume: the model is rebuilt from init_from), for the validation KL.
     start_policy = SnapshotStore(model, device=next(model.parameters()).device)
     start_policy.capture("start")
-    validate = make_validator(cfg, val, processor, dist, ground_truth_labels(val_samples), start_policy,
-                              image_truth(val_samples))
+    validate = make_validator(validation_fields(cfg), val, processor, dist, ground_truth_labels(val_samples),
+                              start_policy, image_truth(val_samples))
     # The start policy's validation is the same for every run from this model: computed once, shared.
-    validate = shared_start_validation(validate, cfg, start_policy, dist)
+    validate = shared_start_validation(validate, to_dict(cfg), start_policy, dist)
     validate = with_completion_images(validate, val)  # after the shared file: images are not JSON
     if cfg.generation.backend == "vllm":  # every rank at once, before training (harness/sampling/vllm_rollout.py)
         from harness.sampling.vllm_rollout import start_engine
@@ -211,7 +235,7 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
         extra = {k: spec[k] for k in ("classifier_dir", "instruction", "disease_template", "disease_list_format",
                                       "disease_separator", "output_format") if k in spec}
         save_stage_model(model, out, base_path, "rl", lora=lora, extra=extra,
-                         settings=model_settings(cfg))
+                         settings=model_settings(cfg.model))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,
                            "regularizer": cfg.rl.regularizer, "reference": cfg.rl.reference,
                            "reward": cfg.rl.reward})

@@ -39,7 +39,7 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
         return start.run.path / "model"
     dist, run, progress, splits = start.dist, start.run, start.progress, start.splits
     model, processor, base_path = start.model, start.processor, start.base_path
-    lora = lora_settings(cfg, processor.tokenizer)  # + the tags' token rows with model.train_format_tokens
+    lora = lora_settings(cfg.model, processor.tokenizer)  # + the tags' token rows with model.train_format_tokens
     model = add_lora(model, **lora)
     set_trainable(model, "sft")
     n_train, n_all = count_parameters(model)
@@ -48,7 +48,7 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     data = {}
     for split in ("train", "val"):
         samples = splits[split]
-        names = predicted_diseases(cfg.classifier.dir, samples, model_device(cfg),
+        names = predicted_diseases(cfg.classifier.dir, samples, model_device(cfg.model),
                                    fill_empty=fills_empty(cfg.prompt.disease_list_format))
         fmt = cfg.prompt.output_format
         labels = reference_labels(samples) if fmt != "plain" else [None] * len(samples)
@@ -67,7 +67,7 @@ def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     if dist.main:
         handoff = save_handoff(best, lambda name, more: save_stage_model(
             model, run.path / name, base_path, "sft", lora=lora, extra={**extra, **more},
-            settings=model_settings(cfg)))
+            settings=model_settings(cfg.model)))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,
                            **handoff})
         run.close()  # the trackers (train.report_to): a W&B run ends with its stage

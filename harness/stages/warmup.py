@@ -43,7 +43,7 @@ def run_warmup(cfg: RunConfig, progress: bool = True) -> Path:
     out = run.path / "model"
     if dist.main:
         handoff = save_handoff(best, lambda name, extra: save_stage_model(
-            model, run.path / name, base_path, "warmup", extra=extra or None, settings=model_settings(cfg)))
+            model, run.path / name, base_path, "warmup", extra=extra or None, settings=model_settings(cfg.model)))
         run.write_metrics({**metrics, "trainable_params": n_train, "total_params": n_all, "processes": dist.world,
                            **handoff})
         run.close()  # the trackers (train.report_to): a W&B run ends with its stage

@@ -88,9 +88,11 @@ def test_instructions_for_rebuilds_the_prompts_a_spec_records(tmp_path, monkeypa
     cfg = RunConfig()
     official = {"classifier_dir": "clf", "instruction": IU, "disease_template": TEMPLATE,
                 "disease_list_format": "python_list", "disease_separator": "\n"}
-    assert prompts.instructions_for(cfg, samples, official) == [_official(IU, ["Edema"]), _official(IU, [])]
+    assert prompts.instructions_for(cfg.prompt, cfg.model, samples, official) == [_official(IU, ["Edema"]),
+                                                                                  _official(IU, [])]
     old = {"classifier_dir": "clf", "instruction": "Write.", "disease_template": "Seen: {diseases}."}
-    assert prompts.instructions_for(cfg, samples, old) == ["Write. Seen: edema.", "Write. Seen: no finding."]
+    assert prompts.instructions_for(cfg.prompt, cfg.model, samples, old) == ["Write. Seen: edema.",
+                                                                             "Write. Seen: no finding."]
     assert asked == [False, True]
     # SFT records every key RL and evaluation read back
     assert set(prompts.PROMPT_SPEC_DEFAULTS) <= set(prompts.prompt_spec(cfg))

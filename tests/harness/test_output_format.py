@@ -108,13 +108,14 @@ def test_prompts_follow_the_format_the_checkpoint_was_taught():
     cfg = load_config(None, ["prompt.output_format=think_report"])
     samples = [object(), object()]
     spec = {"stage": "sft", "output_format": "think_report"}
-    assert instructions_for(cfg, samples, spec) == [format_instruction(cfg.prompt.instruction, "think_report")] * 2
+    expected = [format_instruction(cfg.prompt.instruction, "think_report")] * 2
+    assert instructions_for(cfg.prompt, cfg.model, samples, spec) == expected
     with pytest.raises(ConfigError, match="trained with 'plain'.*prompt.output_format=plain"):
-        instructions_for(cfg, samples, {"stage": "sft"})  # a spec without the key: a plain model
+        instructions_for(cfg.prompt, cfg.model, samples, {"stage": "sft"})  # a spec without the key: a plain model
     plain = load_config(None, [])
     with pytest.raises(ConfigError, match="trained with 'think_report'"):
-        instructions_for(plain, samples, spec)
-    assert instructions_for(plain, samples, {}) == [plain.prompt.instruction] * 2
+        instructions_for(plain.prompt, plain.model, samples, spec)
+    assert instructions_for(plain.prompt, plain.model, samples, {}) == [plain.prompt.instruction] * 2
 
 
 def test_output_format_is_validated():

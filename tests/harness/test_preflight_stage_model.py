@@ -37,6 +37,6 @@ def test_a_bf16_classifier_is_refused_only_where_it_would_run_on_a_cpu_without_b
     monkeypatch.setattr(preflight, "model_device", lambda cfg: torch.device(device))
     if refused:
         with pytest.raises(ConfigError, match="classifier.amp_bf16 = true"):
-            preflight.check_classifier_precision(cfg)
+            preflight.check_classifier_precision(cfg.classifier, cfg.model)
     else:
-        preflight.check_classifier_precision(cfg)
+        preflight.check_classifier_precision(cfg.classifier, cfg.model)

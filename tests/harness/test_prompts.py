@@ -98,7 +98,8 @@ def test_instructions_for_asks_on_the_stage_device(classifier, tmp_path, monkeyp
     monkeypatch.setattr(prompts, "model_device", lambda cfg: sentinel)
     monkeypatch.setattr(prompts, "predicted_diseases",
                         lambda d, samples, device="cpu", **kw: seen.append(device) or [["Edema"]] * len(samples))
-    out = prompts.instructions_for(RunConfig(), _samples(tmp_path, 2), {"classifier_dir": str(classifier)})
+    cfg = RunConfig()
+    out = prompts.instructions_for(cfg.prompt, cfg.model, _samples(tmp_path, 2), {"classifier_dir": str(classifier)})
     assert seen == [sentinel] and len(out) == 2 and all("edema" in o for o in out)
 
 

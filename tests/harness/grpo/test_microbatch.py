@@ -144,11 +144,11 @@ def test_gradient_token_weighting_and_dropped_groups_micro_batched(tiny_model, t
 
 def test_frozen_passes_never_swap_parameters_under_a_live_graph(tiny_model, tiny_processor, tmp_path, six_prompts,
                                                                  monkeypatch):
-    from harness.grpo import trainer as trainer_module
+    from harness.grpo import passes as passes_module  # the logits function is chosen there (issue 47)
 
     events = []
-    real = trainer_module.response_logits
-    monkeypatch.setattr(trainer_module, "response_logits", lambda m, ro, *memo: events.append(
+    real = passes_module.response_logits
+    monkeypatch.setattr(passes_module, "response_logits", lambda m, ro, *memo: events.append(
         ("fwd", torch.is_grad_enabled(), len(ro))) or real(m, ro, *memo))
     for perturb, expected in ((False, [("fwd", False, 2)] * 3 + [("fwd", True, 2)] * 3),  # RER h_ref pass, no swap
                               (True, [("swap",)] + [("fwd", False, 2)] * 3 + [("swap",)] + [("fwd", False, 2)] * 3

@@ -8,19 +8,20 @@ import math
 import pytest
 import torch
 
-from harness.config import RunConfig
+from harness.config import RunConfig, to_dict
 from harness.grpo.start_validation import FOLDER, shared_start_validation, start_validation_key
 from harness.parallel.distributed import Dist
 from harness.snapshots import SnapshotStore
 
 
-def _cfg(model_dir, **sets) -> RunConfig:
+def _cfg(model_dir, **sets) -> dict:
+    """The resolved config's record (what the RL stage hands the start validation)."""
     cfg = RunConfig()
     cfg.init_from = str(model_dir)
     for dotted, value in sets.items():
         section, _, name = dotted.rpartition("__")
         setattr(getattr(cfg, section) if section else cfg, name, value)
-    return cfg
+    return to_dict(cfg)
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_the_key_ignores_training_settings_and_follows_what_validation_reads(mod
     assert len({start_validation_key(c) for c in other} | {key}) == len(other) + 1
     (model_dir / "adapter_model.safetensors").write_bytes(b"weightz")  # another model
     assert start_validation_key(_cfg(model_dir)) != key
-    assert start_validation_key(RunConfig()) is None  # RL from the base model: not shared
+    assert start_validation_key(to_dict(RunConfig())) is None  # RL from the base model: not shared
 
 
 def test_shared_scores_only_for_the_start_policy(model_dir):

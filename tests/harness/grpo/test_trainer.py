@@ -267,11 +267,11 @@ def test_old_policy_sync_counts_per_epoch_or_globally(mode, synced_after, tiny_m
 
 def test_a_frozen_policy_equal_to_the_current_one_costs_no_forward_pass(tiny_model, tiny_processor, tmp_path,
                                                                         prompt_set, monkeypatch):
-    from harness.grpo import trainer as trainer_module
+    from harness.grpo import passes as passes_module  # the logits function is chosen there (issue 47)
 
     calls = []
-    real = trainer_module.response_logits
-    monkeypatch.setattr(trainer_module, "response_logits", lambda m, ro, *memo: calls.append(1) or real(m, ro, *memo))
+    real = passes_module.response_logits
+    monkeypatch.setattr(passes_module, "response_logits", lambda m, ro, *memo: calls.append(1) or real(m, ro, *memo))
     rows = []
     for skip in (True, False):
         tr = _trainer(_fresh_copy(tiny_model), tiny_processor, tmp_path / str(skip), prompt_set, regularizer="rer")
@@ -343,20 +343,20 @@ def test_validation_decodes_exactly_as_the_test(monkeypatch, tiny_processor):
 
     monkeypatch.setattr(rl_stage, "generate_reports", fake_generate)
     val = PromptSet(["a", "b"], [[None], [None]], ["w", "w"], ["the heart is normal .", "no effusion ."])
-    rl_stage.make_validator(cfg, val, tiny_processor)(None)
+    rl_stage.make_validator(rl_stage.validation_fields(cfg), val, tiny_processor)(None)
     assert {k: seen[k] for k in greedy_settings(cfg.generation)} == greedy_settings(cfg.generation)
     assert seen["min_new_tokens"] == 7 and seen["max_new_tokens"] == 9
 
 
 def test_validation_rg_term_skips_empty_pairs():
     from harness.config import RunConfig
-    from harness.stages.rl import score_validation
+    from harness.stages.rl import score_validation, validation_fields
     from rewards.entity import entity_f1
 
     val = PromptSet(["a", "b", "c"], [[None]] * 3, ["w"] * 3,
                     ["mild cardiomegaly .", "small left pleural effusion .", "no pneumothorax ."])
     hyps = ["mild cardiomegaly .", "", "left pleural effusion ."]
-    scores = score_validation(RunConfig(), val, hyps)
+    scores = score_validation(validation_fields(RunConfig()), val, hyps)
     expected = float(np.mean(entity_f1([hyps[0], hyps[2]], [val.references[0], val.references[2]])))
     assert scores["rg_pairs"] == 2 and scores["rg"] == pytest.approx(expected)
     assert scores["rg"] != pytest.approx(float(np.mean(entity_f1(hyps, val.references))))
@@ -486,7 +486,7 @@ def test_rollout_backend_comes_from_the_generation_config(generation, expected, 
                                                           prompt_set, monkeypatch):
     """Issue 25: a trainer built outside the RL stage sampled with transformers' generate (a hidden default "hf")
     while GenerationConfig's default is lean; the backend is now the config's wherever the trainer is built."""
-    import harness.grpo.trainer as trainer_module
+    import harness.grpo.passes as passes_module  # the rollouts are sampled there (issue 47)
     from harness.config import GenerationConfig
 
     seen = []
@@ -495,7 +495,7 @@ def test_rollout_backend_comes_from_the_generation_config(generation, expected, 
         seen.append(backend)
         raise RuntimeError("sampled")
 
-    monkeypatch.setattr(trainer_module, "sample_rollout", record)
+    monkeypatch.setattr(passes_module, "sample_rollout", record)
     torch.manual_seed(0)
     model = add_lora(tiny_model, r=4, alpha=8, dropout=0.1)
     set_trainable(model, "rl")

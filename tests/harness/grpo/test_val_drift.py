@@ -28,7 +28,7 @@ def _labels(sets, fill):
 
 def test_labeler_agreement_equals_a_hand_count():
     from harness.config import RunConfig
-    from harness.stages.rl import score_validation
+    from harness.stages.rl import score_validation, validation_fields
     from rewards.chexpert import label_reports
 
     # What the rule labeler reads in each report (the hand count below rests on it).
@@ -38,17 +38,18 @@ def test_labeler_agreement_equals_a_hand_count():
     # Micro-F1 = 2 TP / (2 TP + FP + FN) = 8 / 12; exact match: reports 0 and 3 = 2 / 5.
     val = PromptSet([f"s{i}" for i in range(5)], [[None]] * 5, ["w"] * 5, ["mild cardiomegaly ."] * 5)
     for fill in (0.0, np.nan):
-        scores = score_validation(RunConfig(), val, HYPS, _labels(TRUTH, fill))
+        scores = score_validation(validation_fields(RunConfig()), val, HYPS, _labels(TRUTH, fill))
         assert scores["labeler_f1"] == pytest.approx(8 / 12, abs=1e-12)
         assert scores["labeler_exact"] == pytest.approx(2 / 5, abs=1e-12)
         assert "gold_f1" not in scores  # stored labels but no image truth: no gold reader
-    assert "labeler_f1" not in score_validation(RunConfig(), val, HYPS)  # no ground truth: no gold metric
+    # no ground truth: no gold metric
+    assert "labeler_f1" not in score_validation(validation_fields(RunConfig()), val, HYPS)
 
 
 def test_gold_metric_is_the_gold_readers_against_the_image_truth():
     from harness.config import RunConfig
     from harness.data.phantom.gold_reader import read_reports
-    from harness.stages.rl import score_validation
+    from harness.stages.rl import score_validation, validation_fields
 
     # The gold reader reads only the generator's sentences: "heart size is normal" and "there is a right
     # pneumothorax" (no severity word) are not among them, so report 3 states only its edema.
@@ -57,7 +58,7 @@ def test_gold_metric_is_the_gold_readers_against_the_image_truth():
     # Against what was drawn (TRUTH): TP = 1 + 1 + 0 + 1 + 0 = 3; FP = 1 (No Finding, report 2);
     # FN = 0 + 1 + 1 + 1 + 1 = 4 -> F1 6 / 11; exact: report 0 = 1 / 5. The labeler differs on report 3 only.
     val = PromptSet([f"s{i}" for i in range(5)], [[None]] * 5, ["w"] * 5, ["mild cardiomegaly ."] * 5)
-    scores = score_validation(RunConfig(), val, HYPS, _labels(TRUTH, np.nan), _labels(TRUTH, 0.0))
+    scores = score_validation(validation_fields(RunConfig()), val, HYPS, _labels(TRUTH, np.nan), _labels(TRUTH, 0.0))
     assert scores["gold_f1"] == pytest.approx(6 / 11, abs=1e-12)
     assert scores["gold_exact"] == pytest.approx(1 / 5, abs=1e-12)
     assert scores["labeler_gold_disagree"] == pytest.approx(1 / 5, abs=1e-12)
@@ -66,7 +67,7 @@ def test_gold_metric_is_the_gold_readers_against_the_image_truth():
 
 def test_proxy_reward_is_the_mean_rl_reward_of_the_validation_reports():
     from harness.config import RunConfig
-    from harness.stages.rl import score_validation
+    from harness.stages.rl import score_validation, validation_fields
     from rewards.spec import compute_reward
 
     refs = ["mild cardiomegaly . no effusion .", "small left pleural effusion .", "the lungs are clear .",
@@ -76,7 +77,7 @@ def test_proxy_reward_is_the_mean_rl_reward_of_the_validation_reports():
     for reward in ("bleu4", "chexpert_f1"):
         cfg.rl.reward = reward
         expected = float(np.mean(compute_reward(reward, HYPS, refs)))
-        assert score_validation(cfg, val, HYPS)["proxy_reward"] == pytest.approx(expected, abs=1e-12)
+        assert score_validation(validation_fields(cfg), val, HYPS)["proxy_reward"] == pytest.approx(expected, abs=1e-12)
 
 
 def test_ground_truth_labels_only_when_every_sample_has_them():
@@ -149,8 +150,9 @@ def test_validator_logs_proxy_gold_and_kl(monkeypatch, lora_model, tiny_processo
     store = SnapshotStore(lora_model)
     store.capture("start")
     cfg = RunConfig()
-    scores = rl_stage.make_validator(cfg, val, tiny_processor, gold_labels=_labels(TRUTH[:4], 0.0),
-                                     start=store, gold_present=_labels(TRUTH[:4], 0.0))(lora_model)
+    scores = rl_stage.make_validator(rl_stage.validation_fields(cfg), val, tiny_processor,
+                                     gold_labels=_labels(TRUTH[:4], 0.0), start=store,
+                                     gold_present=_labels(TRUTH[:4], 0.0))(lora_model)
     assert scores["kl_start_seq"] == pytest.approx(0.0, abs=1e-6)
     assert scores["labeler_f1"] == pytest.approx(8 / 11) and scores["labeler_exact"] == pytest.approx(2 / 4)
     # gold reader (see test_gold_metric_is_the_gold_readers_against_the_image_truth): TP 3, FP 1, FN 3

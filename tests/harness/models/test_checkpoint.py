@@ -243,24 +243,24 @@ def test_checkpoint_settings_replace_only_the_preset_defaults(tmp_path):
     (tmp_path / "spec.json").write_text(json.dumps({"base": "x", "stage": "sft", "image_size": 336,
                                                     "dtype": "bfloat16", "attn_implementation": "sdpa"}))
     cfg = load_config(None, [])
-    adopt_checkpoint_settings(cfg, tmp_path)
+    adopt_checkpoint_settings(cfg.model, tmp_path)
     assert (cfg.model.image_size, cfg.model.dtype, cfg.model.attn_implementation) == (336, "bfloat16", "sdpa")
     cfg = load_config(None, ["model.image_size=84", "model.attn_implementation=eager"])
-    adopt_checkpoint_settings(cfg, tmp_path)
+    adopt_checkpoint_settings(cfg.model, tmp_path)
     assert (cfg.model.image_size, cfg.model.dtype, cfg.model.attn_implementation) == (84, "bfloat16", "eager")
     cfg = load_config(None, [])
-    adopt_checkpoint_settings(cfg, tmp_path / "not_a_checkpoint")
+    adopt_checkpoint_settings(cfg.model, tmp_path / "not_a_checkpoint")
     assert cfg.model.image_size == 112
 
 
 def test_model_settings_record_the_hub_id():
     cfg = load_config(None, ["model.preset=qwen2.5-vl-7b", "model.path=/data/qwen7b"])
-    s = model_settings(cfg)
+    s = model_settings(cfg.model)
     assert s == {"preset": "qwen2.5-vl-7b", "base_id": "Qwen/Qwen2.5-VL-7B-Instruct", "image_size": 336,
                  "dtype": "bfloat16", "attn_implementation": "sdpa"}
-    assert model_settings(load_config(None, ["model.preset=qwen2.5-vl-3b", "model.path=org/my-qwen"]))[
+    assert model_settings(load_config(None, ["model.preset=qwen2.5-vl-3b", "model.path=org/my-qwen"]).model)[
         "base_id"] == "org/my-qwen"
-    assert model_settings(load_config(None, []))["base_id"] is None
+    assert model_settings(load_config(None, []).model)["base_id"] is None
 
 
 def test_export_command(tiny_model, base_dir, tmp_path, capsys):

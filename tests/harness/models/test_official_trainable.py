@@ -94,10 +94,10 @@ def test_patch_embed_lora_adapter_round_trips(tmp_path, tiny_tokenizer, tiny_pro
 
     cfg = RunConfig()
     cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout, cfg.model.lora_patch_embed = 4, 8, 0.0, True
-    lora = lora_settings(cfg)
+    lora = lora_settings(cfg.model)
     assert lora == {"r": 4, "alpha": 8, "dropout": 0.0, "patch_embed": True}
     cfg.model.lora_patch_embed = False
-    assert "patch_embed" not in lora_settings(cfg)  # a default config's settings (and spec.json) as before
+    assert "patch_embed" not in lora_settings(cfg.model)  # a default config's settings (and spec.json) as before
     base = save_base(_model(tiny_tokenizer), tiny_processor, tmp_path / "base")
     model = add_lora(_model(tiny_tokenizer), **lora)
     set_trainable(model, "sft")

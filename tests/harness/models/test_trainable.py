@@ -115,7 +115,7 @@ def test_think_report_sft_trains_the_tag_token_rows_in_and_out(tiny_model, tiny_
 
     tok = tiny_processor.tokenizer
     ids = format_token_ids(tok)
-    settings = lora_settings(_format_config(True), tok)
+    settings = lora_settings(_format_config(True).model, tok)
     assert settings["token_indices"] == ids
     model = add_lora(tiny_model, **settings)
     names = set_trainable(model, "sft")
@@ -137,7 +137,7 @@ def test_default_lora_has_no_token_rows(tiny_model, tiny_processor):
     """A plain run's LoRA is what it was before the option: r, alpha, dropout only; no peft token wrapper."""
     from harness.models.trainable import TOKEN_DELTA, lora_settings
 
-    settings = lora_settings(_format_config(False), tiny_processor.tokenizer)
+    settings = lora_settings(_format_config(False).model, tiny_processor.tokenizer)
     assert settings == {"r": 4, "alpha": 8, "dropout": 0.0}
     model = add_lora(tiny_model, **settings)
     names = set_trainable(model, "sft")
@@ -145,4 +145,4 @@ def test_default_lora_has_no_token_rows(tiny_model, tiny_processor):
     assert type(model.get_input_embeddings()) is torch.nn.Embedding
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     with pytest.raises(ValueError, match="tokenizer"):
-        lora_settings(_format_config(True))
+        lora_settings(_format_config(True).model)

@@ -169,5 +169,5 @@ def test_paper_recipe_options_through_warmup_and_sft(tmp_path):
     from harness.stages.common import load_splits
 
     val = load_splits(cfg, progress=False)["val"][:3]
-    texts = instructions_for(cfg, val, spec)
+    texts = instructions_for(cfg.prompt, cfg.model, val, spec)
     assert all("\nThe following findings may be present: [" in t for t in texts)
