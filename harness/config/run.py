@@ -11,11 +11,10 @@ from harness.config.sections import (
     EvalConfig,
     GenerationConfig,
     ModelConfig,
-    PretrainConfig,
     PromptConfig,
-    TrainConfig,
     knob,
 )
+from harness.config.training import PretrainConfig, TrainConfig
 
 
 @dataclass
