@@ -26,7 +26,8 @@ Modules, one job each (each imports only those before it, in reading order):
 
 from harness.experiments.index import INDEX_FORMAT, build_index
 from harness.experiments.nodes import DEFAULT_FUNCTIONS, evaluate_final, prepare_data
-from harness.experiments.plan import NODE_ORDER, Node, Plan, RunPlan, build_plan, describe_plan
+from harness.experiments.plan import NODE_ORDER, Node, Plan, RunPlan, build_plan
+from harness.experiments.plan_text import describe_plan
 from harness.experiments.resolve import config_key, resolve_config, stage_document, yaml_scalar
 from harness.experiments.run import ExperimentResult, run_experiment
 from harness.experiments.study import (

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.config import ConfigError
-from harness.experiments.index import build_index
-from harness.experiments.local import ExperimentResult, LocalExperimentRun, created_at, recorded_requests
+from harness.experiments.index import build_index, created_at, recorded_requests
+from harness.experiments.local import ExperimentResult, LocalExperimentRun
 from harness.experiments.nodes import DEFAULT_FUNCTIONS
 from harness.experiments.plan import build_plan, node_done
 from harness.experiments.study import STAGES, Study, load_study
@@ -92,12 +92,12 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
 
 def check_plan_needs(plan, selected: list[tuple[str, int]]) -> None:
     """The scorer weights, base model, classifier checkpoint and vLLM that the stage runs and test evaluations of
-    the selected runs will need (harness/needs.py), checked before the first of them starts: a test evaluation
+    the selected runs will need (harness/checks/needs.py), checked before the first of them starts: a test evaluation
     that needs CheXbert, or an RL validation that needs RadGraph, is refused before the hours of the stages
     that come first. Runs already complete are not checked; `classifier.dir` is left to the SFT run (in a plan
     it is the classifier run's output, which does not exist yet)."""
+    from harness.checks.needs import KINDS, check_needs
     from harness.config import RunConfig, from_dict
-    from harness.needs import KINDS, check_needs
 
     chosen = set(selected)
     for node in plan.nodes.values():
@@ -174,5 +174,3 @@ def rebuild_index(study: Study, out: str | Path, *, stages_dir: str | Path | Non
     index[IndexKey.SUMMARY] = summary
     atomic_write_json(index_path, index)
     return index
-
-

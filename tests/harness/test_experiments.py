@@ -559,7 +559,7 @@ def test_stage_evals_test_the_baseline_arms_stage_models_as_nodes(tmp_path, call
     plan (each needs only its model and the test data), recorded in index.json, skipped once complete and left out
     when the baseline's first-seed run is not selected."""
     from harness.experiments.local import needed_order
-    from harness.experiments.plan import node_label
+    from harness.experiments.plan_text import node_label
 
     _patch_stage_modules(monkeypatch)
     study = load_study(write_study(tmp_path, ARMS, extra="stage_evals: [sft, base, warmup]\n"))
