@@ -4,7 +4,7 @@ It runs the study experiments/demo_rl_ablation.yaml (tiny preset, synthetic data
 stage 0 (tiny base, cached per machine) -> stage 1 warm-up -> classifier -> stage 2 SFT -> six RL arms
 (constant KL, no KL, adaptive PPO-beta, RER, EMA reference, RER + VAPR: one factor at a time) from the shared SFT
 model on the first seed, the declared contrast's arms (no KL, constant KL) on every seed of the study (`demo_runs`:
-3 RL seeds from the one SFT model, so the contrast is decided by harness/decisions.py), each evaluated on the test
+3 RL seeds from the one SFT model, so the contrast is decided by harness/stats/decisions.py), each evaluated on the test
 split, and the Supp. A records of the RER + VAPR arm (the study's `analyses`);
 then it evaluates the base, warm-up and SFT models too, prints one table (per stage and
 per RL arm: BLEU-1..4, METEOR, ROUGE-L, findings against the synthetic ground truth) and each arm's reward

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.batching import instruction_text
+from harness.checks.preflight import model_device
 from harness.config import RunConfig
 from harness.constants import OBSERVATIONS
 from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba
 from harness.output_format import format_instruction
-from harness.preflight import model_device
 from harness.runs.records import kept_result
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 GPUs and their memory, the versions of the pinned packages, Java (METEOR), which weights are present (the Qwen
 base of each real preset, CheXbert, RadGraph, the disease classifier), which presets can run here, and what each
-stage of the given config or experiments preset will need and whether it is here (harness/needs.py: the checks
+stage of the given config or experiments preset will need and whether it is here (harness/checks/needs.py: the checks
 preflight refuses a command with).
 """
 
@@ -23,7 +23,7 @@ PINNED = {
 # Parameters of the real presets' models (Hugging Face model cards: 3.75B and 8.29B); the keys name the presets
 # the report checks.
 PARAMS = {"qwen2.5-vl-3b": 3.75e9, "qwen2.5-vl-7b": 8.29e9}
-# The paper preset whose memory plan (harness/memory_plan.py: its largest warm-up / SFT / RL stage per GPU, plus
+# The paper preset whose memory plan (harness/checks/memory_plan.py: its largest warm-up / SFT / RL stage per GPU, plus
 # the plan's margin) is each model preset's need of GPU memory (issue 43: the former floor, 1.5 x the bf16 base,
 # was not the RL step's need).
 NEED_PRESETS = {"qwen2.5-vl-3b": "mimic-qwen2.5vl-3b.yaml", "qwen2.5-vl-7b": "mimic-qwen2.5vl-7b.yaml"}
@@ -185,7 +185,7 @@ def planned_need(name: str) -> float:
     GPU at its resources' process count, over (1 - PLAN_MARGIN)."""
     from harness.config.loading import load_yaml
 
-    path = Path(__file__).resolve().parents[1] / "experiments" / "presets" / NEED_PRESETS[name]
+    path = Path(__file__).resolve().parents[2] / "experiments" / "presets" / NEED_PRESETS[name]
     plans = preset_plans(str(path), [], load_yaml(path), None, DEFAULT_GPU_GIB, [], stages=("warmup", "sft", "rl"))
     return max(p["total"] for p in plans["stages"].values()) / (1 - PLAN_MARGIN)
 
@@ -210,8 +210,9 @@ def doctor_configs(config: str | None, overrides: list[str]) -> tuple[object, di
 
 
 def need_checks(stages: dict) -> list[Check]:
-    """What each stage will need (harness/needs.py: stage_needs) and whether it is here (`problem`: files only)."""
-    from harness.needs import problem, stage_needs
+    """What each stage will need (harness/checks/needs.py: stage_needs) and whether it is here (`problem`:
+    files only)."""
+    from harness.checks.needs import problem, stage_needs
 
     out = []
     for stage, cfg in stages.items():
@@ -253,7 +254,7 @@ def format_report(report: Report) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The memory plan of an experiments preset (harness/memory_plan.py)
+# The memory plan of an experiments preset (harness/checks/memory_plan.py)
 
 PLAN_STAGES = ("warmup", "sft", "rl", "classifier", "eval")
 # An 80 GB A100 / H100 as torch reports it (torch.cuda.mem_get_info: 79.1 GiB on an H100 80GB HBM3).
@@ -266,9 +267,9 @@ PLAN_MARGIN = 0.10
 def preset_plans(path: str, overrides: list[str], doc: dict, world_size: int | None, gpu_gib: float | None,
                  gpu_list: list[dict], stages: tuple[str, ...] = PLAN_STAGES) -> dict:
     """{"gpu_gib", "stages": {stage: plan + {"fits", "world_size"}}} for each stage of an experiments preset."""
+    from harness.checks.memory_plan import memory_plan
     from harness.config import load_config
     from harness.experiments.resources import check_resources
-    from harness.memory_plan import memory_plan
 
     if gpu_gib is None:
         gpu_gib = min((g["total_gib"] for g in gpu_list), default=DEFAULT_GPU_GIB)
@@ -289,7 +290,7 @@ def preset_plans(path: str, overrides: list[str], doc: dict, world_size: int | N
 def format_plans(plans: dict) -> str:
     gib = plans["gpu_gib"]
     lines = [f"Memory plan per GPU (GiB; fits = total <= {1 - plans['margin']:.0%} of {gib:g} GiB; "
-             "harness/memory_plan.py):",
+             "harness/checks/memory_plan.py):",
              f"  {'stage':<10} {'procs':>5} {'batch':>5} {'weights':>8} {'grads':>6} {'optim':>6} {'snaps':>6} "
              f"{'activ':>6} {'total':>6}  fits  notes"]
     for stage, p in plans["stages"].items():

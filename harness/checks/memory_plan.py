@@ -138,7 +138,7 @@ def zero_stage(path: str) -> int:
         return 0
     p = Path(path)
     if not p.is_file():
-        p = Path(__file__).resolve().parents[1] / path
+        p = Path(__file__).resolve().parents[2] / path
     return int((json.loads(p.read_text()).get("zero_optimization") or {}).get("stage", 0))
 
 

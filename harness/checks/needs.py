@@ -5,7 +5,7 @@ load (CheXbert, RadGraph), the base model folder, the classifier checkpoint and 
 its files are present and, where that is cheap, of the right kind (a torch checkpoint non-empty, a zip archive or
 a pickle), without loading any weights. `check_needs(cfg, stage)` refuses, with one line naming the file and how
 to get it, the first required need that is absent. Preflight runs it before a command decodes, trains or writes
-(harness/preflight.py: check_scorers, from every stage command, `begin_stage` and `evaluate_model`), and
+(harness/checks/preflight.py: check_scorers, from every stage command, `begin_stage` and `evaluate_model`), and
 `regbench experiment run` for every stage run it is about to start (a test evaluation that needs CheXbert is
 refused before the hours of training that come first); `regbench doctor` lists them.
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from harness.config import ConfigError, RunConfig
 
-# What check_scorers (preflight) checks; the base model and the classifier are check_inputs' (harness/preflight.py),
-# which looks at them after the data's own checks.
+# What check_scorers (preflight) checks; the base model and the classifier are check_inputs'
+# (harness/checks/preflight.py), which looks at them after the data's own checks.
 SCORER_KINDS = ("chexbert", "radgraph", "vllm")
 KINDS = (*SCORER_KINDS, "base_model", "classifier_dir", "classifier_weights")
 
@@ -164,7 +164,7 @@ def _vllm_problem(device: str | None) -> str | None:
 
 
 def _path_problem(need: Need) -> str | None:
-    """The base model and classifier files, as harness/preflight.py's check_inputs checks them (without importing
+    """The base model and classifier files, as harness/checks/preflight.py's check_inputs checks them (without importing
     it: preflight imports this module)."""
     if need.kind == "classifier_dir":
         from harness.models.classifier.storage import read_classifier_meta

@@ -1,8 +1,7 @@
-"""Checks that need no model: names (reward, metrics, split), scorer weights (harness/needs.py), input folders, the
-device and the run folder, run
-before anything heavy loads or is built (stage 0, the phantom set) and before anything is written, so a typo
-costs a second, not a model load, and a refused command leaves its out folder as it was (absent, or the earlier
-run)."""
+"""Checks that need no model: names (reward, metrics, split), scorer weights (harness/checks/needs.py), input folders,
+the device and the run folder, run before anything heavy loads or is built (stage 0, the phantom set) and before
+anything is written, so a typo costs a second, not a model load, and a refused command leaves its out folder as it
+was (absent, or the earlier run)."""
 
 from __future__ import annotations
 
@@ -39,11 +38,11 @@ def check_names(cfg: RunConfig, stage: str | None) -> None:
 
 
 def check_scorers(cfg: RunConfig, stage: str | None) -> None:
-    """The scorer weights (CheXbert, RadGraph) and vLLM the stage will use are here (harness/needs.py), checked by
-    their files without loading them: a missing CheXbert must not cost a whole decode. The base model and the
+    """The scorer weights (CheXbert, RadGraph) and vLLM the stage will use are here (harness/checks/needs.py), checked
+    by their files without loading them: a missing CheXbert must not cost a whole decode. The base model and the
     classifier are check_inputs' (after the data's own checks)."""
     if stage:
-        from harness.needs import SCORER_KINDS, check_needs
+        from harness.checks.needs import SCORER_KINDS, check_needs
 
         check_needs(cfg, stage, SCORER_KINDS)
 

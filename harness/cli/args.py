@@ -33,7 +33,7 @@ def add_config_args(p: argparse.ArgumentParser, restart: bool = True) -> None:
 
 def stage_config(ns, stage: str | None = None):
     """The resolved, checked config of a stage command (names checked before anything heavy is built)."""
-    from harness.preflight import check_names, check_scorers
+    from harness.checks.preflight import check_names, check_scorers
     from harness.runs.state import request_restart
 
     config, overrides = split_config_args(ns.args)

@@ -42,7 +42,7 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
     """The one explicit stage-0 call of a stage command: a stage that starts from the tiny base (no init_from,
     no model.path) gets it built first (cached per machine; concurrent processes of a launch wait for one
     build). The cheap input checks run before, so a typo does not cost a stage 0."""
-    from harness.preflight import check_inputs, check_names, check_run_folder
+    from harness.checks.preflight import check_inputs, check_names, check_run_folder
     from harness.stages.paths import base_dir, uses_tiny_base
     from harness.stages.pretrain import build_base
 
@@ -97,13 +97,13 @@ def _run_stage(cfg, stage: str, progress: bool):
 
 
 def cmd_eval(ns) -> int:
-    from harness.preflight import check_split
+    from harness.checks.preflight import check_split
     from harness.runs.records import RunDir
     from harness.stages.evaluate import evaluate_model
 
     check_split(ns.split, "--split")
     cfg = stage_config(ns, "eval")
-    from harness.preflight import check_device
+    from harness.checks.preflight import check_device
 
     check_device(cfg)
     if ns.out:

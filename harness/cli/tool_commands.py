@@ -10,8 +10,8 @@ from harness.config import ConfigError, load_config
 
 
 def cmd_doctor(ns) -> int:
+    from harness.checks.doctor import doctor_configs, format_plans, format_report, preset_plans, run_doctor
     from harness.config.loading import load_yaml
-    from harness.doctor import doctor_configs, format_plans, format_report, preset_plans, run_doctor
 
     for flag, value in (("--world-size", ns.world_size), ("--gpu-mem-gib", ns.gpu_mem_gib)):
         if value is not None and value <= 0:

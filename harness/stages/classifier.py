@@ -43,7 +43,7 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
 
 @preemption.preemptible
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
-    from harness.preflight import check_inputs, check_run_folder, model_device
+    from harness.checks.preflight import check_inputs, check_run_folder, model_device
     from harness.runs.state import restart_requested
 
     check_inputs(cfg, "classifier")

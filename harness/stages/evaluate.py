@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.checks.preflight import check_scorers, model_device
 from harness.config import RunConfig
 from harness.evaluation import findings_scores, label_with, nlg_scores_and_reports
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.output_format import report_part, well_formatted_fraction
-from harness.preflight import check_scorers, model_device
 from harness.prompts import instructions_for, load_images, reference_labels
 from harness.runs import preemption
 from harness.runs.records import RunDir, atomic_write_text, dumps

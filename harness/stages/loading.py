@@ -6,12 +6,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.checks.preflight import model_device
 from harness.config import RunConfig
 from harness.config.presets import get_preset
 from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model
 from harness.parallel.distributed import Dist, init_distributed
 from harness.parallel.zero import plugin_for
-from harness.preflight import model_device
 from harness.runs.schema import METRICS_FILE
 
 
@@ -73,13 +73,13 @@ class StageStart:
 def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     """Seed, join the process group of a torchrun / accelerate launch (if any), open the run directory and,
     unless the run is complete, load the model and the data. Every check comes before the first write: the
-    config, names, scorer weights, input folders, device and run folder (harness/preflight.py), then the data and
+    config, names, scorer weights, input folders, device and run folder (harness/checks/preflight.py), then the data and
     the model; only then is the run folder locked and its manifest written. Rank 0 goes first: it builds the phantom set
     and writes the manifest; the other processes then read them. The tiny stage-0 base is not built here: the
     plan builds it as a node of its own, and `regbench train` in one explicit call before the stage
     (harness/cli/stage_commands.py: prepare_base), so a stage's seeded RNGs never depend on whether stage 0
     ran first; a stage that finds no base says how to build it (base_path)."""
-    from harness.preflight import check_inputs, check_names, check_run_folder, check_scorers
+    from harness.checks.preflight import check_inputs, check_names, check_run_folder, check_scorers
     from harness.runs.records import FollowerRun
     from harness.runs.state import restart_requested
     from harness.stages.common import seed_everything, start_run
