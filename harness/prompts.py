@@ -144,7 +144,7 @@ def predicted_diseases(classifier_dir: str | Path, samples, device: str | torch.
 
 
 def instructions_for(cfg: RunConfig, samples, spec: dict) -> list[str]:
-    """Prompts rebuilt the way a stage checkpoint was trained: with the classifier's predicted diseases when its
+    """Prompts rebuilt the way a stage model was trained: with the classifier's predicted diseases when its
     spec records a classifier (stage 2 onwards), plain otherwise."""
     fmt = checkpoint_format(cfg, spec)
     if not spec.get("classifier_dir"):

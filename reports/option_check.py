@@ -29,7 +29,7 @@ Three readings, from strictest to weakest:
    before equivalence, so "worse" (a difference found, possibly inside +-delta) and "equivalent" can both be
    true of one difference, and "undecided" contradicts nothing. Equal words
    are the strictest reading and the least informative one: a contrast whose interval lies near its +-delta lands
-   on either side when its runs are re-drawn, with or without an option (compare the reference study with itself
+   on either side when its runs are re-drawn, with or without an option (compare the first study with itself
    on other seeds, --seeds 0-4 --other-seeds 5-9, to see how often).
 
 Reads only run records (index.json and what it points to), as the rest of reports/.

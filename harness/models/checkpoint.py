@@ -155,7 +155,7 @@ def lora_config(lora: dict, base_id: str | None, model=None):
 
 
 def model_settings(cfg) -> dict:
-    """What a stage checkpoint records about its model besides the base folder: preset, image size, dtype,
+    """What a stage model records about its model besides the base folder: preset, image size, dtype,
     attention, and `base_id`, the hub id the base stands for (`model.path` when it is a hub id, else the
     preset's; a local `model.path` is taken for a copy of the preset's model; None for the tiny preset)."""
     from harness.config.presets import get_preset
@@ -168,7 +168,7 @@ def model_settings(cfg) -> dict:
 
 
 def adopt_checkpoint_settings(cfg, model_dir: str | Path) -> None:
-    """Use the image size, dtype and attention a stage checkpoint records where the config took the preset's defaults
+    """Use the image size, dtype and attention a stage model records where the config took the preset's defaults
     (values set in the config or on the command line are kept), in place. No-op for a plain model folder."""
     if not (Path(model_dir) / SPEC).is_file():
         return
@@ -228,7 +228,7 @@ def read_spec(model_dir: str | Path) -> dict:
     model_dir = Path(model_dir)
     spec_path = model_dir / SPEC
     if not spec_path.is_file():
-        raise FileNotFoundError(f"{model_dir}: not a stage checkpoint ({SPEC} missing)")
+        raise FileNotFoundError(f"{model_dir}: not a stage model ({SPEC} missing)")
     try:
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
@@ -330,7 +330,7 @@ def export_merged(model_dir: str | Path, out_dir: str | Path, base_path: str | P
 
 
 def load_any_model(model_dir: str | Path, cfg):
-    """A stage checkpoint (spec.json) or a plain base-model folder, with a RunConfig's model settings."""
+    """A stage model (spec.json) or a plain base-model folder, with a RunConfig's model settings."""
     p = Path(model_dir)
     if (p / "spec.json").is_file():
         attn = read_spec(p).get("attn_implementation") or cfg.model.attn_implementation

@@ -2,7 +2,7 @@
 labeler against the references' labels, and on the phantom the gold reader against what was drawn: `gold_*`).
 
 Prompts are rebuilt the way the model was trained: with the classifier's predicted diseases when the stage
-checkpoint records a classifier, plain otherwise.
+model records a classifier, plain otherwise.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""check_stage_model accepts every stage checkpoint format (regression: it asked for the legacy file only, so
+"""check_stage_model accepts every stage model format (regression: it asked for the legacy file only, so
 every SFT after a warm-up that writes merger.safetensors failed its preflight)."""
 
 from __future__ import annotations
