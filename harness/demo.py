@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from harness.experiments import load_study
 from harness.runs.records import RunDir, atomic_write_text, read_json
 from harness.runs.schema import METRICS_FILE, IndexKey, RunKey, StageKey
 
@@ -36,7 +37,6 @@ STAGE_ROWS = {"base": "base (stage 0)", "warmup": "warm-up (stage 1)", "sft": "S
 def verdict_arms(study=None) -> tuple[str, str, str, str] | None:
     """The demo's verdict contrast (no KL against the study's baseline arm) as (arm, arm label, baseline,
     baseline label); None when the study has no no-KL arm besides its baseline."""
-    from harness.experiments import load_study
 
     study = study or load_study(DEMO_STUDY)
     no_kl = next((a for a in study.arms if a.factors.get("regularizer") == "none"), None)

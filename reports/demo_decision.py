@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from reports.demo_verdict import METRICS, selected_kl
+from reports.verdicts import study_verdicts
 
 _LABELS = dict(METRICS)
 
@@ -22,7 +23,6 @@ def decision_text(out: Path, labels: dict[str, str] | None = None) -> str:
     """Markdown lines: each declared contrast with n seeds, mean difference, the interval that decided, +-delta and
     the outcome word; then both arms' mean KL to the SFT model. Empty when the study declares no contrast."""
     from reports.experiment import load_experiment
-    from reports.verdicts import study_verdicts
 
     exp = load_experiment(out)
     verdicts = study_verdicts(exp)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.constants import OBSERVATIONS
 from harness.runs.schema import ArmKey, IndexKey
 from reports.experiment import Experiment, read_jsonl
 
@@ -35,8 +36,6 @@ CLINICAL_REWARDS = ("radgraph_f1", "entity_f1", "chexpert_f1")
 
 
 def _observations() -> tuple[str, ...]:
-    from harness.constants import OBSERVATIONS
-
     return OBSERVATIONS
 
 

@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
+from rewards import hf_compat
 from rewards.hub_offline import hub_cache_dir, hub_offline
 from rewards.registry import register_reward
 
@@ -179,7 +180,6 @@ def _load(device: str):
         checkpoint = check_chexbert_files()
         from f1chexbert import F1CheXbert
 
-        from rewards import hf_compat
 
         hf_compat.install()  # f1chexbert calls encode_plus, gone in transformers 5.x
 

@@ -67,6 +67,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rewards.chexpert import diagnostic_terms
+
 if TYPE_CHECKING:
     import torch
 
@@ -116,7 +118,6 @@ def fit_idf(reports: Iterable[str]) -> dict[str, float]:
 
 def default_diagnostic_terms() -> frozenset[str]:
     """The rule labeler's finding and device trigger stems (`rewards.chexpert.diagnostic_terms`)."""
-    from rewards.chexpert import diagnostic_terms
 
     return diagnostic_terms()
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rewards import hf_compat
 from rewards.hub_offline import hub_cache_dir, hub_offline
 from rewards.registry import register_reward
 
@@ -220,7 +221,6 @@ def _load(model_type: str, device: str):
         check_radgraph_files(model_type)
         from radgraph import F1RadGraph
 
-        from rewards import hf_compat
 
         hf_compat.install()  # radgraph calls encode_plus, gone in transformers 5.x
 

@@ -14,6 +14,15 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.checks.memory_plan import memory_plan
+from harness.checks.needs import problem, stage_needs
+from harness.config import load_config
+from harness.config.loading import load_yaml
+from harness.config.presets import PRESETS, get_preset
+from harness.experiments.resources import check_resources
+from rewards.chexbert import check_chexbert_files
+from rewards.radgraph import check_radgraph_files
+
 # The pins of pyproject.toml (docs/running.md, "Pinned versions and why"); "" = any version.
 PINNED = {
     "torch": "2.14.1", "torchvision": "0.29.1", "transformers": "4.57.6", "peft": "0.21.2",
@@ -106,7 +115,6 @@ def _has_weights(folder: Path) -> bool:
 
 def base_location(preset_name: str, model_path: str | None) -> tuple[str | None, str]:
     """(folder, how it was found) of a real preset's base: `model.path` if given, else the hub cache."""
-    from harness.config.presets import get_preset
 
     preset = get_preset(preset_name)
     if model_path and Path(model_path).is_dir():
@@ -124,9 +132,6 @@ def base_location(preset_name: str, model_path: str | None) -> tuple[str | None,
 
 
 def weight_checks(cfg) -> list[Check]:
-    from rewards.chexbert import check_chexbert_files
-    from rewards.radgraph import check_radgraph_files
-
     out = []
     for name in PARAMS:
         path = cfg.model.path if cfg.model.preset == name else None
@@ -161,8 +166,6 @@ def _classifier_check(cfg) -> Check:
 
 
 def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check]:
-    from harness.config.presets import PRESETS
-
     out = [Check("tiny", True, "runs anywhere (CPU; stage 0 builds the base)")]
     found = {c.name: c.ok for c in weights}
     for name in PARAMS:
@@ -183,7 +186,6 @@ def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check
 def planned_need(name: str) -> float:
     """GiB of GPU memory the paper preset of model preset `name` needs: its largest warm-up / SFT / RL total per
     GPU at its resources' process count, over (1 - PLAN_MARGIN)."""
-    from harness.config.loading import load_yaml
 
     path = Path(__file__).resolve().parents[2] / "experiments" / "presets" / NEED_PRESETS[name]
     plans = preset_plans(str(path), [], load_yaml(path), None, DEFAULT_GPU_GIB, [], stages=("warmup", "sft", "rl"))
@@ -198,8 +200,6 @@ def doctor_configs(config: str | None, overrides: list[str]) -> tuple[object, di
     """(the config of the general sections, {stage: its resolved config}). An experiments preset (common / stages)
     is resolved for each stage, as its stage runs read it; any other config serves every stage (the general
     sections then read the RL stage's view of a preset, the stage that uses the most of it)."""
-    from harness.config import load_config
-    from harness.config.loading import load_yaml
 
     preset = bool(config) and any(k in load_yaml(config) for k in ("common", "stages"))
     if not preset:
@@ -212,7 +212,6 @@ def doctor_configs(config: str | None, overrides: list[str]) -> tuple[object, di
 def need_checks(stages: dict) -> list[Check]:
     """What each stage will need (harness/checks/needs.py: stage_needs) and whether it is here (`problem`:
     files only)."""
-    from harness.checks.needs import problem, stage_needs
 
     out = []
     for stage, cfg in stages.items():
@@ -267,9 +266,6 @@ PLAN_MARGIN = 0.10
 def preset_plans(path: str, overrides: list[str], doc: dict, world_size: int | None, gpu_gib: float | None,
                  gpu_list: list[dict], stages: tuple[str, ...] = PLAN_STAGES) -> dict:
     """{"gpu_gib", "stages": {stage: plan + {"fits", "world_size"}}} for each stage of an experiments preset."""
-    from harness.checks.memory_plan import memory_plan
-    from harness.config import load_config
-    from harness.experiments.resources import check_resources
 
     if gpu_gib is None:
         gpu_gib = min((g["total_gib"] for g in gpu_list), default=DEFAULT_GPU_GIB)

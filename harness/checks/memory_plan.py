@@ -24,6 +24,8 @@ import functools
 import json
 from pathlib import Path
 
+from harness.models.published import PRESET_SHAPES, published_config
+
 GIB = 2**30
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Tokens of a prompt besides its images: chat template, instruction and the classifier's disease list (an
@@ -90,7 +92,6 @@ def vision_block_bytes(config, lora_r: int, dropout: bool, trains_lora: bool, ac
 def model_config(cfg):
     """The Qwen2.5-VL config of cfg.model: model.path's config.json when it is a folder holding one, else the
     published shape of the preset."""
-    from harness.models.published import PRESET_SHAPES, published_config
 
     path = cfg.model.path
     if path and (Path(path) / "config.json").is_file():

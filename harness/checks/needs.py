@@ -31,6 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import ConfigError, RunConfig
+from harness.config.presets import get_preset
+from rewards.chexbert import check_chexbert_files
+from rewards.radgraph import RADGRAPH_HUB_REPO, check_radgraph_files
+from rewards.spec import reward_scorers
 
 # What check_scorers (preflight) checks; the base model and the classifier are check_inputs'
 # (harness/checks/preflight.py), which looks at them after the data's own checks.
@@ -69,8 +73,6 @@ def scorer_need(name: str, key: str, value: object) -> Need:
 
 
 def _reward_needs(spec: object, key: str) -> list[Need]:
-    from rewards.spec import reward_scorers
-
     try:
         names = reward_scorers(spec)
     except ValueError as e:
@@ -81,7 +83,6 @@ def _reward_needs(spec: object, key: str) -> list[Need]:
 def _base_need(cfg: RunConfig) -> list[Need]:
     """The base model a model stage loads, unless it starts from a stage's model (whose spec names its base,
     checked with it) or is the tiny preset's (stage 0 builds it); `model.path` set beside init_from is loaded too."""
-    from harness.config.presets import get_preset
 
     if cfg.init_from:
         return [Need("base_model", str(cfg.model.path), "model.path", cfg.model.path)] if cfg.model.path else []
@@ -133,8 +134,6 @@ def torch_file_problem(path: str | Path) -> str | None:
 
 
 def _chexbert_problem() -> str | None:
-    from rewards.chexbert import check_chexbert_files
-
     path = check_chexbert_files()  # FileNotFoundError: the exact path f1chexbert reads and how to fill it
     bad = torch_file_problem(path)
     return f"{bad}; replace it with 'chexbert.pth' of the Hugging Face repository 'StanfordAIMI/RRG_scorers'" \
@@ -142,8 +141,6 @@ def _chexbert_problem() -> str | None:
 
 
 def _radgraph_problem(model_type: str) -> str | None:
-    from rewards.radgraph import RADGRAPH_HUB_REPO, check_radgraph_files
-
     model_dir = check_radgraph_files(model_type, extract=False)  # reads only; FileNotFoundError says what to do
     weights = model_dir / "weights.th"
     bad = torch_file_problem(weights) if weights.is_file() else None

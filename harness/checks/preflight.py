@@ -10,8 +10,25 @@ from pathlib import Path
 
 import torch
 
+from harness.checks.needs import SCORER_KINDS, check_needs
 from harness.config import ConfigError, RunConfig
-from harness.models.checkpoint import check_base_folder
+from harness.config.presets import get_preset
+from harness.models.checkpoint import (
+    ADAPTER_WEIGHTS,
+    LEGACY_WEIGHTS,
+    MERGER_WEIGHTS,
+    SPEC,
+    _is_hub_id,
+    check_base_folder,
+    local_model_folder,
+    read_spec,
+)
+from harness.models.classifier.model import read_state_dict
+from harness.models.classifier.storage import read_classifier_meta
+from harness.models.classifier.training import NO_NATIVE_BF16, native_cpu_bf16
+from harness.runs import lock as runlock
+from harness.runs import state as runstate
+from rewards.spec import check_reward
 
 SPLITS = ("train", "val", "test")
 
@@ -29,8 +46,6 @@ def check_names(cfg: RunConfig, stage: str | None) -> None:
     """Registered names the config refers to (only the stages that use them)."""
     check_generation_backend(cfg, stage)
     if stage == "rl":
-        from rewards.spec import check_reward
-
         try:
             check_reward(cfg.rl.reward)
         except ValueError as e:
@@ -42,8 +57,6 @@ def check_scorers(cfg: RunConfig, stage: str | None) -> None:
     by their files without loading them: a missing CheXbert must not cost a whole decode. The base model and the
     classifier are check_inputs' (after the data's own checks)."""
     if stage:
-        from harness.checks.needs import SCORER_KINDS, check_needs
-
         check_needs(cfg, stage, SCORER_KINDS)
 
 
@@ -99,7 +112,6 @@ MEDICAL_MAE_SOURCE = ("Medical-MAE's ViT-B/16 weights (vit-b_CXR_0.5M_mae_CheXpe
 def check_classifier_start(cfg: RunConfig) -> None:
     """classifier.pretrained_path: present and a readable checkpoint (its layout is checked when the model is built,
     still before the run folder opens)."""
-    from harness.models.classifier.model import read_state_dict
 
     c = cfg.classifier
     path = Path(c.pretrained_path)
@@ -120,8 +132,6 @@ def check_classifier_start(cfg: RunConfig) -> None:
 def check_classifier_precision(cfg: RunConfig) -> None:
     """classifier.amp_bf16 on a CPU needs native bf16 (oneDNN would emulate it, slower than fp32); a GPU has it."""
     if cfg.classifier.amp_bf16 and model_device(cfg).type == "cpu":
-        from harness.models.classifier.training import NO_NATIVE_BF16, native_cpu_bf16
-
         if not native_cpu_bf16():
             raise ConfigError(NO_NATIVE_BF16)
 
@@ -129,8 +139,6 @@ def check_classifier_precision(cfg: RunConfig) -> None:
 def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) -> None:
     """The out folder can hold this stage's run: not under a file, not another stage's or config's run (unless
     --restart), not held by another live process. Reads only."""
-    from harness.runs import lock as runlock
-    from harness.runs import state as runstate
 
     path = Path(cfg.out_dir)
     restart = runstate.restart_requested() if restart is None else restart
@@ -167,7 +175,6 @@ def check_device(cfg: RunConfig) -> None:
 
 def _preset_path(cfg: RunConfig) -> str | None:
     """The base model of a preset without model.path (None for the tiny one: stage 0 builds it)."""
-    from harness.config.presets import get_preset
 
     preset = get_preset(cfg.model.preset)
     return None if preset.name == "tiny" else preset.default_path
@@ -175,7 +182,6 @@ def _preset_path(cfg: RunConfig) -> str | None:
 
 def check_base_model(path: str | None, key: str) -> None:
     """A base model's folder (a hub id only when it is in the local Hugging Face cache: nothing is downloaded)."""
-    from harness.models.checkpoint import _is_hub_id, local_model_folder
 
     if path and (Path(path).exists() or _is_hub_id(str(path))):  # a missing local folder: the loader says so,
         check_base_folder(local_model_folder(path, key), key)     # after the data checks, before any write
@@ -183,7 +189,6 @@ def check_base_model(path: str | None, key: str) -> None:
 
 def check_classifier_dir(path: str, key: str) -> None:
     """The folder `regbench classifier train` wrote: classifier.json readable and complete, weights present."""
-    from harness.models.classifier.storage import read_classifier_meta
 
     if not Path(path).is_dir():
         raise ConfigError(f"'{key}' = '{path}': folder not found (the folder written by `regbench classifier "
@@ -197,7 +202,6 @@ def check_classifier_dir(path: str, key: str) -> None:
 def check_stage_model(path: str | Path, key: str) -> None:
     """A stage's model folder (spec.json + its weights in any checkpoint format), and the base folder its spec
     names."""
-    from harness.models.checkpoint import ADAPTER_WEIGHTS, LEGACY_WEIGHTS, MERGER_WEIGHTS, SPEC, read_spec
 
     p = Path(path)
     if not p.is_dir():

@@ -9,14 +9,15 @@ from pathlib import Path
 
 from harness.cli.args import add_config_args, stage_config
 from harness.config import ConfigError
+from harness.constants import MIN_IMAGE_SIZE
+from harness.data.phantom import PhantomConfig, synthesize
 from harness.runs import preemption
+from harness.runs.records import RunDir
+from harness.runs.state import check_out_dir
+from harness.stages.paths import base_dir, uses_tiny_base
 
 
 def cmd_data_synth(ns) -> int:
-    from harness.constants import MIN_IMAGE_SIZE
-    from harness.data.phantom import PhantomConfig, synthesize
-    from harness.runs.state import check_out_dir
-
     # The options by their own names, then the folder: nothing is created before all of them pass.
     for option, value, low in (("--n", ns.n, 1), ("--seed", ns.seed, 0), ("--image-size", ns.image_size,
                                                                            MIN_IMAGE_SIZE)):
@@ -43,7 +44,6 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
     no model.path) gets it built first (cached per machine; concurrent processes of a launch wait for one
     build). The cheap input checks run before, so a typo does not cost a stage 0."""
     from harness.checks.preflight import check_inputs, check_names, check_run_folder
-    from harness.stages.paths import base_dir, uses_tiny_base
     from harness.stages.pretrain import build_base
 
     if cfg.init_from or not uses_tiny_base(cfg):
@@ -98,7 +98,6 @@ def _run_stage(cfg, stage: str, progress: bool):
 
 def cmd_eval(ns) -> int:
     from harness.checks.preflight import check_split
-    from harness.runs.records import RunDir
     from harness.stages.evaluate import evaluate_model
 
     check_split(ns.split, "--split")
@@ -107,8 +106,6 @@ def cmd_eval(ns) -> int:
 
     check_device(cfg)
     if ns.out:
-        from harness.runs.state import check_out_dir
-
         check_out_dir(Path(ns.out), "--out")
     if not Path(ns.model).exists():  # a hub id only from the local cache: never a download, named as --model
         from harness.models.checkpoint import local_model_folder

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from harness.config.presets import PRESETS
+
 
 def knob(default: Any = MISSING, help: str = "", *, default_factory: Any = MISSING) -> Any:  # noqa: A002
     """A dataclass field whose help text lives in its metadata (as TRL's configs keep theirs)."""
@@ -128,7 +130,6 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         # The preset owns image size and dtype unless they are set (an unknown preset is left to `validate`).
-        from harness.config.presets import PRESETS
 
         preset = PRESETS.get(self.preset)
         owned = set()

@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import re
 from typing import Any
 
+from harness.config.names import CLASSIFIER_PRETRAINED_FORMATS as PRETRAINED_FORMATS
+from harness.config.names import CLASSIFIER_SELECTIONS as SELECTIONS
 from harness.config.names import signal_numbers, tracker_names
 from harness.config.presets import PRESETS
 from harness.config.rl import RLConfig
 from harness.config.run import RunConfig
 from harness.constants import MIN_IMAGE_SIZE
 from harness.errors import ConfigError
+from rewards.spec import check_reward
 
 
 def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:
@@ -38,7 +42,6 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
     from harness.aggregation import available_aggregations
     from harness.token_weighting.registry import available_token_weightings
     from regularizers.registry import available_references, available_regularizers
-    from rewards.spec import check_reward
 
     for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
                               ("rl.reference", rl.reference, available_references()),
@@ -240,7 +243,6 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
 
 def _check_trackers(cfg: RunConfig, need) -> None:
     """train.report_to: known tracker names ("none" alone), and W&B installed when it is asked for."""
-    import importlib.util
 
     try:
         names, problem = tracker_names(cfg.train.report_to), None
@@ -334,9 +336,7 @@ def _check_ranges(cfg: RunConfig, need) -> None:
 
 def _check_classifier_recipe(cfg: RunConfig, need) -> None:
     """The classifier's loading format, layer decay, schedule, clipping and selection (ClassifierConfig's rules)."""
-    from harness.config.names import CLASSIFIER_PRETRAINED_FORMATS as PRETRAINED_FORMATS
     from harness.config.names import CLASSIFIER_SCHEDULERS as SCHEDULERS
-    from harness.config.names import CLASSIFIER_SELECTIONS as SELECTIONS
 
     c = cfg.classifier
     need(c.pretrained_format in PRETRAINED_FORMATS, "classifier.pretrained_format", c.pretrained_format,

@@ -5,6 +5,8 @@ how it runs)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -163,8 +165,6 @@ class LocalExperimentRun:
         self.stopping = True
         self.say(f"{preemption.requested()} received: no new stage starts; waiting for the {len(self.running)} "
                  "running one(s) to checkpoint")
-        import os
-        import signal
 
         for pid in worker_pids(self.executor):
             try:

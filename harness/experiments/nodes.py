@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.runs.records import RunDir
 
 # What runs each node: "module:function", looked up at call time (so tests can monkeypatch the stage modules,
 # or pass importable fakes that also work in spawned workers).
@@ -44,7 +45,6 @@ def prepare_test_data(cfg: RunConfig, progress: bool = False) -> Path:
 
 def evaluate_final(cfg: RunConfig, model_dir: str | None, progress: bool = False) -> dict:
     """Test evaluation of an arm's final model into cfg.out_dir (stale files of an earlier try removed)."""
-    from harness.runs.records import RunDir
     from harness.stages.evaluate import evaluate_model
     from harness.stages.loading import base_path
 

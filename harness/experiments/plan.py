@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError, RunConfig, from_dict, to_dict
+from harness.data.phantom import PhantomConfig, split_counts
 from harness.experiments.resolve import config_key, resolve_config
 from harness.experiments.study import MODEL_STAGES, STAGES, Study
 from harness.runs.records import read_json
@@ -107,7 +108,6 @@ def overlapping_test_split(train: RunConfig, test: RunConfig) -> str | None:
     drawn_alike = a.dataset == b.dataset == "phantom" and not (a.annotation or b.annotation)
     if not drawn_alike or a.synth_seed != b.synth_seed or a.synth_n == b.synth_n:
         return None
-    from harness.data.phantom import PhantomConfig, split_counts
 
     fractions = PhantomConfig().split_fractions
     n_train, n_val, _ = split_counts(a.synth_n, fractions)

@@ -36,8 +36,9 @@ from harness.experiments.slurm_queue import ACTIVE_STATES, JobState, SlurmQueue,
 from harness.experiments.study import STAGES
 from harness.experiments.workers import LAUNCHED_STAGES, release_lock
 from harness.runs import preemption
+from harness.runs.lock import HOST, LOCK_NAME, read_holders, write_holders
 from harness.runs.records import read_json
-from harness.runs.schema import INDEX_FILE, IndexKey
+from harness.runs.schema import INDEX_FILE, NOT_REQUESTED, IndexKey, RunKey, StageKey
 
 SLURM_FOLDER = "slurm"
 
@@ -311,7 +312,6 @@ class SlurmExperimentRun(LocalExperimentRun):
 def _drop_other_hosts(run_dir: Path) -> None:
     """A stage run's lock lines of other hosts, left by a job that no longer runs (the runner saw it end): the
     lock trusts a holder it cannot check, so the resubmitted job, maybe on another node, would be refused."""
-    from harness.runs.lock import HOST, LOCK_NAME, read_holders, write_holders
 
     lock = run_dir / LOCK_NAME
     holders = read_holders(lock)
@@ -326,7 +326,6 @@ def _drop_other_hosts(run_dir: Path) -> None:
 
 def experiment_status(out: str | Path) -> str:
     """The runs of an experiment folder with each stage's status and, for Slurm jobs, their queue state."""
-    from harness.runs.schema import NOT_REQUESTED, RunKey, StageKey
 
     out = Path(out)
     index_path = out / INDEX_FILE

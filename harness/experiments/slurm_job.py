@@ -11,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.experiments.workers import WORKER_THREADS, execute_node
+from harness.allocator import keep_freed_memory
+from harness.config import RunConfig, from_dict
+from harness.experiments.workers import WORKER_THREADS, execute_node, launch_stage
 from harness.runs import preemption
 from harness.runs.preemption import REQUEUE_EXIT_CODE
 from harness.runs.records import atomic_write_json
@@ -34,7 +36,6 @@ def run_job(kind: str, function: str, config: dict, model_dir: str | None, launc
     import submitit
     import torch
 
-    from harness.allocator import keep_freed_memory
 
     # submitit's handlers (SIGTERM ignored, SIGUSR2 requeues by itself) are replaced by ours from the job's start:
     # a stop signal during the imports and loading before the stage's loop is not lost, the stage honours it.
@@ -87,8 +88,6 @@ def rendezvous_launcher(launcher: str, env) -> str:
 def _join_stage(kind: str, config: dict, launcher: str, rank: int) -> None:
     """Task `rank` > 0 of a multi-node job: the stage's torchrun agent of this node, its output in
     launch.node<rank>.log; a stop signal is passed on to it as task 0's is."""
-    from harness.config import RunConfig, from_dict
-    from harness.experiments.workers import launch_stage
 
     try:
         launch_stage(kind, from_dict(RunConfig, config), launcher, log_name=f"launch.node{rank}.log")

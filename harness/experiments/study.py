@@ -17,7 +17,9 @@ from typing import Any
 from harness.config import ConfigError, apply_overrides, load_yaml, preset_overrides, read_yaml_mapping
 from harness.constants import PIPELINE_STAGES
 from harness.experiments.contrasts import check_contrasts, check_decide
+from harness.experiments.resources import check_resources
 from harness.runs.schema import ArmKey
+from harness.stages.analyze import parse_study_analyses
 
 STAGES = PIPELINE_STAGES
 MODEL_STAGES = ("warmup", "sft", "rl")
@@ -275,8 +277,6 @@ def load_study(path: str | Path, preset: str | Path | None = None, sets: list[st
     if dup:
         raise ConfigError(f"{path}: arm name '{dup[0]}' appears twice")
     baseline = check_baseline(doc, str(path), names)
-    from harness.experiments.resources import check_resources
-    from harness.stages.analyze import parse_study_analyses
 
     try:
         analyses = parse_study_analyses(doc.get("analyses"), str(path), names)

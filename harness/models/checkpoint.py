@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from harness.config.presets import get_preset
 from harness.errors import ConfigError
 from harness.models.trainable import (
     MERGER,
@@ -37,6 +38,7 @@ from harness.models.trainable import (
     unwrap,
     upcast_stage_parameters,
 )
+from harness.runs.durable import fsync_tree, replace_dir, reporting_disk_full
 from harness.runs.records import atomic_write_json
 
 SPEC = "spec.json"
@@ -158,7 +160,6 @@ def model_settings(cfg) -> dict:
     """What a stage model records about its model besides the base folder: preset, image size, dtype,
     attention, and `base_id`, the hub id the base stands for (`model.path` when it is a hub id, else the
     preset's; a local `model.path` is taken for a copy of the preset's model; None for the tiny preset)."""
-    from harness.config.presets import get_preset
 
     preset = get_preset(cfg.model.preset)
     path = cfg.model.path
@@ -190,7 +191,6 @@ def save_stage_model(model, out_dir: str | Path, base_path: str | Path, stage: s
     Crash-consistent (harness/runs/durable.py): the folder is written beside `out_dir` (`<name>.tmp`), every
     file and the folder fsynced, then renamed into place; a full disk names the file and the size needed and
     leaves no temporary folder (an earlier `out_dir` stays as it was)."""
-    from harness.runs.durable import fsync_tree, replace_dir, reporting_disk_full
 
     final = Path(out_dir)
     final.parent.mkdir(parents=True, exist_ok=True)

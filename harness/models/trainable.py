@@ -19,6 +19,7 @@ from torch import nn
 
 from harness.models.precision import upcast
 from harness.models.unwrap import unwrap
+from harness.output_format import format_token_ids
 
 MERGER = "model.visual.merger."
 # The parameter peft's `trainable_token_indices` adds: the [k, H] values of k embedding rows (peft's name).
@@ -133,6 +134,5 @@ def lora_settings(cfg, tokenizer=None) -> dict:
         return settings
     if tokenizer is None:
         raise ValueError("model.train_format_tokens: lora_settings needs the tokenizer to find the tags' tokens")
-    from harness.output_format import format_token_ids
 
     return {**settings, "token_indices": format_token_ids(tokenizer)}

@@ -31,6 +31,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 TB_DIR = "tb"
 WANDB_DIR = "wandb"
 LABELS_FILE = "tracker.json"
@@ -66,7 +68,6 @@ def tensorboard_dir(run_dir: str | Path, tb_dir: str | Path | None = None) -> Pa
 
 def _image_array(image):
     """An image as HxWxC uint8 (the first view of a list of views)."""
-    import numpy as np
 
     if isinstance(image, list | tuple):
         image = image[0] if image else None

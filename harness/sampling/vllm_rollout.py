@@ -48,6 +48,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from harness.batching import prompt_text
+from harness.models.precision import base_dtype
 from harness.sampling.vllm_plan import EngineSpec, engine_spec
 
 _ENGINES: dict[int, VLLMEngine] = {}
@@ -197,7 +199,6 @@ class VLLMEngine:
         """Response token ids, n per prompt, group-major (row b * n + g), each ending at its end token."""
         from vllm import SamplingParams
 
-        from harness.batching import prompt_text
 
         per_request, repeat = (n, 1) if do_sample else (1, n)  # greedy: vLLM takes n = 1 only
         prompts = [{"prompt": prompt_text(self.processor, ins, len(views)),
@@ -220,7 +221,6 @@ def start_engine(model, processor, generation, prompt_sets: Sequence[tuple], *, 
     """Build the engine of `model` for a stage whose decodings are `prompt_sets` = [(images, instructions,
     max_new_tokens), ...] (vllm_plan.engine_spec), from the base folder `model_path` (default: the one the model
     was loaded from). Every process of a launch calls it at the same point (the engine's start is collective)."""
-    from harness.models.precision import base_dtype
     from harness.models.trainable import unwrap
 
     device = next(model.parameters()).device

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.config import ConfigError
 from harness.runs.records import read_json
+from harness.runs.state import check_out_dir
 from harness.search.space import Search
 from harness.search.storage import HEARTBEAT, Heartbeat, retried_numbers, storage_url
 
@@ -48,7 +49,6 @@ def open_study(out: Path, search: Search | None = None, *, create: bool = True, 
     older folder's `<out>/optuna.journal`. `create` creates the study (named after the search) if need be."""
     import optuna
 
-    from harness.runs.state import check_out_dir
     from harness.search.storage import DEFAULT_DB, JOURNAL, display, open_storage
 
     out = Path(out)

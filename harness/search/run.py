@@ -55,8 +55,8 @@ from pathlib import Path
 
 from harness.config import ConfigError
 from harness.errors import RunPruned
-from harness.experiments import DEFAULT_FUNCTIONS, Arm, Study, run_experiment
-from harness.experiments.run import rebuild_index
+from harness.experiments import DEFAULT_FUNCTIONS, Arm, Study, build_plan, run_experiment
+from harness.experiments.run import check_workers, rebuild_index
 from harness.experiments.workers import resolve_function
 from harness.grpo.validation import ValidationCallback, ValidationEvent
 from harness.runs import preemption
@@ -77,6 +77,7 @@ from harness.search.space import Search, suggest
 from harness.search.storage import (
     HEARTBEAT,
     Heartbeat,
+    display,
     fail_stale,
     heartbeats,
     requeue,
@@ -129,7 +130,6 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
     import optuna
     from optuna.trial import TrialState
 
-    from harness.search.storage import display
 
     if not isinstance(search, Search):
         search = load_search(search)
@@ -137,7 +137,6 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
         raise ConfigError(f"--n-trials must be >= 1, got {n_trials}")
     if parallel_trials < 1:
         raise ConfigError(f"--parallel-trials must be >= 1, got {parallel_trials}")
-    from harness.experiments.run import check_workers
 
     check_workers(workers)
     pruning = search.pruner.get("name") == "median"
@@ -283,7 +282,6 @@ def trial_outcomes(search: Search, study) -> dict[str, tuple[str, str]]:
 
 def _plan_error(search: Search, arm: Arm, out: Path, stages_dir: str | Path | None) -> str | None:
     """Why a trial's arm cannot be planned (its configs do not validate), or None. Planning writes nothing."""
-    from harness.experiments import build_plan
 
     try:
         build_plan(experiment_study(search, [arm]), out, stages_dir=stages_dir)

@@ -34,6 +34,7 @@ from datetime import timezone
 from pathlib import Path
 
 from harness.config import ConfigError
+from harness.runs.lock import HOST, Holder, holder_alive, me
 
 DEFAULT_DB = "optuna.db"
 JOURNAL = "optuna.journal"
@@ -239,8 +240,6 @@ def retried_numbers(trials) -> set[int]:
 
 
 def driver_id() -> str:
-    from harness.runs.lock import me
-
     return me().line()
 
 
@@ -292,8 +291,6 @@ def heartbeats(storage, trial_ids: list[int], interval: int):
 
 
 def _dead_local_driver(stamp_line: str | None) -> bool:
-    from harness.runs.lock import HOST, Holder, holder_alive
-
     holder = Holder.parse(stamp_line) if stamp_line else None
     return holder is not None and holder.host == HOST and not holder_alive(holder)
 

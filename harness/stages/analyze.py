@@ -26,6 +26,7 @@ prompts give the same file. The experiment runner runs this after a study's RL a
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import json
 import time
@@ -33,9 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.runs.records import kept_result
+from harness.config import RunConfig, from_dict
+from harness.output_format import reward_inputs
+from harness.runs.digest import model_digest
+from harness.runs.records import atomic_write_json, kept_result, read_json
 from harness.runs.schema import analysis_file
 from harness.stages.paths import analyses_done  # noqa: F401 - re-exported: this stage's completion check
+from rewards.radgraph import radgraph_available
+from rewards.spec import compute_reward
 
 KINDS = ("reward-variance", "sign-alignment")
 FORMAT = "regbench.analysis/1"
@@ -50,15 +56,11 @@ def analysis_rewards(kind: str) -> list[str]:
         return ["bleu4", "chexpert_f1"]
     if kind != "reward-variance":
         raise ValueError(f"unknown analysis '{kind}'; choose from {', '.join(KINDS)}")
-    from rewards.radgraph import radgraph_available
 
     return ["bleu4", "chexpert_f1", "radgraph_f1" if radgraph_available() else "entity_f1"]
 
 
 def _run_config(run_dir: Path):
-    from harness.config import RunConfig, from_dict
-    from harness.runs.records import read_json
-
     manifest = read_json(run_dir / "manifest.json")
     if manifest.get("stage") not in (None, "rl"):
         raise ValueError(f"{run_dir}: stage '{manifest.get('stage')}', expected an RL run")
@@ -122,7 +124,6 @@ def before_sample_key(cfg, before: Path, ids: list[str], group_size: int, seed: 
     its own rewards), the prompts' ids and the sampling call's own arguments."""
     from harness.config import to_dict
     from harness.grpo.start_validation import NOT_READ_TOP  # the run's own fields: where, seed, training loop
-    from harness.runs.digest import model_digest
 
     d = to_dict(cfg)
     for name in NOT_READ_TOP:
@@ -135,7 +136,6 @@ def before_sample_key(cfg, before: Path, ids: list[str], group_size: int, seed: 
 
 def _free_memory(device: str) -> None:
     """Release the policy just used before the next one loads (a 7B model twice does not fit everywhere)."""
-    import gc
 
     gc.collect()
     if device.startswith("cuda"):
@@ -148,8 +148,6 @@ def _score(names: list[str], candidates: list[str], references: list[str], group
            output_format: str = "plain") -> dict[str, np.ndarray]:
     """Each reward of `names` on the candidates; a think_report model's candidates are scored as the RL reward
     scores them (harness/output_format.py: reward_inputs, the <report> part for a clinical reward)."""
-    from harness.output_format import reward_inputs
-    from rewards.spec import compute_reward
 
     refs = [r for r in references for _ in range(group_size)]
     return {n: compute_reward(n, reward_inputs(n, candidates, output_format), refs).reshape(len(references), group_size)
@@ -163,7 +161,6 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
     each kind; returns their paths. n_prompts: the first n validation prompts (None = all; the paper uses the
     whole MIMIC-CXR validation set). `key` is stored in the files (the experiment runner's node key)."""
     from harness.prompts import prompt_set
-    from harness.runs.records import atomic_write_json
     from harness.stages.common import load_splits, seed_everything
 
     kinds = list(dict.fromkeys(kinds))

@@ -15,6 +15,7 @@ import numpy as np
 
 from harness.checks.preflight import check_scorers, model_device
 from harness.config import RunConfig
+from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 from harness.evaluation import findings_scores, label_with, nlg_scores_and_reports
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.output_format import report_part, well_formatted_fraction
@@ -22,24 +23,23 @@ from harness.prompts import instructions_for, load_images, reference_labels
 from harness.runs import preemption
 from harness.runs.records import RunDir, atomic_write_text, dumps
 from harness.sampling.decoding import generate_reports, greedy_settings
+from harness.sampling.vllm_rollout import start_engine
 from harness.stages.common import load_splits, seed_everything
 from harness.stages.paths import eval_pixel_dir
+from rewards.entity import entity_f1
+from rewards.radgraph import check_radgraph_files, radgraph_available, radgraph_scores
 
 
 def clinical_scores(cfg: RunConfig, hyps: list[str], refs: list[str]) -> dict:
     """Offline entity F1 always; RadGraph F1 when its weights are present (else marked missing, never replaced)."""
-    from rewards.entity import entity_f1
 
     out = {"entity_f1": float(np.mean(entity_f1(hyps, refs)))}
     if cfg.eval.radgraph == "off":
         return out
-    from rewards.radgraph import radgraph_available, radgraph_scores
 
     if radgraph_available(cfg.eval.radgraph_model):
         out.update(radgraph_scores(hyps, refs, cfg.eval.radgraph_model))
     elif cfg.eval.radgraph == "required":
-        from rewards.radgraph import check_radgraph_files
-
         check_radgraph_files(cfg.eval.radgraph_model)  # raises with the path to fill
     else:
         out["radgraph"] = "missing (weights not found; see rewards/radgraph.py)"
@@ -60,7 +60,6 @@ def gold_eval(samples, hyps: list[str], ref_labels: np.ndarray, labeler: np.ndar
     truth = image_truth(samples)
     if truth is None:
         return {}, None
-    from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 
     read = read_reports(hyps, reader)  # eval.gold_reader
     return {**gold_scores(read, truth, ref_labels), **disagreement(labeler, read)}, read
@@ -73,7 +72,6 @@ def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_label
     rescores resamples from: per-report NLG statistics (`nlg`, harness.evaluation.nlg_report_scores), both label
     vectors (null = not mentioned), entity F1; on the phantom also the gold reader's labels (`gold_labels`) and
     the image truth (`present`)."""
-    from rewards.entity import entity_f1
 
     refs = [s.report for s in samples]
     entity = entity_f1(hyps, refs)
@@ -111,7 +109,6 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     instructions = instructions_for(cfg, samples, spec)
     images = load_images(samples, cfg.model.image_size, cache_dir=eval_pixel_dir(cfg, split))
     if cfg.generation.backend == "vllm":  # sized by this split's prompts (harness/sampling/vllm_rollout.py)
-        from harness.sampling.vllm_rollout import start_engine
 
         start_engine(model, processor, cfg.generation, [(images, instructions, cfg.generation.max_new_tokens)],
                      seed=cfg.seed)

@@ -6,13 +6,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.checks.preflight import model_device
-from harness.config import RunConfig
+from harness.checks.preflight import check_inputs, check_names, check_run_folder, check_scorers, model_device
+from harness.config import ConfigError, RunConfig
 from harness.config.presets import get_preset
 from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model
+from harness.models.trainable import unwrap
 from harness.parallel.distributed import Dist, init_distributed
 from harness.parallel.zero import plugin_for
+from harness.runs.records import FollowerRun
 from harness.runs.schema import METRICS_FILE
+from harness.runs.state import restart_requested
+from harness.stages.common import seed_everything, start_run
+from harness.stages.paths import base_dir
+from rewards.spec import RewardFailed, probe_reward
 
 
 def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
@@ -23,8 +29,6 @@ def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
     if cfg.model.path:
         return cfg.model.path
     if preset.name == "tiny":
-        from harness.stages.paths import base_dir
-
         out = base_dir(cfg)
         if not (out / "DONE").is_file():
             raise FileNotFoundError(
@@ -51,7 +55,6 @@ def load_for_stage(cfg: RunConfig, progress: bool = True):
 
 def enable_gradient_checkpointing(model) -> None:
     """transformers' non-reentrant checkpointing (works with a frozen base: no input grads needed)."""
-    from harness.models.trainable import unwrap
 
     unwrap(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
@@ -79,10 +82,6 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     plan builds it as a node of its own, and `regbench train` in one explicit call before the stage
     (harness/cli/stage_commands.py: prepare_base), so a stage's seeded RNGs never depend on whether stage 0
     ran first; a stage that finds no base says how to build it (base_path)."""
-    from harness.checks.preflight import check_inputs, check_names, check_run_folder, check_scorers
-    from harness.runs.records import FollowerRun
-    from harness.runs.state import restart_requested
-    from harness.stages.common import seed_everything, start_run
 
     check_names(cfg, stage)  # names and input folders first: a typo must not cost a model load or a stage 0
     check_scorers(cfg, stage)  # the scorers' weights: RL's first validation must not find them missing
@@ -130,8 +129,6 @@ def probe_user_reward(cfg: RunConfig, samples) -> None:
     """A reward from the user's code (`rl.reward=module:function`, alone or in a weighted sum) called on a probe
     batch of the training references before the model loads: one that raises, or returns something other than one
     finite number per candidate, is refused naming the reward and the error, with nothing written."""
-    from harness.config import ConfigError
-    from rewards.spec import RewardFailed, probe_reward
 
     try:
         probe_reward(cfg.rl.reward, [s.report for s in samples[:4]])

@@ -11,6 +11,8 @@ from torch import nn
 from harness.constants import NUM_OBSERVATIONS
 from harness.models.classifier.checkpoint_file import WEIGHTS_FILE, read_state_dict  # noqa: F401 - re-exported
 from harness.models.classifier.config import TINY_ARCH, TINY_CNN_ARCH, TINY_VIT_KWARGS, ClassifierConfig
+from harness.models.classifier.medical_mae import load_medical_mae
+from harness.models.classifier.tiny_cnn import TinyCNN
 
 # The package's name, so log records keep the logger name they had before the module was split.
 logger = logging.getLogger(__package__)
@@ -31,8 +33,6 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
                 drop_path_rate=cfg.drop_path, **TINY_VIT_KWARGS,
             )
         elif cfg.arch == TINY_CNN_ARCH:
-            from harness.models.classifier.tiny_cnn import TinyCNN
-
             if cfg.drop_path:
                 raise ValueError(f"classifier.drop_path = {cfg.drop_path}: the tiny CNN has no blocks to drop; "
                                  "set it to 0")
@@ -44,8 +44,6 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
                 global_pool=cfg.global_pool, **({"drop_path_rate": cfg.drop_path} if cfg.drop_path else {}),
             )
     if cfg.pretrained_path and cfg.pretrained_format == "medical_mae":
-        from harness.models.classifier.medical_mae import load_medical_mae
-
         load_medical_mae(model, cfg.pretrained_path)
     elif cfg.pretrained_path:
         load_pretrained(model, cfg.pretrained_path)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
@@ -79,7 +80,6 @@ def load_classifier(
     directory: str | os.PathLike[str], device: str | torch.device = "cpu"
 ) -> tuple[nn.Module, ClassifierConfig, np.ndarray]:
     """Rebuild the classifier saved by `save_classifier`; returns (frozen model, config, thresholds [14])."""
-    from safetensors.torch import load_file
 
     root = Path(directory)
     cfg, thresholds = read_classifier_meta(root)
