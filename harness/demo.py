@@ -86,6 +86,7 @@ def reward_curve_summary(run: RunDir, window: int = 5) -> str:
 
 def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
     """Run the demo study and write its table; returns results.md (the caller builds the report)."""
+    # lazy: tests replace run_experiment at its source, read at call time
     from harness.experiments import load_study, run_experiment
 
     if not DEMO_STUDY.is_file():

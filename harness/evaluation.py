@@ -249,6 +249,7 @@ class _MeteorService:
             _INHERITED_SCORERS.append(self._scorer)
             self._scorer, self._owner_pid = None, None
         if self._scorer is None:
+            # lazy: start-up cost (pycocoevalcap)
             from pycocoevalcap.meteor.meteor import Meteor
 
             if shutil.which("java") is None:
@@ -360,6 +361,7 @@ def label_with(backend: str, reports: list[str], chexbert_mode: str = "paper") -
     """[N, 14] labels from the chosen CE backend (1 pos, 0 neg, -1 uncertain, nan blank)."""
     if backend == "chexbert":
         return label_reports_chexbert(reports, mode=chexbert_mode)
+    # lazy: tests replace label_reports at its source, read at call time
     from rewards.chexpert import label_reports
 
     return label_reports(reports)

@@ -22,6 +22,7 @@ def _num(x: float) -> str:
 def decision_text(out: Path, labels: dict[str, str] | None = None) -> str:
     """Markdown lines: each declared contrast with n seeds, mean difference, the interval that decided, +-delta and
     the outcome word; then both arms' mean KL to the SFT model. Empty when the study declares no contrast."""
+    # lazy: tests replace load_experiment at its source, read at call time
     from reports.experiment import load_experiment
 
     exp = load_experiment(out)

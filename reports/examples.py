@@ -191,6 +191,7 @@ class Inversion:
 
 
 def _tau(a, b) -> float:
+    # lazy: start-up cost (scipy)
     from scipy.stats import kendalltau
 
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -248,6 +249,7 @@ def inversion_rows(inv: Inversion) -> list[list[str]]:
 
 def text_figure(title: str, blocks: list[tuple[str, str, str]], out_dir, name: str, width: int = 110):
     """A figure of text blocks (heading, body, colour), each body wrapped at `width` characters."""
+    # lazy: start-up cost (matplotlib, pandas)
     from reports.figures import plt, save_figure
 
     lines: list[tuple[str, str, bool]] = []

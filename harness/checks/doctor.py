@@ -63,6 +63,7 @@ class Report:
 
 
 def gpus() -> list[dict]:
+    # lazy: start-up cost (torch)
     import torch
 
     if not torch.cuda.is_available():
@@ -98,6 +99,7 @@ def tool_checks() -> list[Check]:
 
 def _hub_snapshot(repo_id: str) -> str | None:
     """The cached snapshot folder of a hub model, without network access; None if absent."""
+    # lazy: start-up cost (transformers)
     from transformers.utils.hub import cached_file
 
     try:
@@ -151,6 +153,7 @@ def weight_checks(cfg) -> list[Check]:
 
 
 def _classifier_check(cfg) -> Check:
+    # lazy: start-up cost (torch)
     from harness.models.classifier import META_FILE, WEIGHTS_FILE
 
     c = cfg.classifier

@@ -153,6 +153,7 @@ def _radgraph_problem(model_type: str) -> str | None:
 def _vllm_problem(device: str | None) -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "the vllm package is not installed here (pip install vllm); or use generation.backend=lean"
+    # lazy: start-up cost (torch)
     import torch
 
     if (device or "auto") == "cpu" or not torch.cuda.is_available():
@@ -164,6 +165,7 @@ def _path_problem(need: Need) -> str | None:
     """The base model and classifier files, as harness/checks/preflight.py's check_inputs checks them (without importing
     it: preflight imports this module)."""
     if need.kind == "classifier_dir":
+        # lazy: start-up cost (torch)
         from harness.models.classifier.storage import read_classifier_meta
 
         if not need.target:
@@ -179,6 +181,7 @@ def _path_problem(need: Need) -> str | None:
         if not p.is_file():
             return f"{p}: file not found (a pretrained backbone checkpoint, .safetensors)"
         return f"{p} is empty" if p.stat().st_size == 0 else None
+    # lazy: start-up cost (torch)
     from harness.models.checkpoint import _is_hub_id, check_base_folder, local_model_folder
 
     target = Path(need.target)

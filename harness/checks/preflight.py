@@ -65,6 +65,7 @@ def check_generation_backend(cfg: RunConfig, stage: str | None) -> None:
     'regbench[vllm]'), refused in one line before any model, data set or decoding."""
     if cfg.generation.backend != "vllm" or stage not in DECODING_STAGES:
         return
+    # lazy: tests replace vllm_missing at its source, read at call time
     from harness.sampling.vllm_rollout import vllm_missing
 
     missing = vllm_missing()

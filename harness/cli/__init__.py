@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         if "torch.distributed" in sys.modules:  # a torchrun / accelerate launch: leave the process group
+            # lazy: start-up cost (torch)
             from harness.parallel.distributed import finalize
 
             finalize()

@@ -35,6 +35,7 @@ def add_config_args(p: argparse.ArgumentParser, restart: bool = True) -> None:
 
 def stage_config(ns, stage: str | None = None):
     """The resolved, checked config of a stage command (names checked before anything heavy is built)."""
+    # lazy: start-up cost (torch)
     from harness.checks.preflight import check_names, check_scorers
 
     config, overrides = split_config_args(ns.args)

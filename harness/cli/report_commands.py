@@ -22,6 +22,7 @@ ANALYSIS_KINDS = ("reward-variance", "sign-alignment")  # harness/stages/analyze
 
 def build_experiment_report(experiment_dir, out=None, **kwargs):
     """reports.build.build_report with the Optuna studies stored beside the experiment opened here."""
+    # lazy: start-up cost (matplotlib, pandas)
     from reports.build import build_report
 
     return build_report(experiment_dir, out, optuna_studies=experiment_studies(experiment_dir), **kwargs)
@@ -34,6 +35,7 @@ def cmd_report(ns) -> int:
 
 
 def cmd_analyze(ns) -> int:
+    # lazy: summary_lines is another import in another function of this module
     from reports.analyses import summary_lines
 
     path = run_analysis(ns.kind, ns.run, n_prompts=ns.n_prompts, group_size=ns.group_size, seed=ns.seed,
@@ -55,6 +57,8 @@ def _deltas(items: list[str] | None) -> dict[str, str]:
 
 
 def cmd_compare(ns) -> int:
+    # lazy: tests replace atomic_write_text and load_experiment at their source (read at call time);
+    # lazy: summary_lines is another import in another function of this module
     from harness.runs.records import atomic_write_text
     from reports.experiment import load_experiment
     from reports.option_check import as_json, check_option, summary_lines

@@ -32,6 +32,7 @@ def cmd_data_synth(ns) -> int:
 
 
 def cmd_classifier_train(ns) -> int:
+    # lazy: start-up cost (torch)
     from harness.stages.classifier import run_classifier_training
 
     out = run_classifier_training(stage_config(ns, "classifier"), progress=not ns.no_progress)
@@ -43,6 +44,7 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
     """The one explicit stage-0 call of a stage command: a stage that starts from the tiny base (no init_from,
     no model.path) gets it built first (cached per machine; concurrent processes of a launch wait for one
     build). The cheap input checks run before, so a typo does not cost a stage 0."""
+    # lazy: start-up cost (torch)
     from harness.checks.preflight import check_inputs, check_names, check_run_folder
     from harness.stages.pretrain import build_base
 
@@ -53,6 +55,7 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
     check_run_folder(cfg, stage)
     if not (base_dir(cfg) / "DONE").is_file() and cfg.data.annotation:
         # A user's data set is read (and refused) in seconds, before minutes of stage 0.
+        # lazy: start-up cost (torch)
         from harness.stages.common import load_splits, require_train
         from harness.stages.loading import probe_user_reward
 
@@ -78,18 +81,22 @@ def cmd_train(ns) -> int:
 
 def _run_stage(cfg, stage: str, progress: bool):
     if stage == "pretrain":
+        # lazy: start-up cost (torch)
         from harness.stages.pretrain import build_base
 
         return build_base(cfg, progress=progress)
     if stage == "warmup":
+        # lazy: start-up cost (torch)
         from harness.stages.warmup import run_warmup
 
         return run_warmup(cfg, progress=progress)
     if stage == "sft":
+        # lazy: start-up cost (torch)
         from harness.stages.sft import run_sft
 
         return run_sft(cfg, progress=progress)
     if stage == "rl":
+        # lazy: start-up cost (pandas, torch, transformers)
         from harness.stages.rl import run_rl
 
         return run_rl(cfg, progress=progress)
@@ -97,17 +104,20 @@ def _run_stage(cfg, stage: str, progress: bool):
 
 
 def cmd_eval(ns) -> int:
+    # lazy: start-up cost (pandas, torch)
     from harness.checks.preflight import check_split
     from harness.stages.evaluate import evaluate_model
 
     check_split(ns.split, "--split")
     cfg = stage_config(ns, "eval")
+    # lazy: start-up cost (torch)
     from harness.checks.preflight import check_device
 
     check_device(cfg)
     if ns.out:
         check_out_dir(Path(ns.out), "--out")
     if not Path(ns.model).exists():  # a hub id only from the local cache: never a download, named as --model
+        # lazy: start-up cost (torch)
         from harness.models.checkpoint import local_model_folder
 
         local_model_folder(ns.model, "--model")
@@ -126,6 +136,7 @@ def cmd_eval(ns) -> int:
 
 
 def cmd_export(ns) -> int:
+    # lazy: start-up cost (torch)
     from harness.models.checkpoint import export_merged
 
     out = export_merged(ns.model, ns.out, base_path=ns.base)

@@ -33,6 +33,7 @@ def cmd_demo(ns) -> int:
 
 
 def cmd_experiment(ns) -> int:
+    # lazy: tests replace run_experiment at its source, read at call time
     from harness.experiments import build_plan, describe_plan, load_study, run_experiment
 
     if ns.experiment_command == "status":

@@ -39,6 +39,7 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
     """Names against the registries (regularizers/, regularizers/reference/, rewards/; the message lists the
     registered ones), so a typo fails when the config loads, before any stage runs. The reward may also be a
     user's function (package.module:function) or a weighted sum: imported, signature and weights checked now."""
+    # lazy: start-up cost (torch)
     from harness.aggregation import available_aggregations
     from harness.token_weighting.registry import available_token_weightings
     from regularizers.registry import available_references, available_regularizers
@@ -61,6 +62,7 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
 
 def _importable(key: str, path: str) -> str | None:
     """Why the user's class ``package.module:Class`` for rl.regularizer / rl.reference cannot be used, or None."""
+    # lazy: start-up cost (torch)
     from regularizers.registry import _REGISTRIES
 
     try:
@@ -74,6 +76,7 @@ def _trial_build(rl: RLConfig, where) -> None:
     """Build the regularizer and the reference strategy from this config once: what the class refuses (its own
     bounds, a plug-in option it lacks) fails at load time. Runs after the config's own range checks, whose
     messages name the exact key."""
+    # lazy: start-up cost (torch)
     from regularizers.registry import check_state_contract, reference_from_config, regularizer_from_config
 
     for key, build in (("rl.regularizer", regularizer_from_config), ("rl.reference", reference_from_config)):
@@ -256,6 +259,7 @@ def _check_trackers(cfg: RunConfig, need) -> None:
 def _check_schedule(cfg: RunConfig, need) -> None:
     """train.scheduler and its warm-up / cosine fields (harness/schedule.py): known names, ratios in [0, 1], and no
     field set that the chosen schedule would ignore."""
+    # lazy: SCHEDULERS is another import in another function of this module
     from harness.config.names import COSINE_SCHEDULERS, DEEPSPEED_WARMUP_TYPES, SCHEDULERS, WARMUP_TYPES
 
     t = cfg.train
@@ -336,6 +340,7 @@ def _check_ranges(cfg: RunConfig, need) -> None:
 
 def _check_classifier_recipe(cfg: RunConfig, need) -> None:
     """The classifier's loading format, layer decay, schedule, clipping and selection (ClassifierConfig's rules)."""
+    # lazy: SCHEDULERS is another import in another function of this module
     from harness.config.names import CLASSIFIER_SCHEDULERS as SCHEDULERS
 
     c = cfg.classifier

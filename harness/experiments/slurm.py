@@ -102,6 +102,7 @@ class SlurmExperimentRun(LocalExperimentRun):
         why = slurm_available()
         if why:
             raise ConfigError(f"--executor slurm: {why}")
+        # lazy: start-up cost (submitit)
         import submitit
 
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -230,11 +231,13 @@ class SlurmExperimentRun(LocalExperimentRun):
     # -- watching
 
     def _result_json(self, job_id: str) -> Path:
+        # lazy: start-up cost (submitit)
         from submitit.core.utils import JobPaths
 
         return result_file(JobPaths(self.folder / "%j", job_id=job_id, task_id=0).result_pickle)
 
     def _job_log(self, job_id: str) -> Path:
+        # lazy: start-up cost (submitit)
         from submitit.core.utils import JobPaths
 
         return JobPaths(self.folder / "%j", job_id=job_id, task_id=0).stdout

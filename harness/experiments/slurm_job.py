@@ -33,6 +33,7 @@ def run_job(kind: str, function: str, config: dict, model_dir: str | None, launc
     """What a job runs: execute_node as a local worker would (one torch thread: a stage run's numbers do not
     depend on where it ran). A failed node fails the job (so `afterok` holds its dependents back) with its result
     in the failure file; a preempted stage (REQUEUE_EXIT_CODE, also from a launched one) exits with that status."""
+    # lazy: start-up cost (submitit, torch)
     import submitit
     import torch
 

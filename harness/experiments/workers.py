@@ -67,6 +67,7 @@ def gpu_slots(workers: int) -> list[str | None]:
     if visible is not None:
         ids = [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
     else:
+        # lazy: start-up cost (torch)
         import torch
 
         ids = [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
@@ -116,6 +117,7 @@ def _init_worker(slots=None) -> None:
     gpu = slots.get() if slots is not None else None
     if gpu is not None:  # before torch touches CUDA: this worker then sees one GPU, as cuda:0
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    # lazy: start-up cost (torch)
     import torch
 
     torch.set_num_threads(WORKER_THREADS)
@@ -222,6 +224,7 @@ class _InlineExecutor:
     shared by key, so they must not depend on `--workers`."""
 
     def submit(self, fn, *args) -> Future:
+        # lazy: start-up cost (torch)
         import torch
 
         f: Future = Future()

@@ -85,6 +85,7 @@ def local_model_folder(path: str | Path, key: str = "model.path") -> str:
     if not _is_hub_id(path_s):
         raise ConfigError(f"'{key}' = '{path_s}': folder not found (a local Hugging Face model folder: config.json "
                           "and *.safetensors)")
+    # lazy: start-up cost (huggingface_hub)
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(path_s, "config.json")
@@ -98,6 +99,7 @@ def local_model_folder(path: str | Path, key: str = "model.path") -> str:
 def load_base(path: str | Path, dtype: str = "float32", image_size: int | None = None,
               attn_implementation: str = "eager"):
     """Load a Qwen2.5-VL folder (tiny or real) and its processor, offline: a hub id only from the local cache."""
+    # lazy: start-up cost (transformers)
     from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
     path_s = local_model_folder(path, "model folder")
@@ -115,6 +117,7 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
         # e.g. a truncated or corrupt *.safetensors: name the folder, not transformers' internals
         raise ValueError(f"{path_s}: cannot load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                          "check that its weight files are complete") from e
+    # lazy: start-up cost (transformers)
     from harness.models.patch_embed import apply_saved_patch_embed
 
     apply_saved_patch_embed(model)  # a tiny base built with pretrain.patch_embed=matmul computes as it was trained
@@ -147,6 +150,7 @@ def lora_config(lora: dict, base_id: str | None, model=None):
     """The peft `LoraConfig` of stages 2-3: LoRA on LORA_TARGETS (and the patch embedding's Conv3d with
     `lora["patch_embed"]`), the merger saved whole, and the token rows the
     stage trained (`lora["token_indices"]`, as add_lora gave them to `model`)."""
+    # lazy: start-up cost (peft)
     from peft import LoraConfig
 
     tokens = token_targets(model, lora.get("token_indices")) if model is not None else None
@@ -317,6 +321,7 @@ def export_merged(model_dir: str | Path, out_dir: str | Path, base_path: str | P
     model, processor = load_base(resolve_base(spec, model_dir, base_path), dtype, spec.get("image_size"),
                                  spec.get("attn_implementation") or "eager")
     if (model_dir / ADAPTER_WEIGHTS).is_file():
+        # lazy: start-up cost (peft)
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(model_dir)).merge_and_unload()

@@ -70,6 +70,7 @@ def add_lora(model: nn.Module, r: int, alpha: int, dropout: float,
     """Inject LoRA adapters in place and return the unwrapped module (adapters live inside it); with
     `token_indices`, also peft's trainable rows of those tokens' input (and output) embeddings; with `patch_embed`,
     also LoRA on the vision patch embedding's Conv3d (model.lora_patch_embed)."""
+    # lazy: start-up cost (peft)
     from peft import LoraConfig, inject_adapter_in_model
 
     inner = unwrap(model)

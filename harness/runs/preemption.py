@@ -105,6 +105,7 @@ def stop_agreed(dist=None) -> bool:
     local = requested() is not None
     if dist is None or not getattr(dist, "active", False):
         return local
+    # lazy: start-up cost (torch)
     import torch
 
     return float(dist.sum(torch.tensor([float(local)]))[0]) > 0

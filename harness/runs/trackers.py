@@ -121,6 +121,7 @@ class Tracker:
 
 class TensorBoardTracker(Tracker):
     def __init__(self, run_dir: Path, purge_step: int | None = None, tb_dir: str | None = None, **_):
+        # lazy: start-up cost (torch)
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step: a resumed run drops the events an interrupted try wrote after its checkpoint, as the JSONL
@@ -159,6 +160,7 @@ def wandb_run_id(run_dir: Path) -> str:
 class WandbTracker(Tracker):
     def __init__(self, run_dir: Path, stage: str = "", config: dict | None = None, project: str = "regbench",
                  group: str | None = None, name: str | None = None, tags: Sequence[str] = (), **_):
+        # lazy: start-up cost (wandb)
         import wandb
 
         run_dir = Path(run_dir)

@@ -40,6 +40,7 @@ def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: in
             kwargs.update(temperature=None, top_p=None, top_k=None)
         return model.generate(**batch, **kwargs)
     if backend in ("lean", "fused"):
+        # lazy: start-up cost (transformers)
         from harness.sampling.lean_decode import lean_generate
 
         if num_return_sequences != 1:

@@ -46,6 +46,7 @@ def token_type_rope_index(get_rope_index=None) -> bool:
     so far where 4.57 adds it to the cache position: the same decode positions, `decode_positions` below)."""
 
     if get_rope_index is None:
+        # lazy: start-up cost (transformers)
         from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
 
         get_rope_index = Qwen2_5_VLModel.get_rope_index

@@ -78,10 +78,12 @@ def engine_weights(model, *, full: bool = True) -> Iterator[tuple[str, torch.Ten
     its merged weight W + scaling * B @ A (peft's merge, in W's dtype) and bias; for trainable token rows (peft's
     `trainable_token_indices`) the embedding with those rows replaced (a tied lm_head follows it). `full`: every
     other weight too (each shared tensor once); else only the trainable ones. One merged tensor at a time."""
+    # lazy: start-up cost (peft)
     from peft.tuners.lora import Linear as LoraLinear
     from peft.tuners.lora.layer import Conv3d as LoraConv3d
     from peft.tuners.trainable_tokens import TrainableTokensLayer
 
+    # lazy: unwrap is another import in another function of this module
     from harness.models.trainable import TOKEN_DELTA, unwrap
 
     hf = unwrap(model)
@@ -146,6 +148,7 @@ class VLLMEngine:
     """A colocated vLLM engine for one policy model (module docstring)."""
 
     def __init__(self, spec: EngineSpec, processor, device: torch.device):
+        # lazy: optional dependency (vllm)
         from vllm import LLM  # only here: CPU machines never import vllm
 
         for key, value in launch_env(device).items():
@@ -197,6 +200,7 @@ class VLLMEngine:
                  temperature: float, top_p: float, top_k: int, max_new_tokens: int, min_new_tokens: int,
                  repetition_penalty: float, suppress_tokens: Sequence[int], eos_token_id: int) -> list[list[int]]:
         """Response token ids, n per prompt, group-major (row b * n + g), each ending at its end token."""
+        # lazy: optional dependency (vllm)
         from vllm import SamplingParams
 
 
@@ -221,6 +225,7 @@ def start_engine(model, processor, generation, prompt_sets: Sequence[tuple], *, 
     """Build the engine of `model` for a stage whose decodings are `prompt_sets` = [(images, instructions,
     max_new_tokens), ...] (vllm_plan.engine_spec), from the base folder `model_path` (default: the one the model
     was loaded from). Every process of a launch calls it at the same point (the engine's start is collective)."""
+    # lazy: unwrap is another import in another function of this module
     from harness.models.trainable import unwrap
 
     device = next(model.parameters()).device

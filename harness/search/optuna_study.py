@@ -21,6 +21,7 @@ def trial_sampler(search: Search, position: int = 0, parallel: bool = False):
     with seed + position: a trial's proposal depends on the history only, not on how often the search was
     resumed or how many drivers share it. Parallel trials use TPE's constant liar (running trials count as
     bad), so one batch spreads out."""
+    # lazy: start-up cost (optuna)
     import optuna
 
     spec = search.sampler
@@ -32,6 +33,7 @@ def trial_sampler(search: Search, position: int = 0, parallel: bool = False):
 
 
 def _pruner(search: Search):
+    # lazy: start-up cost (optuna)
     import optuna
 
     spec = search.pruner
@@ -47,8 +49,10 @@ def open_study(out: Path, search: Search | None = None, *, create: bool = True, 
     """The search's Optuna study and its storage: `storage` (a URL or spec, harness/search/storage.py), else the
     file's `storage:`, else (reading a folder) the one its search.json names, else `<out>/optuna.db` or an
     older folder's `<out>/optuna.journal`. `create` creates the study (named after the search) if need be."""
+    # lazy: start-up cost (optuna)
     import optuna
 
+    # lazy: display is another import in another function of this module
     from harness.search.storage import DEFAULT_DB, JOURNAL, display, open_storage
 
     out = Path(out)
@@ -106,6 +110,7 @@ def _identity(search: Search) -> dict:
 
 def _check_same_search(study, search: Search, url: str) -> None:
     """A study in a shared storage is one search: refuse a driver whose search differs, naming the keys."""
+    # lazy: display is another import in another function of this module
     from harness.search.storage import display
 
     mine = _identity(search)
@@ -122,6 +127,7 @@ def _check_same_search(study, search: Search, url: str) -> None:
 
 def counted_trials(study) -> list:
     """The finished trials that count towards n_trials (not the ones enqueued again, nor surplus asks)."""
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)

@@ -127,6 +127,7 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
     the same search on the same storage at the same time: this one asks only for the trials still missing
     (not finished, not running elsewhere) and waits for the others' last trials. `executor` "slurm" runs each
     batch of trials' stage runs as Slurm jobs (run_experiment; `slurm`: its SlurmOptions)."""
+    # lazy: start-up cost (optuna)
     import optuna
     from optuna.trial import TrialState
 
@@ -258,6 +259,7 @@ def _requeue_preempted(study, store, tid: int) -> None:
     """A trial whose runs a stop signal interrupted: failed and enqueued again with the same values (as a gone
     driver's, harness/search/storage.py), so the rerun asks for it first and its stage runs resume from their
     checkpoints; it does not count towards n_trials, nor as a failure."""
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
 
     store.set_trial_user_attr(tid, "error", f"preempted by {preemption.requested()}: enqueued again")
@@ -267,6 +269,7 @@ def _requeue_preempted(study, store, tid: int) -> None:
 
 def trial_outcomes(search: Search, study) -> dict[str, tuple[str, str]]:
     """{arm: ("failed" or "pruned", why)} of the study's failed and pruned trials, as the storage records them."""
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
 
     out = {}
@@ -292,6 +295,7 @@ def _plan_error(search: Search, arm: Arm, out: Path, stages_dir: str | Path | No
 
 def _tell(search: Search, study, trial, runs: list[dict], out: Path) -> str:
     """Tell Optuna how a trial's runs (its rows of the experiment index) went; a line for the log."""
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
 
     pruned = [r for r in runs if r["status"] == "pruned"]

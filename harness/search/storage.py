@@ -96,6 +96,7 @@ def check_database_url(spec: str) -> None:
     """A database URL SQLAlchemy can open: it parses, names a known database, its driver is installed, and an
     SQLite file is an SQLite database in a folder (not under a file). Reads only; the error names the URL
     (without its password) and the fix, in one line."""
+    # lazy: start-up cost (sqlalchemy)
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -158,6 +159,7 @@ def display(url: str) -> str:
     """The URL without its password (for logs and search.json)."""
     if url.startswith(JOURNAL_PREFIX) or "://" not in url:
         return url
+    # lazy: start-up cost (sqlalchemy)
     from sqlalchemy.engine import make_url
 
     try:
@@ -168,6 +170,7 @@ def display(url: str) -> str:
 
 def open_storage(url: str, heartbeat: Heartbeat = HEARTBEAT):
     """The Optuna storage at `url` (from `storage_url`); an RDB one with Optuna's heartbeat and retry callback."""
+    # lazy: start-up cost (optuna)
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -215,6 +218,7 @@ def _creation_lock(db: str):
 def requeue(study, trial) -> None:
     """Enqueue a stale trial again with the same values (Optuna's retry callback), without the dead driver's
     stamps: the new trial must not look stale to another driver the moment it is asked for."""
+    # lazy: start-up cost (optuna)
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback
 
@@ -256,6 +260,7 @@ def stamp(storage, study, number: int) -> int:
 
 
 def beat(storage, trial_id: int) -> None:
+    # lazy: start-up cost (optuna)
     from optuna.storages._heartbeat import BaseHeartbeat
 
     if isinstance(storage, BaseHeartbeat):
@@ -267,6 +272,7 @@ def beat(storage, trial_id: int) -> None:
 @contextlib.contextmanager
 def heartbeats(storage, trial_ids: list[int], interval: int):
     """Record a heartbeat for `trial_ids` every `interval` seconds while the block runs."""
+    # lazy: start-up cost (optuna)
     import optuna
 
     stop = threading.Event()
@@ -315,6 +321,7 @@ def stale_reason(trial, grace_period: int, now: float | None = None, rdb: bool =
 def fail_stale(study, storage, heartbeat: Heartbeat, log: Callable[[str], None]) -> list[int]:
     """Fail every stale RUNNING trial of `study` (in `storage`) and enqueue it again; returns the numbers of
     the trials this driver failed."""
+    # lazy: start-up cost (optuna)
     import optuna
     from optuna.storages._heartbeat import BaseHeartbeat
     from optuna.trial import TrialState

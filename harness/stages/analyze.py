@@ -86,6 +86,7 @@ def _policies(cfg, run_dir: Path) -> dict[str, Path]:
 
 
 def _load_policy(path: Path, cfg, device: str):
+    # lazy: start-up cost (torch)
     from harness.models.checkpoint import load_any_model
 
     model, processor, spec = load_any_model(path, cfg)
@@ -95,12 +96,15 @@ def _load_policy(path: Path, cfg, device: str):
 
 
 def _sample(model, processor, prompts, cfg, group_size: int, seed: int, batch_prompts: int) -> list[str]:
+    # lazy: start-up cost (torch)
     import torch
 
+    # lazy: start-up cost (torch)
     from harness.grpo.rollout import sample_rollout
 
     rl = cfg.rl
     if cfg.generation.backend == "vllm":  # one engine, resynced for the policy after RL (vllm_rollout.start_engine)
+        # lazy: start-up cost (torch)
         from harness.sampling.vllm_rollout import start_engine
 
         start_engine(model, processor, cfg.generation, [(prompts.images, prompts.instructions, rl.max_new_tokens)],
@@ -122,6 +126,7 @@ def before_sample_key(cfg, before: Path, ids: list[str], group_size: int, seed: 
     """The key of the candidates sampled from the policy before RL: the model's bytes, the run's config less what
     neither loading nor sampling reads (the training loop, the regularizer, the arm's reward: the analysis scores
     its own rewards), the prompts' ids and the sampling call's own arguments."""
+    # lazy: start-up cost (torch); tests replace to_dict at its source, read at call time
     from harness.config import to_dict
     from harness.grpo.start_validation import NOT_READ_TOP  # the run's own fields: where, seed, training loop
 
@@ -139,6 +144,7 @@ def _free_memory(device: str) -> None:
 
     gc.collect()
     if device.startswith("cuda"):
+        # lazy: start-up cost (torch)
         import torch
 
         torch.cuda.empty_cache()
@@ -160,6 +166,7 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
     """Sample once per policy, score every reward the `kinds` need, write `<run_dir>/analysis_<kind>.json` for
     each kind; returns their paths. n_prompts: the first n validation prompts (None = all; the paper uses the
     whole MIMIC-CXR validation set). `key` is stored in the files (the experiment runner's node key)."""
+    # lazy: start-up cost (torch)
     from harness.prompts import prompt_set
     from harness.stages.common import load_splits, seed_everything
 
@@ -173,6 +180,7 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
     cfg = _run_config(run_dir)
     policies = _policies(cfg, run_dir)
     if device == "auto":
+        # lazy: start-up cost (torch)
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -44,6 +44,7 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
 
 @preemption.preemptible
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
+    # lazy: tests replace model_device at its source, read at call time
     from harness.checks.preflight import check_inputs, check_run_folder, model_device
 
     check_inputs(cfg, "classifier")

@@ -55,6 +55,7 @@ def gold_eval(samples, hyps: list[str], ref_labels: np.ndarray, labeler: np.ndar
     """The phantom's gold (harness/data/phantom/gold_reader.py) when every sample carries its image truth: the
     reader's scores against what was drawn (`gold_*`) and against the stored report labels (`gold_report_*`),
     and how often the rule labeler's positives (`labeler`) differ from the reader's; with the reader's labels."""
+    # lazy: start-up cost (transformers)
     from harness.stages.rl import image_truth
 
     truth = image_truth(samples)

@@ -93,6 +93,7 @@ def best_epoch_hook(cfg: RunConfig, model, processor, val_samples, instructions:
         return None
     if not val_samples:
         raise ConfigError("train.handoff = best_val needs a validation split (it is empty); set train.handoff=last")
+    # lazy: start-up cost (pandas, transformers)
     from harness.stages.rl import make_validator
 
     val = PromptSet([s.id for s in val_samples], images, list(instructions), [s.report for s in val_samples])

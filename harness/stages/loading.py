@@ -115,6 +115,7 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
 
 def _load_inputs(cfg: RunConfig, stage: str, progress: bool, start: StageStart) -> None:
     """The data before the model (neither draws from the global RNGs): a bad data set fails in seconds."""
+    # lazy: tests replace load_splits at its source, read at call time
     from harness.stages.common import load_splits, require_train
 
     start.splits = require_train(load_splits(cfg, progress), cfg, stage)

@@ -25,6 +25,7 @@ def spending(t: float, alpha: float, kind: str = "obrien_fleming") -> float:
 
     obrien_fleming: 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)) (spends almost nothing early);
     pocock: alpha ln(1 + (e - 1) t). Both are 0 at t = 0 and exactly alpha at t = 1."""
+    # lazy: start-up cost (scipy)
     from scipy.stats import norm
 
     _check_alpha(alpha)
@@ -96,6 +97,7 @@ class _Stats:
 
 
 def _stats(d: np.ndarray) -> _Stats:
+    # lazy: start-up cost (scipy)
     from scipy.stats import t
 
     n = d.size
@@ -111,6 +113,7 @@ def _stats(d: np.ndarray) -> _Stats:
 
 def _interval(s: _Stats, tail: float) -> tuple[float, float]:
     """mean +- t_{1-tail, n-1} sd / sqrt(n): the two-sided (1 - 2 tail) t-interval."""
+    # lazy: start-up cost (scipy)
     from scipy.stats import t
 
     if s.sd == 0:
@@ -122,6 +125,7 @@ def _interval(s: _Stats, tail: float) -> tuple[float, float]:
 def _power(n: np.ndarray, level: float, effect_over_sd: float) -> np.ndarray:
     """Power of a two-sided paired t-test at `level` over n pairs for a true mean difference of effect_over_sd
     standard deviations: P(|T'| > t_{1-level/2, n-1}), T' noncentral t(n - 1, effect_over_sd sqrt(n))."""
+    # lazy: start-up cost (scipy)
     from scipy.stats import nct, t
 
     df = n - 1
@@ -132,6 +136,7 @@ def _power(n: np.ndarray, level: float, effect_over_sd: float) -> np.ndarray:
 
 def _tost_half(n: np.ndarray, level: float) -> np.ndarray:
     """TOST half-width / sd at n seeds: t_{1-level, n-1} / sqrt(n)."""
+    # lazy: start-up cost (scipy)
     from scipy.stats import t
 
     return t.isf(level, n - 1) / np.sqrt(n)
@@ -167,6 +172,7 @@ def _normal_start(first: int, factor_z: float, ratio: float) -> int:
 
 
 def _seeds_needed(s: _Stats, level: float, delta: float) -> int | None:
+    # lazy: start-up cost (scipy)
     from scipy.stats import norm
 
     if s.n < 2 or not math.isfinite(level):

@@ -44,6 +44,7 @@ def medical_mae_state(model: nn.Module, state: dict[str, torch.Tensor], path: st
                       ) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
     """The tensors of a Medical-MAE checkpoint's "model" dict renamed and resampled for `model` (a timm ViT), and
     a report {"loaded", "dropped", "initialised"}; ValueError naming `path` for any other layout."""
+    # lazy: start-up cost (timm)
     from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
     if not isinstance(model, VisionTransformer):

@@ -22,6 +22,7 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
 
     The global RNG is left untouched (the seed is applied inside a forked RNG state).
     """
+    # lazy: start-up cost (timm)
     import timm
     from timm.models.vision_transformer import VisionTransformer
 
@@ -75,6 +76,7 @@ def load_pretrained(model: nn.Module, path: str | os.PathLike[str]) -> dict[str,
         if value.shape == target.shape:
             loadable[key] = value
         elif key == "pos_embed" and value.ndim == 3:
+            # lazy: start-up cost (timm)
             from timm.layers import resample_abs_pos_embed
 
             prefix = int(getattr(model, "num_prefix_tokens", 1))
