@@ -1,5 +1,5 @@
 """The demo's decided verdict: its declared contrast (no KL vs constant KL, gold findings micro-F1 and BLEU-4) over
-the RL seeds both arms ran (harness/demo.py runs them on three seeds from one shared SFT model), under the
+the RL seeds both arms ran (harness/cli/demo.py runs them on three seeds from one shared SFT model), under the
 decision rule of harness/stats/decisions.py (reports/verdicts.py: paired t over seeds, Holm over the declared metrics,
 better / worse / equivalent within +-delta / undecided), with each arm's KL to the SFT model at its tested step.
 """

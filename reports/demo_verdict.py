@@ -75,7 +75,7 @@ def demo_verdict(out: Path, arm: str, arm_label: str, baseline: str, baseline_la
     no-KL arm and its study's baseline), read from the folder's index.json and run records."""
 
     index = read_json(out / "index.json")
-    first = min(r[RunKey.SEED] for r in index[IndexKey.RUNS])  # the seed every arm ran (harness/demo.py)
+    first = min(r[RunKey.SEED] for r in index[IndexKey.RUNS])  # the seed every arm ran (harness/cli/demo.py)
     runs = {r[RunKey.ARM]: r for r in index[IndexKey.RUNS] if r[RunKey.SEED] == first}
     a, b = runs[arm], runs[baseline]
     return contrast_text(out / a[RunKey.EVAL_DIR], out / b[RunKey.EVAL_DIR],

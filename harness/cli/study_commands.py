@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 
 from harness.cli.args import add_executor_args, int_list, name_list, slurm_options
+from harness.cli.demo import run_demo, verdict_arms
 from harness.cli.report_commands import build_experiment_report
 from harness.config import ConfigError
-from harness.demo import run_demo, verdict_arms
 from harness.experiments.sequential import run_until_decided
 from harness.experiments.slurm import experiment_status
 from harness.runs.preemption import REQUEUE_EXIT_CODE

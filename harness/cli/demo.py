@@ -21,7 +21,7 @@ from harness.experiments import load_study
 from harness.runs.records import RunDir, atomic_write_text, read_json
 from harness.runs.schema import METRICS_FILE, IndexKey, RunKey, StageKey
 
-DEMO_STUDY = Path(__file__).resolve().parent.parent / "experiments" / "demo_rl_ablation.yaml"
+DEMO_STUDY = Path(__file__).resolve().parents[2] / "experiments" / "demo_rl_ablation.yaml"
 COLUMNS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "gold_f1", "gold_exact", "ce_micro_f1",
            "labeler_gold_disagree")
 LEGEND = ("gold_f1 / gold_exact: the phantom's gold reader (no reward sees it) on the generated reports against "
