@@ -15,9 +15,9 @@ from harness.cli.args import int_list
 from harness.config import ConfigError
 from harness.runs.records import read_json
 from harness.search.stored import experiment_studies
-from harness.stages.analyze import run_analysis
+from harness.stages.analyze import KINDS, run_analysis
 
-ANALYSIS_KINDS = ("reward-variance", "sign-alignment")  # harness/stages/analyze.py (loads torch: imported late)
+ANALYSIS_KINDS = KINDS  # harness/stages/analyze.py (it loads no heavy library at import)
 
 
 def build_experiment_report(experiment_dir, out=None, **kwargs):
