@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from harness.checks.doctor import doctor_configs, format_plans, format_report, preset_plans, run_doctor
 from harness.cli.args import add_config_args, split_config_args
+from harness.cli.doctor import doctor_configs, format_plans, format_report, preset_plans, run_doctor
 from harness.config import ConfigError, load_config
 from harness.config.describe import commented_yaml
 from harness.config.loading import load_yaml

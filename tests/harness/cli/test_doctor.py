@@ -1,4 +1,4 @@
-"""`regbench doctor` (harness/checks/doctor.py) runs offline and says which presets can run."""
+"""`regbench doctor` (harness/cli/doctor.py) runs offline and says which presets can run."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from harness.checks.doctor import Check, base_location, package_checks, preset_checks
 from harness.cli import main
+from harness.cli.doctor import Check, base_location, package_checks, preset_checks
 from harness.config import load_config
 
 
