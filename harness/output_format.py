@@ -103,7 +103,6 @@ def reward_inputs(reward: str, texts: Sequence[str], fmt: str) -> list[str]:
     """The texts the reward `reward` (a registered name, `module:function` or a weighted mix) scores: raw outputs
     for a reward with `scores_raw_text` (a mix extracts the parts itself) or a plain model, else their report
     parts."""
-
     if _check(fmt) == "plain" or getattr(resolve_reward(reward), "scores_raw_text", False):
         return list(texts)
     return [report_part(t, fmt) for t in texts]

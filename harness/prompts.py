@@ -49,7 +49,6 @@ def load_images(samples, size: int, cache_dir=None):
     """Every view of each sample, padded to square and resized to size x size, decoded when a batch reads them
     (harness/data/streaming.py: memory flat in the data set's size); with `cache_dir`, decoded once and kept there
     as uint8 pixels for the next epochs (harness/data/pixel_cache.py)."""
-
     return LazyViews(samples, size, cache_dir=cache_dir)
 
 
@@ -107,7 +106,6 @@ def reference_labels(samples) -> np.ndarray:
 def classifier_inputs(samples, img_size: int, normalization: str = "imagenet", cache_dir=None):
     """The classifier's input: the first view of each study, preprocessed when a batch reads it (its decoded
     pixels kept in `cache_dir` for the next epochs when given)."""
-
     return ClassifierImages(samples, img_size, normalization, cache_dir=cache_dir)
 
 
@@ -125,7 +123,6 @@ def predicted_diseases(classifier_dir: str | Path, samples, device: str | torch.
     the classifier folder under a key of the classifier's files and of the samples in order with the bytes of the
     image the classifier reads, so a repeated call reads it: the same call, the same batches, the same numbers. A
     folder that cannot be written (a shared, read-only classifier) only means computing it each time."""
-
     root = Path(classifier_dir)
     h = hashlib.sha256()
     for name in (WEIGHTS_FILE, META_FILE):
@@ -161,7 +158,6 @@ def checkpoint_format(cfg: RunConfig, spec: dict) -> str:
     """The output format (harness/output_format.py) a stage model was taught, which must be the config's: a
     think_report model scored as plain (or the reverse) would be scored on what it was not taught to write.
     A spec without the key is a plain model (written before the format existed)."""
-
     trained = spec.get("output_format", "plain")
     if spec and trained != cfg.prompt.output_format:
         raise ConfigError(f"prompt.output_format is '{cfg.prompt.output_format}' but the model was trained with "

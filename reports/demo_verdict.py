@@ -73,7 +73,6 @@ def contrast_text(arm_eval: Path, ref_eval: Path, arm_rl: Path, ref_rl: Path, ar
 def demo_verdict(out: Path, arm: str, arm_label: str, baseline: str, baseline_label: str) -> str:
     """The verdict of a finished demo folder: arm `arm` against arm `baseline` (the harness names them: the demo's
     no-KL arm and its study's baseline), read from the folder's index.json and run records."""
-
     index = read_json(out / "index.json")
     first = min(r[RunKey.SEED] for r in index[IndexKey.RUNS])  # the seed every arm ran (harness/cli/demo.py)
     runs = {r[RunKey.ARM]: r for r in index[IndexKey.RUNS] if r[RunKey.SEED] == first}

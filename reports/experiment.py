@@ -135,7 +135,6 @@ class Run:
     def report_data(self):
         """Per-report statistics for the paired bootstrap over test reports (reports/bootstrap.py), or None
         when the eval stage wrote no per-report outputs."""
-
         path = self.predictions_path
         return report_data_from_rows(read_jsonl(path), str(path)) if path else None
 

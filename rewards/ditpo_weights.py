@@ -118,7 +118,6 @@ def fit_idf(reports: Iterable[str]) -> dict[str, float]:
 
 def default_diagnostic_terms() -> frozenset[str]:
     """The rule labeler's finding and device trigger stems (`rewards.chexpert.diagnostic_terms`)."""
-
     return diagnostic_terms()
 
 

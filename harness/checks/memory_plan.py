@@ -92,7 +92,6 @@ def vision_block_bytes(config, lora_r: int, dropout: bool, trains_lora: bool, ac
 def model_config(cfg):
     """The Qwen2.5-VL config of cfg.model: model.path's config.json when it is a folder holding one, else the
     published shape of the preset."""
-
     path = cfg.model.path
     if path and (Path(path) / "config.json").is_file():
         # lazy: start-up cost (transformers)

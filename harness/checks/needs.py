@@ -83,7 +83,6 @@ def _reward_needs(spec: object, key: str) -> list[Need]:
 def _base_need(cfg: RunConfig) -> list[Need]:
     """The base model a model stage loads, unless it starts from a stage's model (whose spec names its base,
     checked with it) or is the tiny preset's (stage 0 builds it); `model.path` set beside init_from is loaded too."""
-
     if cfg.init_from:
         return [Need("base_model", str(cfg.model.path), "model.path", cfg.model.path)] if cfg.model.path else []
     path = cfg.model.path or (None if cfg.model.preset == "tiny" else get_preset(cfg.model.preset).default_path)

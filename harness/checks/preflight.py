@@ -113,7 +113,6 @@ MEDICAL_MAE_SOURCE = ("Medical-MAE's ViT-B/16 weights (vit-b_CXR_0.5M_mae_CheXpe
 def check_classifier_start(cfg: RunConfig) -> None:
     """classifier.pretrained_path: present and a readable checkpoint (its layout is checked when the model is built,
     still before the run folder opens)."""
-
     c = cfg.classifier
     path = Path(c.pretrained_path)
     if path.is_dir():  # a classifier folder (IU-Xray starts from MIMIC-CXR's: a study's `upstream`)
@@ -140,7 +139,6 @@ def check_classifier_precision(cfg: RunConfig) -> None:
 def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) -> None:
     """The out folder can hold this stage's run: not under a file, not another stage's or config's run (unless
     --restart), not held by another live process. Reads only."""
-
     path = Path(cfg.out_dir)
     restart = runstate.restart_requested() if restart is None else restart
     runstate.check_out_dir(path)
@@ -176,21 +174,18 @@ def check_device(cfg: RunConfig) -> None:
 
 def _preset_path(cfg: RunConfig) -> str | None:
     """The base model of a preset without model.path (None for the tiny one: stage 0 builds it)."""
-
     preset = get_preset(cfg.model.preset)
     return None if preset.name == "tiny" else preset.default_path
 
 
 def check_base_model(path: str | None, key: str) -> None:
     """A base model's folder (a hub id only when it is in the local Hugging Face cache: nothing is downloaded)."""
-
     if path and (Path(path).exists() or _is_hub_id(str(path))):  # a missing local folder: the loader says so,
         check_base_folder(local_model_folder(path, key), key)     # after the data checks, before any write
 
 
 def check_classifier_dir(path: str, key: str) -> None:
     """The folder `regbench classifier train` wrote: classifier.json readable and complete, weights present."""
-
     if not Path(path).is_dir():
         raise ConfigError(f"'{key}' = '{path}': folder not found (the folder written by `regbench classifier "
                           "train`, e.g. RUN/classifier)")
@@ -203,7 +198,6 @@ def check_classifier_dir(path: str, key: str) -> None:
 def check_stage_model(path: str | Path, key: str) -> None:
     """A stage's model folder (spec.json + its weights in any checkpoint format), and the base folder its spec
     names."""
-
     p = Path(path)
     if not p.is_dir():
         raise ConfigError(f"'{key}' = '{path}': folder not found (a stage's RUN/model folder)")

@@ -55,7 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
 def error_line(e: BaseException) -> str:
     """One line for any error: the message (which names the file/key/value and what to do), its first line if
     it has several; errors that are not ours also say their type."""
-
     text = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
     if isinstance(e, DiskFullError):
         return " ".join(e.strerror.split()) if e.strerror else text

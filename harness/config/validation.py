@@ -246,7 +246,6 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
 
 def _check_trackers(cfg: RunConfig, need) -> None:
     """train.report_to: known tracker names ("none" alone), and W&B installed when it is asked for."""
-
     try:
         names, problem = tracker_names(cfg.train.report_to), None
     except ValueError as e:

@@ -97,7 +97,6 @@ def check_plan_needs(plan, selected: list[tuple[str, int]]) -> None:
     that needs CheXbert, or an RL validation that needs RadGraph, is refused before the hours of the stages
     that come first. Runs already complete are not checked; `classifier.dir` is left to the SFT run (in a plan
     it is the classifier run's output, which does not exist yet)."""
-
     chosen = set(selected)
     for node in plan.nodes.values():
         if node.kind not in (*STAGES, "eval") or not chosen & set(node.users) or node_done(node):
@@ -139,7 +138,6 @@ def rebuild_index(study: Study, out: str | Path, *, stages_dir: str | Path | Non
     lock), the index is never stale; a run still not complete keeps the failure or pruning an earlier index
     recorded for it, or the one `outcomes` gives for its arm ({arm: (failed or pruned, why)}: a search's trials
     as its storage records them)."""
-
     plan = build_plan(study, Path(out), with_recorded_seeds(Path(out), None), stages_dir)
     for n in plan.nodes.values():
         if node_done(n):

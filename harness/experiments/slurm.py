@@ -315,7 +315,6 @@ class SlurmExperimentRun(LocalExperimentRun):
 def _drop_other_hosts(run_dir: Path) -> None:
     """A stage run's lock lines of other hosts, left by a job that no longer runs (the runner saw it end): the
     lock trusts a holder it cannot check, so the resubmitted job, maybe on another node, would be refused."""
-
     lock = run_dir / LOCK_NAME
     holders = read_holders(lock)
     keep = [h for h in holders if h.host == HOST]
@@ -329,7 +328,6 @@ def _drop_other_hosts(run_dir: Path) -> None:
 
 def experiment_status(out: str | Path) -> str:
     """The runs of an experiment folder with each stage's status and, for Slurm jobs, their queue state."""
-
     out = Path(out)
     index_path = out / INDEX_FILE
     if not index_path.is_file():

@@ -89,7 +89,6 @@ def rendezvous_launcher(launcher: str, env) -> str:
 def _join_stage(kind: str, config: dict, launcher: str, rank: int) -> None:
     """Task `rank` > 0 of a multi-node job: the stage's torchrun agent of this node, its output in
     launch.node<rank>.log; a stop signal is passed on to it as task 0's is."""
-
     try:
         launch_stage(kind, from_dict(RunConfig, config), launcher, log_name=f"launch.node{rank}.log")
     except preemption.Preempted:

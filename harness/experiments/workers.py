@@ -35,7 +35,6 @@ from harness.runs.records import atomic_write_text
 def acquire_lock(run_dir: Path) -> str | None:
     """Mark a stage run as being executed by this runner (harness/runs/lock.py); None, or why another live process
     holds it. The stage itself, in a worker or under a launcher, joins the lock as a co-holder."""
-
     try:
         acquire(run_dir)
     except RunLocked as e:
@@ -147,8 +146,6 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str, log_name: str = "laun
     The launcher dies with this process (parent-death signal), and its ranks with the launcher (they run
     harness.cli, which sets the same signal when DIE_WITH_PARENT_ENV is set): kill -9 of the runner leaves no
     rank writing the run folder."""
-
-
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "launch_config.yaml"
@@ -185,7 +182,6 @@ def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
                  launcher: str | None = None) -> dict:
     """Run one node; never raises an Exception (the error and traceback come back in the result, with the exit
     status of a launched stage as `returncode`)."""
-
     t0 = time.time()
     try:
         with scope():  # the run folders the stage locked are given back when it ends (workers run many)

@@ -164,7 +164,6 @@ def model_settings(cfg) -> dict:
     """What a stage model records about its model besides the base folder: preset, image size, dtype,
     attention, and `base_id`, the hub id the base stands for (`model.path` when it is a hub id, else the
     preset's; a local `model.path` is taken for a copy of the preset's model; None for the tiny preset)."""
-
     preset = get_preset(cfg.model.preset)
     path = cfg.model.path
     base_id = path if path and not Path(path).exists() and _is_hub_id(path) else preset.default_path
@@ -195,7 +194,6 @@ def save_stage_model(model, out_dir: str | Path, base_path: str | Path, stage: s
     Crash-consistent (harness/runs/durable.py): the folder is written beside `out_dir` (`<name>.tmp`), every
     file and the folder fsynced, then renamed into place; a full disk names the file and the size needed and
     leaves no temporary folder (an earlier `out_dir` stays as it was)."""
-
     final = Path(out_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
     out = final.with_name(final.name + ".tmp")

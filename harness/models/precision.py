@@ -21,7 +21,6 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 def base_dtype(model: nn.Module) -> torch.dtype:
     """The dtype of the frozen base (that of its input embeddings, which never train in stages 1-3)."""
-
     return unwrap(model).get_input_embeddings().weight.dtype
 
 

@@ -50,7 +50,6 @@ def deepspeed_plugin(config: str | Path | dict):
     accelerate turns DeepSpeed on only when ACCELERATE_USE_DEEPSPEED is set (as `accelerate launch
     --use_deepspeed` does), and never with `Accelerator(cpu=True)`; on a CPU-only machine set DS_ACCELERATOR=cpu
     (DeepSpeed's CPU accelerator, gloo) and leave `cpu` False."""
-
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read when deepspeed is first imported
     reason = unavailable()

@@ -113,7 +113,6 @@ def stop_agreed(dist=None) -> bool:
 
 def record(run_dir: str | Path, stage: str, step: int | None, checkpoint: str | Path | None = None) -> int:
     """Append this preemption to the run folder's preemptions.jsonl (fsynced); how many it now lists."""
-
     path = Path(run_dir) / PREEMPTIONS_FILE
     row = {"stage": stage, "step": step, "signal": requested(), "pid": os.getpid(),
            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "checkpoint": str(checkpoint) if checkpoint else None}
@@ -123,7 +122,6 @@ def record(run_dir: str | Path, stage: str, step: int | None, checkpoint: str | 
 
 def count(run_dir: str | Path) -> int:
     """How often the run in `run_dir` was preempted (the lines of its preemptions.jsonl)."""
-
     return len(read_jsonl(Path(run_dir) / PREEMPTIONS_FILE))
 
 

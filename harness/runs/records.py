@@ -283,7 +283,6 @@ class RunDir:
     def clear_logs(self) -> None:
         """A run that starts from zero (no checkpoint) keeps no rows of an earlier, interrupted try (nor its trackers'
         folders: harness/runs/trackers.py)."""
-
         for name in LOG_FILES:
             (self.path / name).unlink(missing_ok=True)
         folders = [self.path / TB_DIR, self.path / WANDB_DIR]

@@ -68,7 +68,6 @@ def tensorboard_dir(run_dir: str | Path, tb_dir: str | Path | None = None) -> Pa
 
 def _image_array(image):
     """An image as HxWxC uint8 (the first view of a list of views)."""
-
     if isinstance(image, list | tuple):
         image = image[0] if image else None
     if image is None:

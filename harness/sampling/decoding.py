@@ -107,7 +107,6 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
         new = seqs[:, batch["input_ids"].shape[1]:]
         out.extend(t.strip() for t in tok.batch_decode(new, skip_special_tokens=True))
     if backend == "vllm":  # the engine's memory back to training (generation.vllm_sleep_level)
-
         sleep_engines()
     model.train(was_training)
     return out

@@ -43,7 +43,6 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     `dedupe_images` None = on the CPU (with grad or without) unless the model is in train mode (dropout).
     `memo` + `image_keys` (a frozen pass, no grad): features of images the memo holds are read from it, where
     images are deduplicated (harness/sampling/feature_memo.py). Runs under the caller's autocast."""
-
     hf = unwrap(model)
     # An index tensor, not the int: see harness/models/logit_positions.py (one lm_head copy per row otherwise).
     keep = last_positions(logits_to_keep, input_ids.shape[1], input_ids.device)

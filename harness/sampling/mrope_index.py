@@ -44,7 +44,6 @@ def token_type_rope_index(get_rope_index=None) -> bool:
     grid_t = 1) are spaced by 1 where 4.57 puts them all at time 0 (huggingface/transformers#45325), and
     `rope_deltas` counts a row's real tokens, not its padded length (5.x then adds it to the count of real tokens
     so far where 4.57 adds it to the cache position: the same decode positions, `decode_positions` below)."""
-
     if get_rope_index is None:
         # lazy: start-up cost (transformers)
         from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel

@@ -285,7 +285,6 @@ def trial_outcomes(search: Search, study) -> dict[str, tuple[str, str]]:
 
 def _plan_error(search: Search, arm: Arm, out: Path, stages_dir: str | Path | None) -> str | None:
     """Why a trial's arm cannot be planned (its configs do not validate), or None. Planning writes nothing."""
-
     try:
         build_plan(experiment_study(search, [arm]), out, stages_dir=stages_dir)
     except ConfigError as e:

@@ -141,7 +141,6 @@ def before_sample_key(cfg, before: Path, ids: list[str], group_size: int, seed: 
 
 def _free_memory(device: str) -> None:
     """Release the policy just used before the next one loads (a 7B model twice does not fit everywhere)."""
-
     gc.collect()
     if device.startswith("cuda"):
         # lazy: start-up cost (torch)
@@ -154,7 +153,6 @@ def _score(names: list[str], candidates: list[str], references: list[str], group
            output_format: str = "plain") -> dict[str, np.ndarray]:
     """Each reward of `names` on the candidates; a think_report model's candidates are scored as the RL reward
     scores them (harness/output_format.py: reward_inputs, the <report> part for a clinical reward)."""
-
     refs = [r for r in references for _ in range(group_size)]
     return {n: compute_reward(n, reward_inputs(n, candidates, output_format), refs).reshape(len(references), group_size)
             for n in names}

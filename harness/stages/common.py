@@ -42,7 +42,6 @@ def ensure_phantom(out_dir: Path, n: int, seed: int, image_size: int, progress: 
                    splits: tuple[str, ...] | None = None, report_variation: str = "none") -> Path:
     """Synthesize the phantom set (only `splits`' studies when given) into `out_dir` unless it is already there;
     returns annotation.json."""
-
     ann = out_dir / "annotation.json"
     if ann.is_file():
         return ann
@@ -63,7 +62,6 @@ def ensure_test_split(cfg: RunConfig, progress: bool = True) -> Path:
 def load_splits(cfg: RunConfig, progress: bool = True, only: str | None = None) -> dict:
     """{split: [Sample]} for the configured data set (synthesizing the phantom set on first use). `only="test"`:
     just the test split (on the phantom set, its studies alone are drawn when the whole set is not there)."""
-
     d = cfg.data
     phantom = d.dataset == "phantom" and d.annotation is None
     if phantom and only == "test":
@@ -113,7 +111,6 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
     config (harness/runs/state.py; `restart` discards what it holds instead). A new or resumed run gets a fresh
     manifest, a completed one is left as it is; a run with no checkpoint starts from zero, so its logs are
     emptied (a rerun never appends to the rows of an interrupted or failed try)."""
-
     path = Path(cfg.out_dir)
     restart = runstate.restart_requested() if restart is None else restart
     runstate.check_out_dir(path)

@@ -32,7 +32,6 @@ from rewards.radgraph import check_radgraph_files, radgraph_available, radgraph_
 
 def clinical_scores(cfg: RunConfig, hyps: list[str], refs: list[str]) -> dict:
     """Offline entity F1 always; RadGraph F1 when its weights are present (else marked missing, never replaced)."""
-
     out = {"entity_f1": float(np.mean(entity_f1(hyps, refs)))}
     if cfg.eval.radgraph == "off":
         return out
@@ -73,7 +72,6 @@ def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_label
     rescores resamples from: per-report NLG statistics (`nlg`, harness.evaluation.nlg_report_scores), both label
     vectors (null = not mentioned), entity F1; on the phantom also the gold reader's labels (`gold_labels`) and
     the image truth (`present`)."""
-
     refs = [s.report for s in samples]
     entity = entity_f1(hyps, refs)
     rows = [{"id": s.id, "reference": s.report, "generated": h, "instruction": ins, "nlg": nlg[s.id],
@@ -110,7 +108,6 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     instructions = instructions_for(cfg, samples, spec)
     images = load_images(samples, cfg.model.image_size, cache_dir=eval_pixel_dir(cfg, split))
     if cfg.generation.backend == "vllm":  # sized by this split's prompts (harness/sampling/vllm_rollout.py)
-
         start_engine(model, processor, cfg.generation, [(images, instructions, cfg.generation.max_new_tokens)],
                      seed=cfg.seed)
     outputs = generate_reports(model, processor, images, instructions,

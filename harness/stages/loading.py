@@ -55,7 +55,6 @@ def load_for_stage(cfg: RunConfig, progress: bool = True):
 
 def enable_gradient_checkpointing(model) -> None:
     """transformers' non-reentrant checkpointing (works with a frozen base: no input grads needed)."""
-
     unwrap(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
@@ -82,7 +81,6 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     plan builds it as a node of its own, and `regbench train` in one explicit call before the stage
     (harness/cli/stage_commands.py: prepare_base), so a stage's seeded RNGs never depend on whether stage 0
     ran first; a stage that finds no base says how to build it (base_path)."""
-
     check_names(cfg, stage)  # names and input folders first: a typo must not cost a model load or a stage 0
     check_scorers(cfg, stage)  # the scorers' weights: RL's first validation must not find them missing
     check_inputs(cfg, stage)
@@ -130,7 +128,6 @@ def probe_user_reward(cfg: RunConfig, samples) -> None:
     """A reward from the user's code (`rl.reward=module:function`, alone or in a weighted sum) called on a probe
     batch of the training references before the model loads: one that raises, or returns something other than one
     finite number per candidate, is refused naming the reward and the error, with nothing written."""
-
     try:
         probe_reward(cfg.rl.reward, [s.report for s in samples[:4]])
     except (RewardFailed, ValueError, TypeError) as e:

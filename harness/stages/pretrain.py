@@ -52,7 +52,6 @@ def findings_answer(labels) -> str:
 
 def with_findings_task(data: LMData, samples, fraction: float, seed: int) -> LMData:
     """Append `fraction * len(data)` "list the findings" examples (random samples, seeded)."""
-
     k = int(round(fraction * len(samples)))
     if k <= 0:
         return data
@@ -80,8 +79,6 @@ def with_hint_task(data: LMData, samples, fraction: float, seed: int, instructio
     A real LVLM already follows instructions that name findings; the tiny base learns it here, from hints
     that are right most of the time but not always, so it still has to look at the image.
     """
-
-
     k = int(round(fraction * len(samples)))
     if k <= 0:
         return data
@@ -132,7 +129,6 @@ def stage0_run(cfg: RunConfig, path: Path, out: Path) -> RunDir:
     """Stage 0's records, mirrored into the trackers of `train.report_to` like every stage's: named `stage0/<base
     key>`, with a study's labels when the experiment runner wrote them beside the base (harness/experiments/
     tracker_labels.py)."""
-
     info = {"stage": "pretrain", "config": to_dict(cfg), "project": cfg.train.wandb_project,
             "name": f"stage0/{out.name}", **read_labels(path, labels_beside(out))}
     return RunDir(path, trackers=tracker_names(cfg.train.report_to), tracker_info=info)

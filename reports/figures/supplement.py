@@ -71,7 +71,6 @@ def distinct_policy_seeds(exp: Experiment, kind: str, arm: str, policy: str) -> 
 def alignment_stats(exp: Experiment, arm: str | None = None) -> dict:
     """{policy: {seed: sign_alignment(...)}} of the arm's analysis_sign-alignment.json files, recomputed from the
     stored rewards with the current definitions (reports/analyses.py) where the file holds them."""
-
     arm = arm or analysis_arm(exp, "sign-alignment")
     out: dict = {}
     for run, d in (_analyses(exp, "sign-alignment", arm) if arm else []):
@@ -100,7 +99,6 @@ def alignment_values(exp: Experiment, arm: str | None = None) -> dict:
 def fig_a3_alignment(exp: Experiment, out_dir, arm: str | None = None) -> list[Path] | None:
     """Supp. A.3: P_sign and P_top1 before / after RL (mean over seeds, 95% bootstrap interval), with the
     published values as markers."""
-
     arm = arm or analysis_arm(exp, "sign-alignment")
     vals = alignment_values(exp, arm)
     if not vals:

@@ -155,7 +155,6 @@ def compose_report(case: Case, rng: np.random.Generator, cfg: PhantomConfig | No
         state(_SECTION_OF[name], _pick(rng, NORMAL[(name,)]), (name,), NEGATIVE)
     lines = [s for section in sections for s in section]
     if cfg.report_variation != "none":  # drawn after the plain report: "none" stays byte-identical
-
         statements = [[(kinds[s][0], s, kinds[s][1]) for s in section] for section in sections]
         lines = vary_report(statements, case, rng, cfg.report_variation)
     text = clean_report(". ".join(lines) + ".", "iu_xray")

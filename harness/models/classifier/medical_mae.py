@@ -88,7 +88,6 @@ def medical_mae_state(model: nn.Module, state: dict[str, torch.Tensor], path: st
 def load_medical_mae(model: nn.Module, path: str | os.PathLike[str]) -> dict[str, list[str]]:
     """Load a Medical-MAE checkpoint file into `model` (see the module doc); returns the report of
     `medical_mae_state`. Every tensor of the model except the reported "initialised" ones comes from the file."""
-
     state = read_state_dict(path, allow_namespace=True)
     kept, report = medical_mae_state(model, state, path)
     result = model.load_state_dict(kept, strict=False)

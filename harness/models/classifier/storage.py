@@ -81,7 +81,6 @@ def load_classifier(
     directory: str | os.PathLike[str], device: str | torch.device = "cpu"
 ) -> tuple[nn.Module, ClassifierConfig, np.ndarray]:
     """Rebuild the classifier saved by `save_classifier`; returns (frozen model, config, thresholds [14])."""
-
     root = Path(directory)
     cfg, thresholds = read_classifier_meta(root)
     # The saved weights replace everything; do not reload (or require) the original pretrained checkpoint.

@@ -162,7 +162,6 @@ def train_classifier(
     Returns {"train_loss": [...], "val_loss": [...], "best_epoch": int, "best_val_loss": float | None}, with
     "val_mean_auc" and "best_val_mean_auc" added when cfg.select is "mean_auc".
     """
-
     if len(train_x) != len(train_y):
         raise ValueError(f"train_x has {len(train_x)} rows but train_y has {len(train_y)}")
     if (val_x is None) != (val_y is None):
