@@ -10,8 +10,16 @@ import re
 from typing import Any
 
 from harness.config.names import CLASSIFIER_PRETRAINED_FORMATS as PRETRAINED_FORMATS
+from harness.config.names import (
+    CLASSIFIER_SCHEDULERS,
+    COSINE_SCHEDULERS,
+    DEEPSPEED_WARMUP_TYPES,
+    SCHEDULERS,
+    WARMUP_TYPES,
+    signal_numbers,
+    tracker_names,
+)
 from harness.config.names import CLASSIFIER_SELECTIONS as SELECTIONS
-from harness.config.names import signal_numbers, tracker_names
 from harness.config.presets import PRESETS
 from harness.config.rl import RLConfig
 from harness.config.run import RunConfig
@@ -258,9 +266,6 @@ def _check_trackers(cfg: RunConfig, need) -> None:
 def _check_schedule(cfg: RunConfig, need) -> None:
     """train.scheduler and its warm-up / cosine fields (harness/schedule.py): known names, ratios in [0, 1], and no
     field set that the chosen schedule would ignore."""
-    # lazy: SCHEDULERS is another import in another function of this module
-    from harness.config.names import COSINE_SCHEDULERS, DEEPSPEED_WARMUP_TYPES, SCHEDULERS, WARMUP_TYPES
-
     t = cfg.train
     need(t.scheduler in SCHEDULERS, "train.scheduler", t.scheduler, f"must be {', '.join(SCHEDULERS)}")
     need(t.warmup_type in WARMUP_TYPES, "train.warmup_type", t.warmup_type, f"must be {', '.join(WARMUP_TYPES)}")
@@ -339,9 +344,6 @@ def _check_ranges(cfg: RunConfig, need) -> None:
 
 def _check_classifier_recipe(cfg: RunConfig, need) -> None:
     """The classifier's loading format, layer decay, schedule, clipping and selection (ClassifierConfig's rules)."""
-    # lazy: SCHEDULERS is another import in another function of this module
-    from harness.config.names import CLASSIFIER_SCHEDULERS as SCHEDULERS
-
     c = cfg.classifier
     need(c.pretrained_format in PRETRAINED_FORMATS, "classifier.pretrained_format", c.pretrained_format,
          f"must be one of {', '.join(PRETRAINED_FORMATS)}")
@@ -354,7 +356,8 @@ def _check_classifier_recipe(cfg: RunConfig, need) -> None:
          "needs a ViT (the tiny CNN has no blocks): set it to null")
     need(c.drop_path == 0 or c.arch != "tiny_cnn", "classifier.drop_path", c.drop_path,
          "needs a ViT (the tiny CNN has no blocks): set it to 0")
-    need(c.scheduler in SCHEDULERS, "classifier.scheduler", c.scheduler, f"must be one of {', '.join(SCHEDULERS)}")
+    need(c.scheduler in CLASSIFIER_SCHEDULERS, "classifier.scheduler", c.scheduler,
+         f"must be one of {', '.join(CLASSIFIER_SCHEDULERS)}")
     need(c.scheduler != "warmup_cosine" or c.warmup_steps >= 1, "classifier.warmup_steps", c.warmup_steps,
          "must be >= 1 with classifier.scheduler warmup_cosine (DeepSpeed's WarmupCosineLR warms up)")
     need(c.schedule_steps is None or c.schedule_steps >= 1, "classifier.schedule_steps", c.schedule_steps,

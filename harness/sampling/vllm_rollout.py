@@ -50,6 +50,7 @@ import torch
 
 from harness.batching import prompt_text
 from harness.models.precision import base_dtype
+from harness.models.trainable import TOKEN_DELTA, unwrap
 from harness.sampling.vllm_plan import EngineSpec, engine_spec
 
 _ENGINES: dict[int, VLLMEngine] = {}
@@ -82,9 +83,6 @@ def engine_weights(model, *, full: bool = True) -> Iterator[tuple[str, torch.Ten
     from peft.tuners.lora import Linear as LoraLinear
     from peft.tuners.lora.layer import Conv3d as LoraConv3d
     from peft.tuners.trainable_tokens import TrainableTokensLayer
-
-    # lazy: unwrap is another import in another function of this module
-    from harness.models.trainable import TOKEN_DELTA, unwrap
 
     hf = unwrap(model)
     lora, tokens = {}, {}
@@ -225,9 +223,6 @@ def start_engine(model, processor, generation, prompt_sets: Sequence[tuple], *, 
     """Build the engine of `model` for a stage whose decodings are `prompt_sets` = [(images, instructions,
     max_new_tokens), ...] (vllm_plan.engine_spec), from the base folder `model_path` (default: the one the model
     was loaded from). Every process of a launch calls it at the same point (the engine's start is collective)."""
-    # lazy: unwrap is another import in another function of this module
-    from harness.models.trainable import unwrap
-
     device = next(model.parameters()).device
     require_vllm(device)
     path = model_path or unwrap(model).config._name_or_path

@@ -11,7 +11,16 @@ from harness.config import ConfigError
 from harness.runs.records import read_json
 from harness.runs.state import check_out_dir
 from harness.search.space import Search
-from harness.search.storage import HEARTBEAT, Heartbeat, retried_numbers, storage_url
+from harness.search.storage import (
+    DEFAULT_DB,
+    HEARTBEAT,
+    JOURNAL,
+    Heartbeat,
+    display,
+    open_storage,
+    retried_numbers,
+    storage_url,
+)
 
 # Trial attributes: why a proposed point was not run; the driver checked the point (its arm can be planned).
 INVALID_ATTR, SURPLUS_ATTR, CHECKED_ATTR = "invalid", "surplus", "regbench_checked"
@@ -51,9 +60,6 @@ def open_study(out: Path, search: Search | None = None, *, create: bool = True, 
     older folder's `<out>/optuna.journal`. `create` creates the study (named after the search) if need be."""
     # lazy: start-up cost (optuna)
     import optuna
-
-    # lazy: display is another import in another function of this module
-    from harness.search.storage import DEFAULT_DB, JOURNAL, display, open_storage
 
     out = Path(out)
     spec = storage or (search.storage if search else None)
@@ -110,9 +116,6 @@ def _identity(search: Search) -> dict:
 
 def _check_same_search(study, search: Search, url: str) -> None:
     """A study in a shared storage is one search: refuse a driver whose search differs, naming the keys."""
-    # lazy: display is another import in another function of this module
-    from harness.search.storage import display
-
     mine = _identity(search)
     theirs = study.user_attrs.get(SEARCH_ATTR)
     if theirs is None:
