@@ -25,7 +25,6 @@ from harness.models.checkpoint import (
 )
 from harness.models.classifier.model import read_state_dict
 from harness.models.classifier.storage import read_classifier_meta
-from harness.models.classifier.training import NO_NATIVE_BF16, native_cpu_bf16
 from harness.runs import lock as runlock
 from harness.runs import state as runstate
 from rewards.spec import check_reward
@@ -132,6 +131,9 @@ def check_classifier_start(cfg: RunConfig) -> None:
 def check_classifier_precision(cfg: RunConfig) -> None:
     """classifier.amp_bf16 on a CPU needs native bf16 (oneDNN would emulate it, slower than fp32); a GPU has it."""
     if cfg.classifier.amp_bf16 and model_device(cfg).type == "cpu":
+        # lazy: tests replace native_cpu_bf16 at its source, read at call time
+        from harness.models.classifier.training import NO_NATIVE_BF16, native_cpu_bf16
+
         if not native_cpu_bf16():
             raise ConfigError(NO_NATIVE_BF16)
 

@@ -9,7 +9,7 @@ from tqdm.auto import tqdm
 
 from harness.batching import encode_repeated, suppressed_token_ids
 from harness.models.precision import autocast_for
-from harness.sampling.vllm_rollout import require_vllm, sleep_engines, vllm_sequences
+from harness.sampling.vllm_rollout import sleep_engines
 
 # generation.backend: "hf" = transformers' `generate`; "lean" = harness/sampling/lean_decode.py (the same tokens);
 # "fused" = the lean loop with harness/sampling/fused_step.py's decode step when sampling (fewer ops, float rounding
@@ -51,6 +51,9 @@ def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: in
                              eos_token_id=eos_token_id, fused=backend == "fused" and do_sample,
                              image_keys=image_keys, memo=memo if image_keys is not None else None)
     if backend == "vllm":
+        # lazy: tests replace require_vllm at its source, read at call time
+        from harness.sampling.vllm_rollout import require_vllm, vllm_sequences
+
         require_vllm(batch["input_ids"].device)
         if prompts is None or num_return_sequences != 1:
             raise ValueError("generation.backend=vllm decodes from the prompts: pass prompts=(processor, images, "
