@@ -50,7 +50,7 @@ def test_the_parts_import_each_other_without_a_circle():
 def test_a_module_in_the_wrong_package_makes_a_circle(tmp_path):
     # a check that reads the experiment runner, while the runner runs the checks: the package-level circle
     files = {"harness/__init__.py": "", "harness/checks/__init__.py": "", "harness/experiments/__init__.py": "",
-             "harness/checks/doctor.py": "from harness.experiments.plan import x\n",
+             "harness/checks/preflight.py": "from harness.experiments.plan import x\n",
              "harness/checks/needs.py": "", "harness/experiments/plan.py": "",
              "harness/experiments/run.py": "def f():\n    from harness.checks.needs import y\n"}
     for name, text in files.items():
