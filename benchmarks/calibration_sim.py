@@ -27,7 +27,7 @@ Routes (analyses at these seed counts; "until decided" stops at the first analys
 - every n to 20: an analysis after every seed from 2 to 20 (the anytime rule's worst case over n <= 20; any route
   within 20 seeds reads a subset of it).
 
-The anytime rule comes from harness/decisions.py (`anytime_path`, `mixture_t_crit`, the same functions the rule
+The anytime rule comes from harness/stats/decisions.py (`anytime_path`, `mixture_t_crit`, the same functions the rule
 decides with); the fixed_n rule is the paired t / TOST of `decide_family`, vectorised here (tests check both
 against decide_family row by row).
 """
@@ -43,7 +43,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import nct, t
 
-from harness.decisions import anytime_path, look_levels, mixture_t_crit
+from harness.stats.anytime import anytime_path, mixture_t_crit
+from harness.stats.fixed_n import look_levels
 
 ALPHA = 0.05
 SD_TRAIN, SD_REPORT, N_REPORTS = 0.02, 0.25, 300
@@ -129,7 +130,7 @@ def fixed_outcome(d: np.ndarray, level, delta: float = DELTA) -> np.ndarray:
 
 
 def about_n_fixed(d: np.ndarray, delta: float = DELTA) -> np.ndarray:
-    """The fixed-n rule's "about N seeds" after 5 seeds, per row (harness/decisions.py `_seeds_needed`: power 0.8
+    """The fixed-n rule's "about N seeds" after 5 seeds, per row (harness/stats/decisions.py `_seeds_needed`: power 0.8
     at the measured |mean| / sd, or the TOST margin inside delta), searched up to MAX_N (MAX_N when none)."""
     grid = np.arange(6, MAX_N + 1)
     mean, sd = np.abs(d[:, :5].mean(axis=1)), d[:, :5].std(axis=1, ddof=1)

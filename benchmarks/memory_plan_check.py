@@ -1,4 +1,5 @@
-"""The memory plan's activation model (harness/memory_plan.py) against measured peaks at the 7B's widths (issue 43).
+"""The memory plan's activation model (harness/checks/memory_plan.py) against measured peaks at the 7B's widths
+(issue 43).
 
 A Qwen2.5-VL with the published 7B widths (benchmarks/qwen_shapes.py: text hidden 3584, MLP 18944, 28 heads / 4
 key-value heads; vision hidden 1280, MLP 3420, 16 heads) but 1-2 decoder layers and 1-2 vision blocks, the
@@ -20,7 +21,7 @@ fp32 merger (44.6M parameters at 7B) exist and the activations are gone.
     PYTHONPATH=$PWD python benchmarks/memory_plan_check.py            # the table of RESULTS.md (~5 CPU-min)
     PYTHONPATH=$PWD python benchmarks/memory_plan_check.py --child 2 1 1 0.1 0   # LAYERS BLOCKS BATCH DROPOUT GC
 
-Never part of the test suite (tests/harness/test_memory_plan.py runs a small measured case with a loose bound).
+Never part of the test suite (tests/harness/checks/test_memory_plan.py runs a small measured case with a loose bound).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def predictions(row: dict) -> dict:
     """Per-layer / per-block bytes the plan predicts for the batch of `row` (CPU dropout mask)."""
     from transformers import Qwen2_5_VLConfig
 
-    from harness.memory_plan import MASK_BYTES, text_layer_bytes, vision_block_bytes
+    from harness.checks.memory_plan import MASK_BYTES, text_layer_bytes, vision_block_bytes
 
     config = Qwen2_5_VLConfig(**row["config"])
     drop = row["dropout"] > 0

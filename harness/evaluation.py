@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import threading
 from collections.abc import Iterable, Mapping
 
@@ -38,6 +39,7 @@ import numpy as np
 
 from harness.coco_scores import bleu_statistics, cider_d, corpus_bleu, rouge_l
 from harness.constants import BLEU_COUNT_KEYS, NUM_OBSERVATIONS, OBSERVATIONS
+from rewards.chexbert import label_reports_chexbert
 
 NLG_METRICS: tuple[str, ...] = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
 NLG_KEYS: tuple[str, ...] = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "CIDEr")
@@ -247,8 +249,7 @@ class _MeteorService:
             _INHERITED_SCORERS.append(self._scorer)
             self._scorer, self._owner_pid = None, None
         if self._scorer is None:
-            import shutil
-
+            # lazy: start-up cost (pycocoevalcap)
             from pycocoevalcap.meteor.meteor import Meteor
 
             if shutil.which("java") is None:
@@ -359,9 +360,8 @@ def _safe_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
 def label_with(backend: str, reports: list[str], chexbert_mode: str = "paper") -> np.ndarray:
     """[N, 14] labels from the chosen CE backend (1 pos, 0 neg, -1 uncertain, nan blank)."""
     if backend == "chexbert":
-        from rewards.chexbert import label_reports_chexbert
-
         return label_reports_chexbert(reports, mode=chexbert_mode)
+    # lazy: tests replace label_reports at its source, read at call time
     from rewards.chexpert import label_reports
 
     return label_reports(reports)

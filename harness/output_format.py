@@ -36,6 +36,7 @@ import numpy as np
 
 from harness.constants import OBSERVATIONS
 from rewards.report_part import TAGS, extract_report, format_ok
+from rewards.spec import resolve_reward
 
 __all__ = [
     "FORMAT_HINT",
@@ -102,8 +103,6 @@ def reward_inputs(reward, texts: Sequence[str], fmt: str) -> list[str]:
     """The texts the reward `reward` (a registered name, `module:function` or a weighted mix, or the function one
     resolved to) scores: raw outputs for a reward with `scores_raw_text` (a mix extracts the parts itself) or a
     plain model, else their report parts."""
-    from rewards.spec import resolve_reward
-
     fn = reward if callable(reward) else None  # resolved once per run by the RL loop (harness/grpo/reward.py)
     if _check(fmt) == "plain" or getattr(fn or resolve_reward(reward), "scores_raw_text", False):
         return list(texts)

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.batching import instruction_text
-from harness.config import RunConfig
+from harness.checks.preflight import model_device
+from harness.config import ConfigError, RunConfig
 from harness.constants import OBSERVATIONS
+from harness.data.streaming import ClassifierImages, LazyViews
 from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba
+from harness.models.classifier.storage import META_FILE, WEIGHTS_FILE
 from harness.output_format import format_instruction
-from harness.preflight import model_device
 from harness.runs.records import kept_result
 
 if TYPE_CHECKING:
@@ -47,8 +49,6 @@ def load_images(samples, size: int, cache_dir=None):
     """Every view of each sample, padded to square and resized to size x size, decoded when a batch reads them
     (harness/data/streaming.py: memory flat in the data set's size); with `cache_dir`, decoded once and kept there
     as uint8 pixels for the next epochs (harness/data/pixel_cache.py)."""
-    from harness.data.streaming import LazyViews
-
     return LazyViews(samples, size, cache_dir=cache_dir)
 
 
@@ -96,6 +96,7 @@ def reference_labels(samples) -> np.ndarray:
         else:
             need.append(i)
     if need:
+        # lazy: tests replace label_reports at its source, read at call time
         from rewards.chexpert import label_reports
 
         out[need] = label_reports([samples[i].report for i in need])
@@ -105,8 +106,6 @@ def reference_labels(samples) -> np.ndarray:
 def classifier_inputs(samples, img_size: int, normalization: str = "imagenet", cache_dir=None):
     """The classifier's input: the first view of each study, preprocessed when a batch reads it (its decoded
     pixels kept in `cache_dir` for the next epochs when given)."""
-    from harness.data.streaming import ClassifierImages
-
     return ClassifierImages(samples, img_size, normalization, cache_dir=cache_dir)
 
 
@@ -124,8 +123,6 @@ def predicted_diseases(classifier_dir: str | Path, samples, device: str | torch.
     the classifier folder under a key of the classifier's files and of the samples in order with the bytes of the
     image the classifier reads, so a repeated call reads it: the same call, the same batches, the same numbers. A
     folder that cannot be written (a shared, read-only classifier) only means computing it each time."""
-    from harness.models.classifier.storage import META_FILE, WEIGHTS_FILE
-
     root = Path(classifier_dir)
     h = hashlib.sha256()
     for name in (WEIGHTS_FILE, META_FILE):
@@ -144,7 +141,7 @@ def predicted_diseases(classifier_dir: str | Path, samples, device: str | torch.
 
 
 def instructions_for(prompt, model, samples, spec: dict) -> list[str]:
-    """Prompts rebuilt the way a stage checkpoint was trained: with the classifier's predicted diseases (on the model
+    """Prompts rebuilt the way a stage model was trained: with the classifier's predicted diseases (on the model
     section's device) when its spec records a classifier (stage 2 onwards), plain otherwise. `prompt`, `model`: the
     run's PromptConfig and ModelConfig."""
     fmt = checkpoint_format(prompt.output_format, spec)
@@ -163,8 +160,6 @@ def checkpoint_format(output_format: str, spec: dict) -> str:
     (prompt.output_format, `output_format`): a think_report model scored as plain (or the reverse) would be scored
     on what it was not taught to write. A spec without the key is a plain model (written before the format
     existed)."""
-    from harness.config import ConfigError
-
     trained = spec.get("output_format", "plain")
     if spec and trained != output_format:
         raise ConfigError(f"prompt.output_format is '{output_format}' but the model was trained with "

@@ -71,6 +71,7 @@ def length_grouped_order(lengths: Sequence[int], batch_size: int, seed: int, epo
     samples of similar length: transformers' `get_length_grouped_indices` (the Trainer's `group_by_length`: a
     random permutation cut into mega-batches of up to 50 batches, each sorted by length, the longest sample
     first), drawn from the generator `epoch_order` uses. Less padding per batch, so less arithmetic on pads."""
+    # lazy: start-up cost (transformers)
     from transformers.trainer_pt_utils import get_length_grouped_indices
 
     if batch_size < 1:

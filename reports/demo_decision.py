@@ -1,6 +1,6 @@
 """The demo's decided verdict: its declared contrast (no KL vs constant KL, gold findings micro-F1 and BLEU-4) over
-the RL seeds both arms ran (harness/demo.py runs them on three seeds from one shared SFT model), under the
-decision rule of harness/decisions.py (reports/verdicts.py: paired t over seeds, Holm over the declared metrics,
+the RL seeds both arms ran (harness/cli/demo.py runs them on three seeds from one shared SFT model), under the
+decision rule of harness/stats/decisions.py (reports/verdicts.py: paired t over seeds, Holm over the declared metrics,
 better / worse / equivalent within +-delta / undecided), with each arm's KL to the SFT model at its tested step.
 """
 
@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from reports.demo_verdict import METRICS, selected_kl
+from reports.verdicts import study_verdicts
 
 _LABELS = dict(METRICS)
 
@@ -21,8 +22,8 @@ def _num(x: float) -> str:
 def decision_text(out: Path, labels: dict[str, str] | None = None) -> str:
     """Markdown lines: each declared contrast with n seeds, mean difference, the interval that decided, +-delta and
     the outcome word; then both arms' mean KL to the SFT model. Empty when the study declares no contrast."""
+    # lazy: tests replace load_experiment at its source, read at call time
     from reports.experiment import load_experiment
-    from reports.verdicts import study_verdicts
 
     exp = load_experiment(out)
     verdicts = study_verdicts(exp)

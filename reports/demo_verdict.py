@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.runs.records import read_json
+from harness.runs.schema import IndexKey, RunKey, StageKey
 from reports.bootstrap import paired_bootstrap, report_data_from_rows
 
 METRICS = (("gold_f1", "gold findings micro-F1 (gold reader vs image truth)"),
@@ -71,11 +73,8 @@ def contrast_text(arm_eval: Path, ref_eval: Path, arm_rl: Path, ref_rl: Path, ar
 def demo_verdict(out: Path, arm: str, arm_label: str, baseline: str, baseline_label: str) -> str:
     """The verdict of a finished demo folder: arm `arm` against arm `baseline` (the harness names them: the demo's
     no-KL arm and its study's baseline), read from the folder's index.json and run records."""
-    from harness.runs.records import read_json
-    from harness.runs.schema import IndexKey, RunKey, StageKey
-
     index = read_json(out / "index.json")
-    first = min(r[RunKey.SEED] for r in index[IndexKey.RUNS])  # the seed every arm ran (harness/demo.py)
+    first = min(r[RunKey.SEED] for r in index[IndexKey.RUNS])  # the seed every arm ran (harness/cli/demo.py)
     runs = {r[RunKey.ARM]: r for r in index[IndexKey.RUNS] if r[RunKey.SEED] == first}
     a, b = runs[arm], runs[baseline]
     return contrast_text(out / a[RunKey.EVAL_DIR], out / b[RunKey.EVAL_DIR],

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.constants import OBSERVATIONS
 from harness.runs.schema import ArmKey, IndexKey
 from reports.experiment import Experiment, read_jsonl
 
@@ -35,8 +36,6 @@ CLINICAL_REWARDS = ("radgraph_f1", "entity_f1", "chexpert_f1")
 
 
 def _observations() -> tuple[str, ...]:
-    from harness.constants import OBSERVATIONS
-
     return OBSERVATIONS
 
 
@@ -192,6 +191,7 @@ class Inversion:
 
 
 def _tau(a, b) -> float:
+    # lazy: start-up cost (scipy)
     from scipy.stats import kendalltau
 
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -249,6 +249,7 @@ def inversion_rows(inv: Inversion) -> list[list[str]]:
 
 def text_figure(title: str, blocks: list[tuple[str, str, str]], out_dir, name: str, width: int = 110):
     """A figure of text blocks (heading, body, colour), each body wrapped at `width` characters."""
+    # lazy: start-up cost (matplotlib, pandas)
     from reports.figures import plt, save_figure
 
     lines: list[tuple[str, str, bool]] = []

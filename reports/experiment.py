@@ -35,6 +35,7 @@ from harness.runs.schema import (
     StageKey,
     analysis_file,
 )
+from reports.bootstrap import report_data_from_rows
 
 
 def _read_json(path: Path) -> dict | None:
@@ -134,8 +135,6 @@ class Run:
     def report_data(self):
         """Per-report statistics for the paired bootstrap over test reports (reports/bootstrap.py), or None
         when the eval stage wrote no per-report outputs."""
-        from reports.bootstrap import report_data_from_rows
-
         path = self.predictions_path
         return report_data_from_rows(read_jsonl(path), str(path)) if path else None
 

@@ -81,6 +81,7 @@ def render_page(title: str, meta: list[str], sections: list[tuple[str, list[Tabl
 
 
 def write_page(path: str | Path, title: str, meta: list[str], sections) -> Path:
+    # lazy: tests replace atomic_write_text at its source, read at call time
     from harness.runs.records import atomic_write_text
 
     path = Path(path)

@@ -11,7 +11,7 @@ Three readings, from strictest to weakest:
    over the union, by the study's decide.rule, anytime by default, so repeating the comparison as seeds grow keeps
    alpha): for every arm and every metric the study's contrasts
    declare, OTHER - REFERENCE paired by seed (the i-th seed of --other-seeds with the i-th of --seeds; by default
-   the seeds complete in both), decided by harness/decisions.py over the family of (arm, metric) pairs, Holm
+   the seeds complete in both), decided by harness/stats/decisions.py over the family of (arm, metric) pairs, Holm
    across them, with the metric's delta (the smallest the study declares for it). "equivalent" for every pair is
    the calibrated form of "the option leaves the study's outcomes unchanged": each arm's score moves by less than
    the smallest difference the study cares about, with the error rates of that rule (a false "equivalent" for a
@@ -29,7 +29,7 @@ Three readings, from strictest to weakest:
    before equivalence, so "worse" (a difference found, possibly inside +-delta) and "equivalent" can both be
    true of one difference, and "undecided" contradicts nothing. Equal words
    are the strictest reading and the least informative one: a contrast whose interval lies near its +-delta lands
-   on either side when its runs are re-drawn, with or without an option (compare the reference study with itself
+   on either side when its runs are re-drawn, with or without an option (compare the first study with itself
    on other seeds, --seeds 0-4 --other-seeds 5-9, to see how often).
 
 Reads only run records (index.json and what it points to), as the rest of reports/.
@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.decisions import Contrast, Decision, decide_family, seed_check
+from harness.stats.decisions import Contrast, Decision, decide_family, seed_check
 from reports.experiment import Experiment, read_jsonl
 from reports.verdicts import Verdicts, study_verdicts
 
@@ -87,7 +87,7 @@ class OptionCheck:
     shifts: list[Decision]  # reading 2b, one per declared contrast (its own delta)
     verdicts: list[VerdictPair]  # reading 3 (empty when the study declares no contrasts)
     alpha: float
-    rule: str = "fixed_n"  # harness/decisions.RULES: readings 2 and 2b's rule (the study's decide.rule)
+    rule: str = "fixed_n"  # harness/stats/decisions.RULES: readings 2 and 2b's rule (the study's decide.rule)
     differences: tuple = ()  # per decision of effects + shifts, its per-seed differences (for the seed check)
 
 

@@ -154,6 +154,7 @@ def frontier_rewards(exp: Experiment) -> list[str]:
 
 
 def fig_frontier(exp: Experiment, out_dir: str | Path) -> list[Path] | None:
+    # lazy: start-up cost (matplotlib, pandas)
     from reports.figures import COLORS, plt, save_figure
 
     if not has_gold(exp):

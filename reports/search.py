@@ -64,9 +64,11 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 
 def _save_plot(plot, study, path: Path, size: tuple[float, float] = (7.0, 4.5), **kwargs) -> bool:
+    # lazy: start-up cost (matplotlib)
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: start-up cost (matplotlib)
     import matplotlib.pyplot as plt
 
     with warnings.catch_warnings():
@@ -86,6 +88,7 @@ def _save_plot(plot, study, path: Path, size: tuple[float, float] = (7.0, 4.5), 
 def build_search_report(out: str | Path, study, dest: str | Path | None = None) -> Path:
     """Write the search report of `out` (a `regbench search run` folder) from its search.json and its
     optuna.Study, which the caller opened (harness/cli/search_commands.py); returns the report folder."""
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
     from optuna.visualization import matplotlib as ovm
 

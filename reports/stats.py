@@ -52,6 +52,7 @@ def _check_level(level: float) -> None:
 
 def t_interval(values: Sequence[float] | np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
     """Student-t interval of the mean of the finite values (NaN bounds for n < 2)."""
+    # lazy: start-up cost (scipy)
     from scipy.stats import t
 
     _check_level(level)
@@ -108,6 +109,7 @@ def sign_flip_pvalue(d: Sequence[float] | np.ndarray, max_exact: int = 20, n_ran
 
 def _scipy_ttest_rel():
     try:
+        # lazy: start-up cost (scipy)
         from scipy.stats import ttest_rel
     except ImportError:  # pragma: no cover - scipy is a dependency; the fallback keeps the tables usable
         return None
@@ -190,6 +192,7 @@ def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
 
 def mdd_paired_t(n: int, sd: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """Minimum detectable mean difference of a two-sided paired t-test over n pairs (module docstring)."""
+    # lazy: start-up cost (scipy)
     from scipy.optimize import brentq
     from scipy.stats import nct, t
 
@@ -213,6 +216,7 @@ def mdd_paired_t(n: int, sd: float, alpha: float = ALPHA, power: float = POWER) 
 
 def mdd_normal(se: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """(z_{1-alpha/2} + z_power) * se: the large-sample minimum detectable difference."""
+    # lazy: start-up cost (scipy)
     from scipy.stats import norm
 
     if not math.isfinite(se):

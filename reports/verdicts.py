@@ -1,5 +1,5 @@
 """The verdict of a study: its declared primary contrasts (study file `contrasts:`), each decided by the rule of
-harness/decisions.py over the seeds' paired test differences, as better / worse / equivalent / undecided.
+harness/stats/decisions.py over the seeds' paired test differences, as better / worse / equivalent / undecided.
 
 Only declared contrasts get a decision word. A study's `decide:` sets the rule (anytime, the default: valid however
 seeds were added; or fixed_n: valid only if the seeds or looks were fixed in advance), alpha, the planned looks of
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.decisions import Contrast, Decision, decide_family, seed_check
+from harness.stats.decisions import Contrast, Decision, decide_family, seed_check
 from reports.experiment import Experiment
 
 
@@ -25,7 +25,7 @@ class Verdicts:
     spending: str
     look: int | None          # the look the decisions were taken at (sequential), None for fixed n
     seeds: dict[tuple[str, str], list[int]]  # (arm, baseline) -> the shared seeds the differences come from
-    rule: str = "anytime"  # harness/decisions.RULES
+    rule: str = "anytime"  # harness/stats/decisions.RULES
     flags: dict = None  # Contrast -> seed_check phrase (a seed distribution outside the normal assumption)
 
 
@@ -100,7 +100,7 @@ def guarantee(v: Verdicts) -> str:
     """Which guarantee the outcomes have (issue 48)."""
     if v.rule == "anytime":
         return ("anytime-valid: the error rates hold however and whenever seeds were added, including seeds added "
-                "after looking (a t-mixture confidence sequence; harness/decisions.py)")
+                "after looking (a t-mixture confidence sequence; harness/stats/decisions.py)")
     if v.looks:
         return ("planned looks: valid only if the looks and the maximum were fixed before any result was seen and "
                 "not changed since (decide.rule: anytime holds however seeds were added)")

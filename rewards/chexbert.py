@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
+from rewards import hf_compat
 from rewards.hub_offline import hub_cache_dir, hub_offline
 from rewards.registry import register_reward
 
@@ -106,6 +107,7 @@ _LABEL_CACHE_SIZE = 50_000
 # --------------------------------------------------------------------------------------------------
 def chexbert_checkpoint_path() -> Path:
     """The exact file f1chexbert loads: ``<f1chexbert.f1chexbert.CACHE_DIR>/chexbert.pth``."""
+    # lazy: start-up cost (f1chexbert)
     from f1chexbert import f1chexbert as package
 
     return Path(package.CACHE_DIR) / CHEXBERT_FILE
@@ -117,6 +119,7 @@ def _hub_cache_dir() -> str:
 
 def _cached_hub_file(repo_id: str, filename: str, cache_dir: str | None = None) -> str | None:
     """Path of ``filename`` of ``repo_id`` in a Hugging Face cache, without any network access; None if absent."""
+    # lazy: start-up cost (transformers)
     from transformers.utils.hub import cached_file
 
     try:
@@ -165,6 +168,7 @@ def chexbert_available() -> bool:
 # Model
 # --------------------------------------------------------------------------------------------------
 def _canonical_device(device) -> str:
+    # lazy: start-up cost (torch)
     import torch
 
     return str(torch.device(device))
@@ -177,9 +181,9 @@ def _load(device: str):
         if key in _MODELS:
             return _MODELS[key]
         checkpoint = check_chexbert_files()
+        # lazy: start-up cost (f1chexbert)
         from f1chexbert import F1CheXbert
 
-        from rewards import hf_compat
 
         hf_compat.install()  # f1chexbert calls encode_plus, gone in transformers 5.x
 
@@ -192,6 +196,7 @@ def _load(device: str):
 
 def _check_checkpoint_matches(model, checkpoint: Path) -> None:
     """f1chexbert loads with strict=False: fail if any parameter of the model was not in the checkpoint."""
+    # lazy: start-up cost (torch)
     import torch
 
     try:
@@ -209,6 +214,7 @@ def _check_checkpoint_matches(model, checkpoint: Path) -> None:
 
 def _raw_classes(scorer, reports: Sequence[str], batch_size: int) -> np.ndarray:
     """Argmax class of each of the 14 heads (f1chexbert order) for each report: int array [N, 14]."""
+    # lazy: start-up cost (f1chexbert, pandas, torch)
     import pandas as pd
     import torch
     from f1chexbert.f1chexbert import generate_attention_masks, tokenize
@@ -284,6 +290,7 @@ def label_reports_chexbert(reports: Sequence[str], mode: str = "paper", device="
 # Reward
 # --------------------------------------------------------------------------------------------------
 def _default_device() -> str:
+    # lazy: start-up cost (torch)
     import torch
 
     return os.environ.get("REGBENCH_CHEXBERT_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")

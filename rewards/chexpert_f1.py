@@ -36,6 +36,7 @@ _REFERENCE_CACHE: OrderedDict[str, np.ndarray] = OrderedDict()
 
 def _label_unique(texts: Sequence[str], cache: OrderedDict[str, np.ndarray] | None) -> np.ndarray:
     """Labels `[N, 14]` of `texts`, labelling each distinct text once (and reusing `cache` when given)."""
+    # lazy: tests replace label_reports at its source, read at call time
     from rewards.chexpert import label_reports
 
     out = np.full((len(texts), NUM_OBSERVATIONS), np.nan)

@@ -67,6 +67,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rewards.chexpert import diagnostic_terms
+
 if TYPE_CHECKING:
     import torch
 
@@ -116,8 +118,6 @@ def fit_idf(reports: Iterable[str]) -> dict[str, float]:
 
 def default_diagnostic_terms() -> frozenset[str]:
     """The rule labeler's finding and device trigger stems (`rewards.chexpert.diagnostic_terms`)."""
-    from rewards.chexpert import diagnostic_terms
-
     return diagnostic_terms()
 
 
@@ -219,6 +219,7 @@ def stack_token_weights(weights: Sequence[np.ndarray], mask: torch.Tensor) -> to
 
     `len(weights[i])` must equal the number of masked positions of row i.
     """
+    # lazy: start-up cost (torch)
     import torch
 
     if mask.dim() != 2 or mask.shape[0] != len(weights):
@@ -239,6 +240,7 @@ def stack_token_weights(weights: Sequence[np.ndarray], mask: torch.Tensor) -> to
 
 def gradient_weights(grad_norms: torch.Tensor, mask: torch.Tensor, w_max: float | None = None) -> torch.Tensor:
     """Gradient-norm weights `[N, T]`, mean 1 over each row's masked tokens, 0 elsewhere (module docstring)."""
+    # lazy: start-up cost (torch)
     import torch
 
     if grad_norms.shape != mask.shape or grad_norms.dim() != 2:
@@ -283,6 +285,7 @@ def token_gradient_weights(
     J = sum(logp * diagnostic); g[i, t] = || dJ / d embeds[i, P + t] ||_2 (the embedding of response token t,
     which conditions every later token); weights = gradient_weights(g, mask, w_max).
     """
+    # lazy: start-up cost (torch)
     import torch
 
     if not embeds.requires_grad:
@@ -303,6 +306,7 @@ def token_gradient_weights(
 
 def _cap_mean_one(w: torch.Tensor, keep: torch.Tensor, w_max: float) -> torch.Tensor:
     """Cap weights at `w_max` keeping each row's mean over `keep` at 1 (rescale the uncapped ones)."""
+    # lazy: start-up cost (torch)
     import torch
 
     if not (math.isfinite(w_max) and w_max >= 1.0):

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from harness.constants import NEGATIVE, OBSERVATIONS, POSITIVE, UNCERTAIN
+from rewards.chexpert import label_report
 from rewards.registry import register_reward
 
 __all__ = ["MODIFIERS", "entity_f1", "extract_entities"]
@@ -123,8 +124,6 @@ def _modifiers(text: str) -> set[str]:
 
 
 def _extract(report: str) -> frozenset[Entity]:
-    from rewards.chexpert import label_report
-
     entities: set[Entity] = set()
     labels = label_report(report)
     for i, value in enumerate(labels):

@@ -54,6 +54,7 @@ def build_inputs_with_special_tokens(self, token_ids_0, token_ids_1=None):
 
 def install() -> None:
     """Restore what the two packages need on transformers 5.x; a no-op on 4.x and when already installed."""
+    # lazy: start-up cost (transformers)
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
     with _LOCK:
@@ -61,6 +62,7 @@ def install() -> None:
             PreTrainedTokenizerBase.encode_plus = encode_plus
         if PreTrainedTokenizerBase.encode_plus is not encode_plus:
             return  # transformers 4.x: its own encode_plus and its own (slow) BertTokenizer
+        # lazy: start-up cost (f1chexbert, transformers)
         from f1chexbert import f1chexbert as chexbert_package
         from transformers.models.bert.tokenization_bert import BertTokenizer
         from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy

@@ -11,6 +11,7 @@ def hub_cache_dir() -> str:
     transformers 4.x names it ``transformers.utils.hub.TRANSFORMERS_CACHE``; 5.x dropped that name and reads
     ``huggingface_hub.constants.HF_HUB_CACHE`` directly (the value 4.x's name defaults to).
     """
+    # lazy: start-up cost (huggingface_hub, transformers)
     import huggingface_hub.constants as hub_constants
     import transformers.utils.hub as transformers_hub
 
@@ -25,6 +26,7 @@ def hub_offline():
     current: a network request at run time, which regbench never makes. It flips two process-wide settings for
     the duration of the block. (transformers 5.x has no flag of its own: it asks huggingface_hub's.)
     """
+    # lazy: start-up cost (huggingface_hub, transformers)
     import huggingface_hub.constants as hub_constants
     import transformers.utils.hub as transformers_hub
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rewards import hf_compat
 from rewards.hub_offline import hub_cache_dir, hub_offline
 from rewards.registry import register_reward
 
@@ -80,12 +81,14 @@ def _check_model_type(model_type: str) -> None:
 
 
 def _cache_dir() -> Path:
+    # lazy: start-up cost (radgraph)
     from radgraph import radgraph as package
 
     return Path(package.CACHE_DIR)
 
 
 def _archive_name(model_type: str) -> str:
+    # lazy: start-up cost (radgraph)
     from radgraph import radgraph as package
 
     return package.MODEL_MAPPING[model_type]
@@ -99,6 +102,7 @@ def radgraph_model_dir(model_type: str = "radgraph-xl") -> Path:
 
 def _cached_archive(model_type: str) -> str | None:
     """The model archive if it is already in radgraph's hub cache or the default one (no network access)."""
+    # lazy: start-up cost (huggingface_hub)
     from huggingface_hub import try_to_load_from_cache
 
     for cache_dir in (str(_cache_dir()), None):
@@ -122,6 +126,7 @@ def _missing_model_files(model_dir: Path) -> list[str]:
 
 
 def _hub_file(repo_id: str, filename: str) -> str | None:
+    # lazy: start-up cost (transformers)
     from transformers.utils.hub import cached_file
 
     try:
@@ -169,6 +174,7 @@ def check_radgraph_files(model_type: str = "radgraph-xl", extract: bool = True) 
         lacking = [f for f in ("config.json",) if not _hub_file(encoder, f)]
         if not lacking:
             try:
+                # lazy: start-up cost (transformers)
                 from transformers import AutoTokenizer
 
                 with hub_offline():
@@ -199,6 +205,7 @@ def radgraph_available(model_type: str = "radgraph-xl") -> bool:
 # Model
 # --------------------------------------------------------------------------------------------------
 def _resolve_device(device) -> str:
+    # lazy: start-up cost (torch)
     import torch
 
     if device is None:
@@ -218,9 +225,9 @@ def _load(model_type: str, device: str):
         if key in _SCORERS:
             return _SCORERS[key]
         check_radgraph_files(model_type)
+        # lazy: start-up cost (radgraph)
         from radgraph import F1RadGraph
 
-        from rewards import hf_compat
 
         hf_compat.install()  # radgraph calls encode_plus, gone in transformers 5.x
 
@@ -277,6 +284,7 @@ def radgraph_f1(hyps: Sequence[str], refs: Sequence[str], model_type: str = "rad
     n = len(hyps)
     scores = np.zeros((n, 3), dtype=np.float64)
     if n:
+        # lazy: start-up cost (radgraph)
         from radgraph.rewards import compute_reward
 
         scorer = _load(model_type, _resolve_device(device))

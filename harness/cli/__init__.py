@@ -27,9 +27,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
+from harness.allocator import keep_freed_memory
 from harness.cli import report_commands, search_commands, stage_commands, study_commands, tool_commands
 from harness.config import ConfigError
+from harness.experiments import die_with_parent_if_launched
+from harness.runs.durable import DiskFullError
+from harness.runs.preemption import REQUEUE_EXIT_CODE, Preempted
 
 COMMAND_GROUPS = (stage_commands, tool_commands, report_commands, study_commands, search_commands)
 
@@ -50,8 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
 def error_line(e: BaseException) -> str:
     """One line for any error: the message (which names the file/key/value and what to do), its first line if
     it has several; errors that are not ours also say their type."""
-    from harness.runs.durable import DiskFullError
-
     text = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
     if isinstance(e, DiskFullError):
         return " ".join(e.strerror.split()) if e.strerror else text
@@ -62,9 +65,6 @@ def error_line(e: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.allocator import keep_freed_memory
-    from harness.experiments import die_with_parent_if_launched
-
     die_with_parent_if_launched()  # a rank of a launched stage: die with the launcher (harness/experiments/workers.py)
     keep_freed_memory()  # fewer page faults in every step (harness/allocator.py)
     parser = build_parser()
@@ -78,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(ns, "args") or any(e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         ns.args = list(ns.args) + extra
-    from harness.runs.preemption import REQUEUE_EXIT_CODE, Preempted
 
     try:
         return ns.func(ns)
@@ -90,14 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as e:  # noqa: BLE001 - every error becomes one line; --debug shows the traceback
         if debug:
-            import traceback
-
             traceback.print_exc()
         more = "" if debug else " (--debug shows the traceback)"
         print(f"regbench: error: {error_line(e)}{more}", file=sys.stderr)
         return 2
     finally:
         if "torch.distributed" in sys.modules:  # a torchrun / accelerate launch: leave the process group
+            # lazy: start-up cost (torch)
             from harness.parallel.distributed import finalize
 
             finalize()

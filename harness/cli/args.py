@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from harness.config import ConfigError, load_config
+from harness.experiments.slurm import SlurmOptions
+from harness.runs.state import request_restart
 
 
 def split_config_args(items: list[str]) -> tuple[str | None, list[str]]:
@@ -33,8 +35,8 @@ def add_config_args(p: argparse.ArgumentParser, restart: bool = True) -> None:
 
 def stage_config(ns, stage: str | None = None):
     """The resolved, checked config of a stage command (names checked before anything heavy is built)."""
-    from harness.preflight import check_names, check_scorers
-    from harness.runs.state import request_restart
+    # lazy: start-up cost (torch)
+    from harness.checks.preflight import check_names, check_scorers
 
     config, overrides = split_config_args(ns.args)
     cfg = load_config(config, overrides, stage=stage)
@@ -77,7 +79,6 @@ def slurm_options(ns):
         if ns.sbatch:
             raise ConfigError("--sbatch goes with --executor slurm")
         return None
-    from harness.experiments.slurm import SlurmOptions
 
     sbatch = {}
     for item in ns.sbatch:

@@ -8,13 +8,21 @@ reports/ the records and objects it reads: reports/ itself only reads.
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
-ANALYSIS_KINDS = ("reward-variance", "sign-alignment")  # harness/stages/analyze.py (loads torch: imported late)
+from harness.cli.args import int_list
+from harness.config import ConfigError
+from harness.runs.records import read_json
+from harness.search.stored import experiment_studies
+from harness.stages.analyze import KINDS, run_analysis
+
+ANALYSIS_KINDS = KINDS  # harness/stages/analyze.py (it loads no heavy library at import)
 
 
 def build_experiment_report(experiment_dir, out=None, **kwargs):
     """reports.build.build_report with the Optuna studies stored beside the experiment opened here."""
-    from harness.search.stored import experiment_studies
+    # lazy: start-up cost (matplotlib, pandas)
     from reports.build import build_report
 
     return build_report(experiment_dir, out, optuna_studies=experiment_studies(experiment_dir), **kwargs)
@@ -27,8 +35,7 @@ def cmd_report(ns) -> int:
 
 
 def cmd_analyze(ns) -> int:
-    from harness.runs.records import read_json
-    from harness.stages.analyze import run_analysis
+    # lazy: summary_lines is another import in another function of this module
     from reports.analyses import summary_lines
 
     path = run_analysis(ns.kind, ns.run, n_prompts=ns.n_prompts, group_size=ns.group_size, seed=ns.seed,
@@ -40,8 +47,6 @@ def cmd_analyze(ns) -> int:
 
 
 def _deltas(items: list[str] | None) -> dict[str, str]:
-    from harness.config import ConfigError
-
     out = {}
     for item in items or []:
         metric, sep, value = item.partition("=")
@@ -52,10 +57,8 @@ def _deltas(items: list[str] | None) -> dict[str, str]:
 
 
 def cmd_compare(ns) -> int:
-    import json
-    from pathlib import Path
-
-    from harness.cli.args import int_list
+    # lazy: tests replace atomic_write_text and load_experiment at their source (read at call time);
+    # lazy: summary_lines is another import in another function of this module
     from harness.runs.records import atomic_write_text
     from reports.experiment import load_experiment
     from reports.option_check import as_json, check_option, summary_lines

@@ -7,12 +7,15 @@ import sys
 from pathlib import Path
 
 from harness.cli.args import add_executor_args, int_list, slurm_options
+from harness.cli.report_commands import build_experiment_report
+from harness.search.file import load_search
+from harness.search.optuna_study import open_study
 
 
 def search_report(out: Path, dest=None, storage: str | None = None) -> Path:
     """Open the search's Optuna study (its storage, by default the one search.json names) and hand it to
     reports/search.py, which writes the report folder."""
-    from harness.search.optuna_study import open_study
+    # lazy: start-up cost (pandas)
     from reports.search import build_search_report
 
     if not (out / "search.json").is_file():
@@ -27,16 +30,15 @@ def cmd_search(ns) -> int:
         print(f"search report: {dest / 'README.md'}")
         return 0
     if ns.search_command == "confirm":
+        # lazy: start-up cost (torch)
         from harness.search.run import run_confirmation
 
         result = run_confirmation(Path(ns.out), ns.top, int_list(ns.seeds), workers=ns.workers,
                                   launcher=ns.launcher, executor=ns.executor, slurm=slurm_options(ns))
         if ns.report:
-            from harness.cli.report_commands import build_experiment_report
-
             print(f"report: {build_experiment_report(result.index_path.parent)}")
         return 0 if result.ok else 1
-    from harness.search.file import load_search
+    # lazy: start-up cost (torch)
     from harness.search.run import run_search
 
     search = load_search(ns.file, preset=ns.preset, sets=ns.set)

@@ -9,14 +9,15 @@ from pathlib import Path
 
 from harness.cli.args import add_config_args, stage_config
 from harness.config import ConfigError
+from harness.constants import MIN_IMAGE_SIZE
+from harness.data.phantom import PhantomConfig, synthesize
 from harness.runs import preemption
+from harness.runs.records import RunDir
+from harness.runs.state import check_out_dir
+from harness.stages.paths import base_dir, uses_tiny_base
 
 
 def cmd_data_synth(ns) -> int:
-    from harness.constants import MIN_IMAGE_SIZE
-    from harness.data.phantom import PhantomConfig, synthesize
-    from harness.runs.state import check_out_dir
-
     # The options by their own names, then the folder: nothing is created before all of them pass.
     for option, value, low in (("--n", ns.n, 1), ("--seed", ns.seed, 0), ("--image-size", ns.image_size,
                                                                            MIN_IMAGE_SIZE)):
@@ -31,6 +32,7 @@ def cmd_data_synth(ns) -> int:
 
 
 def cmd_classifier_train(ns) -> int:
+    # lazy: start-up cost (torch)
     from harness.stages.classifier import run_classifier_training
 
     out = run_classifier_training(stage_config(ns, "classifier"), progress=not ns.no_progress)
@@ -42,8 +44,8 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
     """The one explicit stage-0 call of a stage command: a stage that starts from the tiny base (no init_from,
     no model.path) gets it built first (cached per machine; concurrent processes of a launch wait for one
     build). The cheap input checks run before, so a typo does not cost a stage 0."""
-    from harness.preflight import check_inputs, check_names, check_run_folder
-    from harness.stages.paths import base_dir, uses_tiny_base
+    # lazy: start-up cost (torch)
+    from harness.checks.preflight import check_inputs, check_names, check_run_folder
     from harness.stages.pretrain import build_base
 
     if cfg.init_from or not uses_tiny_base(cfg):
@@ -53,6 +55,7 @@ def prepare_base(cfg, stage: str, progress: bool) -> None:
     check_run_folder(cfg, stage)
     if not (base_dir(cfg) / "DONE").is_file() and cfg.data.annotation:
         # A user's data set is read (and refused) in seconds, before minutes of stage 0.
+        # lazy: start-up cost (torch)
         from harness.stages.common import load_splits, require_train
         from harness.stages.loading import probe_user_reward
 
@@ -78,18 +81,22 @@ def cmd_train(ns) -> int:
 
 def _run_stage(cfg, stage: str, progress: bool):
     if stage == "pretrain":
+        # lazy: start-up cost (torch)
         from harness.stages.pretrain import build_base
 
         return build_base(cfg, progress=progress)
     if stage == "warmup":
+        # lazy: start-up cost (torch)
         from harness.stages.warmup import run_warmup
 
         return run_warmup(cfg, progress=progress)
     if stage == "sft":
+        # lazy: start-up cost (torch)
         from harness.stages.sft import run_sft
 
         return run_sft(cfg, progress=progress)
     if stage == "rl":
+        # lazy: start-up cost (pandas, torch, transformers)
         from harness.stages.rl import run_rl
 
         return run_rl(cfg, progress=progress)
@@ -97,20 +104,20 @@ def _run_stage(cfg, stage: str, progress: bool):
 
 
 def cmd_eval(ns) -> int:
-    from harness.preflight import check_split
-    from harness.runs.records import RunDir
+    # lazy: start-up cost (pandas, torch)
+    from harness.checks.preflight import check_split
     from harness.stages.evaluate import evaluate_model
 
     check_split(ns.split, "--split")
     cfg = stage_config(ns, "eval")
-    from harness.preflight import check_device
+    # lazy: start-up cost (torch)
+    from harness.checks.preflight import check_device
 
     check_device(cfg.model)
     if ns.out:
-        from harness.runs.state import check_out_dir
-
         check_out_dir(Path(ns.out), "--out")
     if not Path(ns.model).exists():  # a hub id only from the local cache: never a download, named as --model
+        # lazy: start-up cost (torch)
         from harness.models.checkpoint import local_model_folder
 
         local_model_folder(ns.model, "--model")
@@ -129,6 +136,7 @@ def cmd_eval(ns) -> int:
 
 
 def cmd_export(ns) -> int:
+    # lazy: start-up cost (torch)
     from harness.models.checkpoint import export_merged
 
     out = export_merged(ns.model, ns.out, base_path=ns.base)

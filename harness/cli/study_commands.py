@@ -6,15 +6,17 @@ import argparse
 from pathlib import Path
 
 from harness.cli.args import add_executor_args, int_list, name_list, slurm_options
+from harness.cli.demo import run_demo, verdict_arms
+from harness.cli.report_commands import build_experiment_report
 from harness.config import ConfigError
+from harness.experiments.sequential import run_until_decided
+from harness.experiments.slurm import experiment_status
+from harness.runs.preemption import REQUEUE_EXIT_CODE
+from reports.demo_decision import decision_text
+from reports.demo_verdict import demo_verdict
 
 
 def cmd_demo(ns) -> int:
-    from harness.cli.report_commands import build_experiment_report
-    from harness.demo import run_demo, verdict_arms
-    from reports.demo_decision import decision_text
-    from reports.demo_verdict import demo_verdict
-
     out = Path(ns.out)
     results = run_demo(out, progress=not ns.no_progress, workers=ns.workers)
     arms = verdict_arms()
@@ -31,11 +33,10 @@ def cmd_demo(ns) -> int:
 
 
 def cmd_experiment(ns) -> int:
+    # lazy: tests replace run_experiment at its source, read at call time
     from harness.experiments import build_plan, describe_plan, load_study, run_experiment
 
     if ns.experiment_command == "status":
-        from harness.experiments.slurm import experiment_status
-
         print(experiment_status(ns.dir))
         return 0
 
@@ -48,8 +49,6 @@ def cmd_experiment(ns) -> int:
         print(describe_plan(build_plan(study, out, seeds, ns.stages_dir), seeds=seeds, arms=arms))
         return 0
     if ns.until_decided:
-        from harness.experiments.sequential import run_until_decided
-
         if seeds:
             raise ConfigError("--until-decided chooses the seeds (the study's, then the next integers): drop --seeds")
         result, _ = run_until_decided(study, out, max_seeds=ns.max_seeds, workers=ns.workers, arms=arms,
@@ -62,8 +61,6 @@ def cmd_experiment(ns) -> int:
                             stages_dir=ns.stages_dir, executor=ns.executor, slurm=slurm_options(ns),
                             max_requeues=ns.max_requeues)
     if result.preempted:
-        from harness.runs.preemption import REQUEUE_EXIT_CODE
-
         return REQUEUE_EXIT_CODE
     return 0 if result.ok else 1
 

@@ -6,13 +6,14 @@ import argparse
 import json
 
 from harness.cli.args import add_config_args, split_config_args
+from harness.cli.doctor import doctor_configs, format_plans, format_report, preset_plans, run_doctor
 from harness.config import ConfigError, load_config
+from harness.config.describe import commented_yaml
+from harness.config.loading import load_yaml
+from harness.experiments import load_study, resolve_config
 
 
 def cmd_doctor(ns) -> int:
-    from harness.config.loading import load_yaml
-    from harness.doctor import doctor_configs, format_plans, format_report, preset_plans, run_doctor
-
     for flag, value in (("--world-size", ns.world_size), ("--gpu-mem-gib", ns.gpu_mem_gib)):
         if value is not None and value <= 0:
             raise ConfigError(f"doctor {flag} must be > 0, got {value:g}")
@@ -32,11 +33,7 @@ def cmd_doctor(ns) -> int:
 
 
 def cmd_config_show(ns) -> int:
-    from harness.config.describe import commented_yaml
-
     if ns.study:
-        from harness.experiments import load_study, resolve_config
-
         if ns.args:
             raise ConfigError("config show --study takes no CONFIG or key=value arguments; use --set on the study")
         if not ns.arm:

@@ -1,7 +1,7 @@
 """Run configuration: the dataclasses (one `RunConfig` of sections, each field's help in its metadata), building
 them from YAML / dotted overrides / nested dicts, and validation. Importers use `harness.config` as one module.
 
-sections.py, rl.py, run.py: the dataclasses; loading.py: files, overrides, merging, `build_config`;
+sections.py, training.py, rl.py, run.py: the dataclasses; loading.py: files, overrides, merging, `build_config`;
 validation.py: `validate`; describe.py: the resolved config as commented YAML (`regbench config show`).
 """
 
@@ -27,11 +27,9 @@ from harness.config.sections import (
     EvalConfig,
     GenerationConfig,
     ModelConfig,
-    PretrainConfig,
     PromptConfig,
-    StepConfig,
-    TrainConfig,
 )
+from harness.config.training import PretrainConfig, StepConfig, TrainConfig
 from harness.config.validation import validate
 from harness.errors import ConfigError
 

@@ -11,19 +11,18 @@ from harness.config.sections import (
     EvalConfig,
     GenerationConfig,
     ModelConfig,
-    PretrainConfig,
     PromptConfig,
-    TrainConfig,
     knob,
 )
+from harness.config.training import PretrainConfig, TrainConfig
 
 
 @dataclass
 class RunConfig:
     seed: int = knob(0, "Seed of the run (data order, init, sampling), 0 <= seed < 2**63.")
     out_dir: str = knob("runs/run", "Run directory; records and checkpoints go here.")
-    init_from: str | None = knob(None, "Stage checkpoint to start from (a folder written by an earlier stage); "
-                                       "null = the base model.")
+    init_from: str | None = knob(None, "Stage model to start from (the `model/` folder an earlier stage wrote; "
+                                       "docs/protocol.md, glossary); null = the base model.")
     cache_dir: str | None = knob(None, "Cache for stage 0 (tiny base pretraining), keyed by config hash.")
     data: DataConfig = knob(help="Data set and its subsets.", default_factory=DataConfig)
     model: ModelConfig = knob(help="Base model, LoRA and tiny-preset sizes.", default_factory=ModelConfig)

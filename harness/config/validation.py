@@ -4,16 +4,28 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import re
 from typing import Any
 
-from harness.config.names import signal_numbers, tracker_names
+from harness.config.names import CLASSIFIER_PRETRAINED_FORMATS as PRETRAINED_FORMATS
+from harness.config.names import (
+    CLASSIFIER_SCHEDULERS,
+    COSINE_SCHEDULERS,
+    DEEPSPEED_WARMUP_TYPES,
+    SCHEDULERS,
+    WARMUP_TYPES,
+    signal_numbers,
+    tracker_names,
+)
+from harness.config.names import CLASSIFIER_SELECTIONS as SELECTIONS
 from harness.config.presets import PRESETS
 from harness.config.rl import RLConfig
 from harness.config.run import RunConfig
 from harness.constants import MIN_IMAGE_SIZE
 from harness.errors import ConfigError
+from rewards.spec import check_reward
 
 
 def _source_of(key: str, source: str, sources: dict[str, str] | None) -> str:
@@ -35,10 +47,10 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
     """Names against the registries (regularizers/, regularizers/reference/, rewards/; the message lists the
     registered ones), so a typo fails when the config loads, before any stage runs. The reward may also be a
     user's function (package.module:function) or a weighted sum: imported, signature and weights checked now."""
+    # lazy: start-up cost (torch)
     from harness.aggregation import available_aggregations
     from harness.token_weighting.registry import available_token_weightings
     from regularizers.registry import available_references, available_regularizers
-    from rewards.spec import check_reward
 
     for key, value, names in (("rl.regularizer", rl.regularizer, available_regularizers()),
                               ("rl.reference", rl.reference, available_references()),
@@ -58,6 +70,7 @@ def _check_plugin_names(rl: RLConfig, need) -> None:
 
 def _importable(key: str, path: str) -> str | None:
     """Why the user's class ``package.module:Class`` for rl.regularizer / rl.reference cannot be used, or None."""
+    # lazy: start-up cost (torch)
     from regularizers.registry import _REGISTRIES
 
     try:
@@ -71,6 +84,7 @@ def _trial_build(rl: RLConfig, where) -> None:
     """Build the regularizer and the reference strategy from this config once: what the class refuses (its own
     bounds, a plug-in option it lacks) fails at load time. Runs after the config's own range checks, whose
     messages name the exact key."""
+    # lazy: start-up cost (torch)
     from regularizers.registry import check_state_contract, reference_from_config, regularizer_from_config
 
     for key, build in (("rl.regularizer", regularizer_from_config), ("rl.reference", reference_from_config)):
@@ -240,8 +254,6 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
 
 def _check_trackers(cfg: RunConfig, need) -> None:
     """train.report_to: known tracker names ("none" alone), and W&B installed when it is asked for."""
-    import importlib.util
-
     try:
         names, problem = tracker_names(cfg.train.report_to), None
     except ValueError as e:
@@ -254,8 +266,6 @@ def _check_trackers(cfg: RunConfig, need) -> None:
 def _check_schedule(cfg: RunConfig, need) -> None:
     """train.scheduler and its warm-up / cosine fields (harness/schedule.py): known names, ratios in [0, 1], and no
     field set that the chosen schedule would ignore."""
-    from harness.config.names import COSINE_SCHEDULERS, DEEPSPEED_WARMUP_TYPES, SCHEDULERS, WARMUP_TYPES
-
     t = cfg.train
     need(t.scheduler in SCHEDULERS, "train.scheduler", t.scheduler, f"must be {', '.join(SCHEDULERS)}")
     need(t.warmup_type in WARMUP_TYPES, "train.warmup_type", t.warmup_type, f"must be {', '.join(WARMUP_TYPES)}")
@@ -334,10 +344,6 @@ def _check_ranges(cfg: RunConfig, need) -> None:
 
 def _check_classifier_recipe(cfg: RunConfig, need) -> None:
     """The classifier's loading format, layer decay, schedule, clipping and selection (ClassifierConfig's rules)."""
-    from harness.config.names import CLASSIFIER_PRETRAINED_FORMATS as PRETRAINED_FORMATS
-    from harness.config.names import CLASSIFIER_SCHEDULERS as SCHEDULERS
-    from harness.config.names import CLASSIFIER_SELECTIONS as SELECTIONS
-
     c = cfg.classifier
     need(c.pretrained_format in PRETRAINED_FORMATS, "classifier.pretrained_format", c.pretrained_format,
          f"must be one of {', '.join(PRETRAINED_FORMATS)}")
@@ -350,7 +356,8 @@ def _check_classifier_recipe(cfg: RunConfig, need) -> None:
          "needs a ViT (the tiny CNN has no blocks): set it to null")
     need(c.drop_path == 0 or c.arch != "tiny_cnn", "classifier.drop_path", c.drop_path,
          "needs a ViT (the tiny CNN has no blocks): set it to 0")
-    need(c.scheduler in SCHEDULERS, "classifier.scheduler", c.scheduler, f"must be one of {', '.join(SCHEDULERS)}")
+    need(c.scheduler in CLASSIFIER_SCHEDULERS, "classifier.scheduler", c.scheduler,
+         f"must be one of {', '.join(CLASSIFIER_SCHEDULERS)}")
     need(c.scheduler != "warmup_cosine" or c.warmup_steps >= 1, "classifier.warmup_steps", c.warmup_steps,
          "must be >= 1 with classifier.scheduler warmup_cosine (DeepSpeed's WarmupCosineLR warms up)")
     need(c.schedule_steps is None or c.schedule_steps >= 1, "classifier.schedule_steps", c.schedule_steps,

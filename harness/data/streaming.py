@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from harness.data.datasets import Sample, load_image, load_views
 from harness.data.pixel_cache import PixelCache
+from harness.models.classifier import preprocess
 
 
 def _paths(items: Sequence) -> list:
@@ -87,8 +88,6 @@ class ClassifierImages(Dataset):
         return len(self.samples)
 
     def _batch(self, samples: Sequence[Sample]) -> torch.Tensor:
-        from harness.models.classifier import preprocess
-
         return preprocess([self._image(s) for s in samples], self.size,
                           normalization=self.normalization)
 

@@ -22,11 +22,14 @@ Modules, one job each (each imports only those before it, in reading order):
   workers.py  locks, worker processes, launchers  index.py    index.json from the plan
   run.py      run_experiment                      resources.py  a preset's `resources:` (per job, for Slurm)
   slurm.py    --executor slurm: every node a Slurm job (submitit), afterok dependencies, resubmission, status
+  contrasts.py  a study's `contrasts:` / `decide:` (read by study.py)   plan_text.py  the plan as text
+  slurm_queue.py  job states and the cluster's commands   slurm_job.py  what a job runs (both used by slurm.py)
 """
 
 from harness.experiments.index import INDEX_FORMAT, build_index
 from harness.experiments.nodes import DEFAULT_FUNCTIONS, evaluate_final, prepare_data
-from harness.experiments.plan import NODE_ORDER, Node, Plan, RunPlan, build_plan, describe_plan
+from harness.experiments.plan import NODE_ORDER, Node, Plan, RunPlan, build_plan
+from harness.experiments.plan_text import describe_plan
 from harness.experiments.resolve import config_key, resolve_config, stage_document, yaml_scalar
 from harness.experiments.run import ExperimentResult, run_experiment
 from harness.experiments.study import (

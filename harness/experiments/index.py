@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from harness.experiments.plan import Plan, RunPlan
-from harness.runs.records import git_commit
+from harness.runs.records import git_commit, read_json
 from harness.runs.schema import (
     ANALYSIS_STAGE,
     INDEX_FORMAT,
@@ -124,3 +124,24 @@ def _stage_eval(plan: Plan, node) -> dict:
             StageKey.ELAPSED_S: node.elapsed_s,
             RunKey.METRICS: _rel(plan, node.run_dir / METRICS_FILE) if done else None,
             **({StageKey.ERROR: node.error} if node.error else {})}
+
+
+def created_at(index_path: Path) -> str:
+    """When the experiment's index was first written (kept across reruns), else now."""
+    created = now()
+    if index_path.is_file():
+        try:
+            created = read_json(index_path).get(IndexKey.CREATED, created)
+        except (ValueError, OSError):
+            pass
+    return created
+
+
+def recorded_requests(index_path: Path) -> set[tuple[str, int]] | None:
+    """The runs an earlier index says were asked for (None: no index, or one that predates the record)."""
+    if not index_path.is_file():
+        return None
+    try:
+        return requested_runs(read_json(index_path))
+    except (ValueError, OSError, TypeError):
+        return None

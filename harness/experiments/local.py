@@ -5,6 +5,8 @@ how it runs)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -13,8 +15,9 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.experiments.index import build_index, now, requested_runs, run_status
-from harness.experiments.plan import NODE_ORDER, Node, Plan, link_stages, node_done, node_label
+from harness.experiments.index import build_index, created_at, recorded_requests, run_status
+from harness.experiments.plan import NODE_ORDER, Node, Plan, link_stages, node_done
+from harness.experiments.plan_text import node_label
 from harness.experiments.study import STAGES
 from harness.experiments.tracker_labels import write_tracker_labels
 from harness.experiments.workers import (
@@ -59,27 +62,6 @@ class ExperimentResult:
         if self.preempted:
             raise preemption.Preempted(what, signal_name=preemption.requested(),
                                        kept=f"its running stage runs checkpointed (index {self.index_path})")
-
-
-def created_at(index_path: Path) -> str:
-    """When the experiment's index was first written (kept across reruns), else now."""
-    created = now()
-    if index_path.is_file():
-        try:
-            created = read_json(index_path).get(IndexKey.CREATED, created)
-        except (ValueError, OSError):
-            pass
-    return created
-
-
-def recorded_requests(index_path: Path) -> set[tuple[str, int]] | None:
-    """The runs an earlier index says were asked for (None: no index, or one that predates the record)."""
-    if not index_path.is_file():
-        return None
-    try:
-        return requested_runs(read_json(index_path))
-    except (ValueError, OSError, TypeError):
-        return None
 
 
 def needed_order(plan: Plan, selected: list[tuple[str, int]]) -> list[str]:
@@ -183,8 +165,6 @@ class LocalExperimentRun:
         self.stopping = True
         self.say(f"{preemption.requested()} received: no new stage starts; waiting for the {len(self.running)} "
                  "running one(s) to checkpoint")
-        import os
-        import signal
 
         for pid in worker_pids(self.executor):
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.runs.records import RunDir
 
 # What runs each node: "module:function", looked up at call time (so tests can monkeypatch the stage modules,
 # or pass importable fakes that also work in spawned workers).
@@ -27,6 +28,7 @@ DEFAULT_FUNCTIONS = {
 
 def prepare_data(cfg: RunConfig, progress: bool = False) -> Path:
     """Synthesize the phantom data set of `cfg` unless it exists (a node of its own: built by one process)."""
+    # lazy: start-up cost (torch)
     from harness.stages.common import ensure_phantom, phantom_dir
 
     d = cfg.data
@@ -37,6 +39,7 @@ def prepare_data(cfg: RunConfig, progress: bool = False) -> Path:
 def prepare_test_data(cfg: RunConfig, progress: bool = False) -> Path:
     """The test split of the phantom set of `cfg`, for an evaluation whose set no stage of the plan trains on: the
     test studies alone are drawn (a 4,000-report test split of a 20,000-study set costs 4,000 studies)."""
+    # lazy: start-up cost (torch)
     from harness.stages.common import ensure_test_split
 
     return ensure_test_split(cfg, progress)
@@ -44,7 +47,7 @@ def prepare_test_data(cfg: RunConfig, progress: bool = False) -> Path:
 
 def evaluate_final(cfg: RunConfig, model_dir: str | None, progress: bool = False) -> dict:
     """Test evaluation of an arm's final model into cfg.out_dir (stale files of an earlier try removed)."""
-    from harness.runs.records import RunDir
+    # lazy: start-up cost (pandas, torch)
     from harness.stages.evaluate import evaluate_model
     from harness.stages.loading import base_path
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.config import ConfigError
-from harness.experiments.index import build_index
-from harness.experiments.local import ExperimentResult, LocalExperimentRun, created_at, recorded_requests
+from harness.checks.needs import KINDS, check_needs
+from harness.config import ConfigError, RunConfig, from_dict
+from harness.experiments.index import build_index, created_at, recorded_requests
+from harness.experiments.local import ExperimentResult, LocalExperimentRun
 from harness.experiments.nodes import DEFAULT_FUNCTIONS
 from harness.experiments.plan import build_plan, node_done
+from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions
 from harness.experiments.study import STAGES, Study, load_study
+from harness.runs.lock import LOCK_NAME, holder_alive, read_holders
 from harness.runs.records import atomic_write_json, read_json
 from harness.runs.schema import (
     INDEX_FILE,
@@ -83,8 +86,6 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
         selected = [k for k in plan.runs if (not arms or k[0] in arms) and (k[1] in (seeds or study.seeds))]
     check_plan_needs(plan, selected)  # before any stage run starts: the last one must not find CheXbert missing
     if executor == "slurm":
-        from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions
-
         return SlurmExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks,
                                   slurm or SlurmOptions()).run()
     return LocalExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks, max_requeues).run()
@@ -92,13 +93,10 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
 
 def check_plan_needs(plan, selected: list[tuple[str, int]]) -> None:
     """The scorer weights, base model, classifier checkpoint and vLLM that the stage runs and test evaluations of
-    the selected runs will need (harness/needs.py), checked before the first of them starts: a test evaluation
+    the selected runs will need (harness/checks/needs.py), checked before the first of them starts: a test evaluation
     that needs CheXbert, or an RL validation that needs RadGraph, is refused before the hours of the stages
     that come first. Runs already complete are not checked; `classifier.dir` is left to the SFT run (in a plan
     it is the classifier run's output, which does not exist yet)."""
-    from harness.config import RunConfig, from_dict
-    from harness.needs import KINDS, check_needs
-
     chosen = set(selected)
     for node in plan.nodes.values():
         if node.kind not in (*STAGES, "eval") or not chosen & set(node.users) or node_done(node):
@@ -140,8 +138,6 @@ def rebuild_index(study: Study, out: str | Path, *, stages_dir: str | Path | Non
     lock), the index is never stale; a run still not complete keeps the failure or pruning an earlier index
     recorded for it, or the one `outcomes` gives for its arm ({arm: (failed or pruned, why)}: a search's trials
     as its storage records them)."""
-    from harness.runs.lock import LOCK_NAME, holder_alive, read_holders
-
     plan = build_plan(study, Path(out), with_recorded_seeds(Path(out), None), stages_dir)
     for n in plan.nodes.values():
         if node_done(n):
@@ -174,5 +170,3 @@ def rebuild_index(study: Study, out: str | Path, *, stages_dir: str | Path | Non
     index[IndexKey.SUMMARY] = summary
     atomic_write_json(index_path, index)
     return index
-
-

@@ -1,5 +1,5 @@
 """`regbench experiment run FILE --until-decided [--max-seeds K]`: seeds in rounds until every declared primary
-contrast is decided (harness/decisions.py), with alpha spent over the planned looks so that the chance of a
+contrast is decided (harness/stats/decisions.py), with alpha spent over the planned looks so that the chance of a
 false "better" / "worse" over all looks stays at most alpha.
 
 A look is a planned seed count (`decide.looks` of the study, e.g. [3, 5, 8]; without them, 3, 5, 8, 12, ...
@@ -21,11 +21,11 @@ import math
 from pathlib import Path
 
 from harness.config import ConfigError
-from harness.decisions import Contrast, Decision, decide_family, stop_rule
 from harness.experiments.run import ExperimentResult, run_experiment
 from harness.experiments.study import Study, load_study
 from harness.runs.records import atomic_write_json, read_json
 from harness.runs.schema import INDEX_FILE, IndexKey, RunKey
+from harness.stats.decisions import Contrast, Decision, decide_family, stop_rule
 
 SEQUENTIAL_FILE = "sequential.json"
 DEFAULT_LOOKS = (3, 5, 8, 12, 16, 24, 32)

@@ -21,11 +21,7 @@ them with their queue state. Job logs: `<out>/slurm/<job id>/`.
 from __future__ import annotations
 
 import os
-import re
 import shlex
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,19 +31,15 @@ from harness.config import ConfigError
 from harness.experiments.local import LocalExperimentRun
 from harness.experiments.plan import Node
 from harness.experiments.resources import Resources
+from harness.experiments.slurm_job import multi_node_launcher, result_file, run_job
+from harness.experiments.slurm_queue import ACTIVE_STATES, JobState, SlurmQueue, outcome, slurm_available
 from harness.experiments.study import STAGES
-from harness.experiments.workers import LAUNCHED_STAGES, WORKER_THREADS, execute_node, release_lock
+from harness.experiments.workers import LAUNCHED_STAGES, release_lock
 from harness.runs import preemption
-from harness.runs.preemption import REQUEUE_EXIT_CODE
-from harness.runs.records import atomic_write_json, read_json
-from harness.runs.schema import INDEX_FILE, IndexKey
+from harness.runs.lock import HOST, LOCK_NAME, read_holders, write_holders
+from harness.runs.records import read_json
+from harness.runs.schema import INDEX_FILE, NOT_REQUESTED, IndexKey, RunKey, StageKey
 
-# Job states (squeue %T) of a job that is still queued or running, and of one that ended interrupted: worth
-# submitting again (the stage resumes from its checkpoint). Any other end without a result is a failure.
-ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
-                           "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
-                           "RESV_DEL_HOLD"})
-INTERRUPTED_STATES = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "CANCELLED", "DEADLINE"})
 SLURM_FOLDER = "slurm"
 
 
@@ -60,172 +52,6 @@ class SlurmOptions:
     poll_s: float = 10.0        # seconds between looks at the queue
     signal_s: int = 120         # SIGUSR1 this long before the time limit: the stage checkpoints and exits 75
     python: str = sys.executable  # the interpreter of the jobs (the runner's: same environment, same packages)
-
-
-@dataclass(frozen=True)
-class JobState:
-    state: str | None = None      # squeue's state; None: the queue no longer knows the job
-    reason: str | None = None
-    exit_code: str | None = None  # "status:signal", from scontrol, for ended jobs without a result
-
-    def describe(self) -> str:
-        text = self.state or "gone from the queue"
-        return text + (f" (exit {self.exit_code})" if self.exit_code else "")
-
-
-def outcome(job: JobState, has_result: bool) -> str:
-    """What the runner does with a job: "active" (wait), "result" (record it), "resubmit" (it was interrupted:
-    REQUEUE_EXIT_CODE, an interrupted state, a kill by a signal, or gone without a result), "failed"."""
-    if job.state in ACTIVE_STATES:
-        return "active"
-    if has_result:
-        return "result"
-    if job.state is None or job.state in INTERRUPTED_STATES:
-        return "resubmit"
-    if job.state == "OUT_OF_MEMORY":  # the same job would run out again: ask for more (resources.<kind>.mem_gb)
-        return "failed"
-    status, _, sig = (job.exit_code or "").partition(":")
-    status_n = int(status) if status.isdigit() else None
-    if status_n == REQUEUE_EXIT_CODE or (status_n is not None and status_n > 128) or (sig.isdigit() and int(sig)):
-        return "resubmit"  # srun reports a task killed by signal N as 128 + N
-    return "failed"
-
-
-class SlurmQueue:
-    """The cluster's commands the runner needs: squeue, scontrol, scancel."""
-
-    def _run(self, *cmd: str) -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, capture_output=True, text=True, check=False)
-
-    def states(self, job_ids: list[str]) -> dict[str, JobState]:
-        """Each known job's state and reason (ended jobs stay known for the cluster's MinJobAge)."""
-        if not job_ids:
-            return {}
-        p = self._run("squeue", "-h", "-t", "all", "-j", ",".join(sorted(set(job_ids))), "-o", "%i|%T|%r")
-        out = {}
-        for line in p.stdout.splitlines():
-            jid, _, rest = line.strip().partition("|")
-            state, _, reason = rest.partition("|")
-            out[jid] = JobState(state or None, reason or None)
-        if p.returncode != 0 and "Invalid job id" not in p.stderr:
-            raise RuntimeError(f"squeue failed: {p.stderr.strip()}")
-        return out
-
-    def ended_state(self, job_id: str) -> JobState | None:
-        """A job squeue no longer lists, as scontrol still knows it (its state and exit code); None when it
-        does not (sacct is not needed: scontrol knows a job for the cluster's MinJobAge)."""
-        text = self._run("scontrol", "show", "job", "-o", job_id).stdout
-        state = re.search(r"\bJobState=(\S+)", text)
-        code = re.search(r"\bExitCode=(\d+:\d+)", text)
-        return JobState(state.group(1), None, code.group(1) if code else None) if state else None
-
-    def exit_code(self, job_id: str) -> str | None:
-        m = re.search(r"\bExitCode=(\d+:\d+)", self._run("scontrol", "show", "job", "-o", job_id).stdout)
-        return m.group(1) if m else None
-
-    def set_dependency(self, job_id: str, after: list[str]) -> None:
-        dep = "afterok:" + ":".join(after) if after else ""
-        p = self._run("scontrol", "update", f"JobId={job_id}", f"Dependency={dep}")
-        if p.returncode != 0:
-            raise RuntimeError(f"scontrol update JobId={job_id} Dependency={dep} failed: {p.stderr.strip()}")
-
-    def cancel(self, job_ids: list[str]) -> None:
-        if job_ids:
-            self._run("scancel", *job_ids)
-
-
-def slurm_available() -> str | None:
-    """None when sbatch, squeue and srun are here and the cluster answers; else why not."""
-    missing = [c for c in ("sbatch", "squeue", "scontrol", "srun") if shutil.which(c) is None]
-    if missing:
-        return f"no {', '.join(missing)} on PATH (not on a Slurm cluster's login node?)"
-    p = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, check=False)
-    if p.returncode != 0:
-        return f"sinfo failed: {p.stderr.strip() or p.stdout.strip()}"
-    return None
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Inside the job
-
-
-class NodeFailed(RuntimeError):
-    """The node's function failed; its result (error, traceback) is in the job's failure file."""
-
-
-def result_file(result_pickle: Path) -> Path:
-    """Where a job writes its node's result as JSON, beside submitit's result pickle. The runner reads only this
-    file: a pickle in a run folder is code that unpickling would run (issue 49), and a folder may come from anyone."""
-    return result_pickle.with_name(result_pickle.name.replace("_result.pkl", "_node_result.json"))
-
-
-def run_job(kind: str, function: str, config: dict, model_dir: str | None, launcher: str | None) -> dict:
-    """What a job runs: execute_node as a local worker would (one torch thread: a stage run's numbers do not
-    depend on where it ran). A failed node fails the job (so `afterok` holds its dependents back) with its result
-    in the failure file; a preempted stage (REQUEUE_EXIT_CODE, also from a launched one) exits with that status."""
-    import submitit
-    import torch
-
-    from harness.allocator import keep_freed_memory
-
-    # submitit's handlers (SIGTERM ignored, SIGUSR2 requeues by itself) are replaced by ours from the job's start:
-    # a stop signal during the imports and loading before the stage's loop is not lost, the stage honours it.
-    signal.signal(signal.SIGUSR2, signal.SIG_DFL)
-    preemption.install()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    keep_freed_memory()  # harness/allocator.py
-    torch.set_num_threads(WORKER_THREADS)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
-    if launcher and RDZV_HOST in launcher:  # a job over several nodes (resources.<kind>.nodes > 1)
-        launcher = rendezvous_launcher(launcher, os.environ)
-        rank = int(os.environ.get("SLURM_PROCID", "0"))
-        if rank > 0:  # another node's task: its torchrun agent joins the stage; task 0 keeps the books
-            _join_stage(kind, config, launcher, rank)
-            return {"ok": True, "task": rank}
-    res = execute_node(kind, function, config, model_dir, launcher)
-    if not res["ok"] and res.get("returncode") == REQUEUE_EXIT_CODE:
-        sys.exit(REQUEUE_EXIT_CODE)
-    atomic_write_json(result_file(submitit.JobEnvironment().paths.result_pickle), res)
-    if res["ok"]:
-        return res
-    raise NodeFailed(res.get("error") or "the node failed")
-
-
-# Placeholders of a multi-node launcher, filled in inside the job (the nodes are known only then).
-RDZV_HOST, RDZV_PORT, RDZV_ID = "{rdzv_host}", "{rdzv_port}", "{rdzv_id}"
-RDZV_BASE_PORT = 29400  # torchrun's default c10d port; plus the job id modulo 1000, so jobs sharing a node differ
-
-
-def multi_node_launcher(python: str, nodes: int, gpus: int) -> str:
-    """torchrun as one agent per node (srun runs one task per node), its ranks meeting through a c10d rendezvous
-    on the job's first node: the multi-node pattern of torchrun's docs ("torchrun (Elastic Launch)")."""
-    return (f"{shlex.quote(python)} -m torch.distributed.run --nnodes {nodes} --nproc_per_node {max(gpus, 1)} "
-            f"--rdzv_backend c10d --rdzv_endpoint {RDZV_HOST}:{RDZV_PORT} --rdzv_id {RDZV_ID}")
-
-
-def rendezvous_launcher(launcher: str, env) -> str:
-    """The launcher with the job's first host (`scontrol show hostnames $SLURM_JOB_NODELIST`), a port and the job
-    id as the rendezvous id."""
-    job_id = env["SLURM_JOB_ID"]
-    hosts = subprocess.run(["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]], capture_output=True,
-                           text=True, check=True).stdout.split()
-    port = RDZV_BASE_PORT + int(re.sub(r"\D", "", job_id) or 0) % 1000
-    return launcher.replace(RDZV_HOST, hosts[0]).replace(RDZV_PORT, str(port)).replace(RDZV_ID, job_id)
-
-
-def _join_stage(kind: str, config: dict, launcher: str, rank: int) -> None:
-    """Task `rank` > 0 of a multi-node job: the stage's torchrun agent of this node, its output in
-    launch.node<rank>.log; a stop signal is passed on to it as task 0's is."""
-    from harness.config import RunConfig, from_dict
-    from harness.experiments.workers import launch_stage
-
-    try:
-        launch_stage(kind, from_dict(RunConfig, config), launcher, log_name=f"launch.node{rank}.log")
-    except preemption.Preempted:
-        sys.exit(REQUEUE_EXIT_CODE)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -276,6 +102,7 @@ class SlurmExperimentRun(LocalExperimentRun):
         why = slurm_available()
         if why:
             raise ConfigError(f"--executor slurm: {why}")
+        # lazy: start-up cost (submitit)
         import submitit
 
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -404,11 +231,13 @@ class SlurmExperimentRun(LocalExperimentRun):
     # -- watching
 
     def _result_json(self, job_id: str) -> Path:
+        # lazy: start-up cost (submitit)
         from submitit.core.utils import JobPaths
 
         return result_file(JobPaths(self.folder / "%j", job_id=job_id, task_id=0).result_pickle)
 
     def _job_log(self, job_id: str) -> Path:
+        # lazy: start-up cost (submitit)
         from submitit.core.utils import JobPaths
 
         return JobPaths(self.folder / "%j", job_id=job_id, task_id=0).stdout
@@ -486,8 +315,6 @@ class SlurmExperimentRun(LocalExperimentRun):
 def _drop_other_hosts(run_dir: Path) -> None:
     """A stage run's lock lines of other hosts, left by a job that no longer runs (the runner saw it end): the
     lock trusts a holder it cannot check, so the resubmitted job, maybe on another node, would be refused."""
-    from harness.runs.lock import HOST, LOCK_NAME, read_holders, write_holders
-
     lock = run_dir / LOCK_NAME
     holders = read_holders(lock)
     keep = [h for h in holders if h.host == HOST]
@@ -501,8 +328,6 @@ def _drop_other_hosts(run_dir: Path) -> None:
 
 def experiment_status(out: str | Path) -> str:
     """The runs of an experiment folder with each stage's status and, for Slurm jobs, their queue state."""
-    from harness.runs.schema import NOT_REQUESTED, RunKey, StageKey
-
     out = Path(out)
     index_path = out / INDEX_FILE
     if not index_path.is_file():

@@ -21,10 +21,12 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from harness.config import RunConfig, from_dict
 from harness.experiments.plan import Node, Plan, node_done
 from harness.experiments.study import STAGES
 from harness.runs.records import atomic_write_text
 from harness.runs.trackers import LABELS_FILE, labels_beside
+from harness.stages.paths import base_dir
 
 TB_INDEX = "tb"
 MAX_ARMS_IN_NAME = 40  # characters: longer lists of arms are named by the first and "+N"
@@ -82,9 +84,6 @@ def write_tracker_labels(plan: Plan, node_ids: Iterable[str] | None = None) -> N
         if node.kind in STAGES and node.run_dir is not None and not node_done(node):
             _write(node.run_dir / LABELS_FILE, stage_labels(plan, node), node.run_dir)
         elif node.kind == "pretrain" and not node_done(node):
-            from harness.config import RunConfig, from_dict
-            from harness.stages.paths import base_dir
-
             base = base_dir(from_dict(RunConfig, node.config))
             name = f"stage0/{node.key}"
             labels = {"group": study_group(plan), "name": name, "tags": [f"study:{plan.study.name}", "stage:pretrain"],

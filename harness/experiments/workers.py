@@ -8,9 +8,13 @@ signal between two stages does not kill it; its stop flag is cleared after each 
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import multiprocessing
 import os
+import shlex
+import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -18,15 +22,19 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
+import yaml
+
+from harness.allocator import keep_freed_memory
 from harness.config import RunConfig, from_dict, to_dict
+from harness.errors import RunPruned
+from harness.runs import preemption
+from harness.runs.lock import RunLocked, acquire, release, scope
 from harness.runs.records import atomic_write_text
 
 
 def acquire_lock(run_dir: Path) -> str | None:
     """Mark a stage run as being executed by this runner (harness/runs/lock.py); None, or why another live process
     holds it. The stage itself, in a worker or under a launcher, joins the lock as a co-holder."""
-    from harness.runs.lock import RunLocked, acquire
-
     try:
         acquire(run_dir)
     except RunLocked as e:
@@ -35,8 +43,6 @@ def acquire_lock(run_dir: Path) -> str | None:
 
 
 def release_lock(run_dir: Path) -> None:
-    from harness.runs.lock import release
-
     release(run_dir)
 
 
@@ -60,6 +66,7 @@ def gpu_slots(workers: int) -> list[str | None]:
     if visible is not None:
         ids = [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
     else:
+        # lazy: start-up cost (torch)
         import torch
 
         ids = [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
@@ -82,8 +89,6 @@ def death_signal_setter() -> Callable[[], None] | None:
     Resolved here, in the parent, so that a child can call it between fork and exec without loading anything."""
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes
-    import signal
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     return lambda: prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
@@ -103,9 +108,6 @@ _IN_WORKER = [False]  # set in a worker process of the pool (its stop flag is it
 
 
 def _init_worker(slots=None) -> None:
-    from harness.allocator import keep_freed_memory
-    from harness.runs import preemption
-
     die_with_parent()
     keep_freed_memory()  # a spawned worker starts with glibc's defaults (harness/allocator.py)
     _IN_WORKER[0] = True
@@ -114,6 +116,7 @@ def _init_worker(slots=None) -> None:
     gpu = slots.get() if slots is not None else None
     if gpu is not None:  # before torch touches CUDA: this worker then sees one GPU, as cuda:0
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    # lazy: start-up cost (torch)
     import torch
 
     torch.set_num_threads(WORKER_THREADS)
@@ -143,18 +146,11 @@ def launch_stage(kind: str, cfg: RunConfig, launcher: str, log_name: str = "laun
     The launcher dies with this process (parent-death signal), and its ranks with the launcher (they run
     harness.cli, which sets the same signal when DIE_WITH_PARENT_ENV is set): kill -9 of the runner leaves no
     rank writing the run folder."""
-    import shlex
-    import signal
-    import subprocess
-
-    import yaml
-
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "launch_config.yaml"
     atomic_write_text(config_path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
     cmd = [*shlex.split(launcher), "-m", "harness.cli", "train", kind, str(config_path), "--no-progress"]
-    from harness.runs import preemption
 
     log_path = out / log_name
     before = preemption.count(out)
@@ -186,10 +182,6 @@ def execute_node(kind: str, function: str, config: dict, model_dir: str | None,
                  launcher: str | None = None) -> dict:
     """Run one node; never raises an Exception (the error and traceback come back in the result, with the exit
     status of a launched stage as `returncode`)."""
-    from harness.errors import RunPruned
-    from harness.runs import preemption
-    from harness.runs.lock import scope
-
     t0 = time.time()
     try:
         with scope():  # the run folders the stage locked are given back when it ends (workers run many)
@@ -228,6 +220,7 @@ class _InlineExecutor:
     shared by key, so they must not depend on `--workers`."""
 
     def submit(self, fn, *args) -> Future:
+        # lazy: start-up cost (torch)
         import torch
 
         f: Future = Future()

@@ -42,9 +42,13 @@ def read_groups(run_dir: str | Path) -> list[dict]:
 
 def format_reward_summary(run_dir: str | Path, scale: str | None = None) -> dict:
     """The statistics of the module docstring for one RL run (`scale`: the advantage scale; None = the run's)."""
+    # lazy: start-up cost (torch; `regbench report` imports this module)
     import torch
 
+    # lazy: start-up cost (torch, through the GRPO core)
     from harness.grpo.core import group_advantages
+
+    # lazy: read with the GRPO core above, at call time
     from rewards.format import format_reward
 
     run_dir = Path(run_dir)

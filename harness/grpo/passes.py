@@ -64,7 +64,8 @@ class Passes:
     def after_rollouts(self) -> None:
         """After a step's rollouts: a vLLM engine gives its memory back to the update (generation.vllm_sleep_level)."""
         if self.backend == "vllm":
-            from harness.sampling.vllm_rollout import sleep_engines  # vllm is optional: imported only when used
+            # lazy: vllm is optional (pip install 'regbench[vllm]')
+            from harness.sampling.vllm_rollout import sleep_engines
 
             sleep_engines()
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from harness.config.presets import get_preset
 from harness.errors import ConfigError
 from harness.models.trainable import (
     MERGER,
@@ -37,6 +38,7 @@ from harness.models.trainable import (
     unwrap,
     upcast_stage_parameters,
 )
+from harness.runs.durable import fsync_tree, replace_dir, reporting_disk_full
 from harness.runs.records import atomic_write_json
 
 SPEC = "spec.json"
@@ -83,6 +85,7 @@ def local_model_folder(path: str | Path, key: str = "model.path") -> str:
     if not _is_hub_id(path_s):
         raise ConfigError(f"'{key}' = '{path_s}': folder not found (a local Hugging Face model folder: config.json "
                           "and *.safetensors)")
+    # lazy: start-up cost (huggingface_hub)
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(path_s, "config.json")
@@ -96,6 +99,7 @@ def local_model_folder(path: str | Path, key: str = "model.path") -> str:
 def load_base(path: str | Path, dtype: str = "float32", image_size: int | None = None,
               attn_implementation: str = "eager"):
     """Load a Qwen2.5-VL folder (tiny or real) and its processor, offline: a hub id only from the local cache."""
+    # lazy: start-up cost (transformers)
     from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
     path_s = local_model_folder(path, "model folder")
@@ -113,6 +117,7 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
         # e.g. a truncated or corrupt *.safetensors: name the folder, not transformers' internals
         raise ValueError(f"{path_s}: cannot load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                          "check that its weight files are complete") from e
+    # lazy: start-up cost (transformers)
     from harness.models.patch_embed import apply_saved_patch_embed
 
     apply_saved_patch_embed(model)  # a tiny base built with pretrain.patch_embed=matmul computes as it was trained
@@ -145,6 +150,7 @@ def lora_config(lora: dict, base_id: str | None, model=None):
     """The peft `LoraConfig` of stages 2-3: LoRA on LORA_TARGETS (and the patch embedding's Conv3d with
     `lora["patch_embed"]`), the merger saved whole, and the token rows the
     stage trained (`lora["token_indices"]`, as add_lora gave them to `model`)."""
+    # lazy: start-up cost (peft)
     from peft import LoraConfig
 
     tokens = token_targets(model, lora.get("token_indices")) if model is not None else None
@@ -155,12 +161,10 @@ def lora_config(lora: dict, base_id: str | None, model=None):
 
 
 def model_settings(model) -> dict:
-    """What a stage checkpoint records about its model besides the base folder, from the run's model section
+    """What a stage model records about its model besides the base folder, from the run's model section
     `model` (ModelConfig): preset, image size, dtype, attention, and `base_id`, the hub id the base stands for
     (`model.path` when it is a hub id, else the preset's; a local `model.path` is taken for a copy of the preset's
     model; None for the tiny preset)."""
-    from harness.config.presets import get_preset
-
     preset = get_preset(model.preset)
     path = model.path
     base_id = path if path and not Path(path).exists() and _is_hub_id(path) else preset.default_path
@@ -169,7 +173,7 @@ def model_settings(model) -> dict:
 
 
 def adopt_checkpoint_settings(model, model_dir: str | Path) -> None:
-    """Use the image size, dtype and attention a stage checkpoint records where the run's model section `model`
+    """Use the image size, dtype and attention a stage model records where the run's model section `model`
     (ModelConfig) took the preset's defaults (values set in the config or on the command line are kept), in place.
     No-op for a plain model folder."""
     if not (Path(model_dir) / SPEC).is_file():
@@ -192,8 +196,6 @@ def save_stage_model(model, out_dir: str | Path, base_path: str | Path, stage: s
     Crash-consistent (harness/runs/durable.py): the folder is written beside `out_dir` (`<name>.tmp`), every
     file and the folder fsynced, then renamed into place; a full disk names the file and the size needed and
     leaves no temporary folder (an earlier `out_dir` stays as it was)."""
-    from harness.runs.durable import fsync_tree, replace_dir, reporting_disk_full
-
     final = Path(out_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
     out = final.with_name(final.name + ".tmp")
@@ -230,7 +232,7 @@ def read_spec(model_dir: str | Path) -> dict:
     model_dir = Path(model_dir)
     spec_path = model_dir / SPEC
     if not spec_path.is_file():
-        raise FileNotFoundError(f"{model_dir}: not a stage checkpoint ({SPEC} missing)")
+        raise FileNotFoundError(f"{model_dir}: not a stage model ({SPEC} missing)")
     try:
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
@@ -319,6 +321,7 @@ def export_merged(model_dir: str | Path, out_dir: str | Path, base_path: str | P
     model, processor = load_base(resolve_base(spec, model_dir, base_path), dtype, spec.get("image_size"),
                                  spec.get("attn_implementation") or "eager")
     if (model_dir / ADAPTER_WEIGHTS).is_file():
+        # lazy: start-up cost (peft)
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(model_dir)).merge_and_unload()
@@ -332,7 +335,7 @@ def export_merged(model_dir: str | Path, out_dir: str | Path, base_path: str | P
 
 
 def load_any_model(model_dir: str | Path, cfg):
-    """A stage checkpoint (spec.json) or a plain base-model folder, with a RunConfig's model settings."""
+    """A stage model (spec.json) or a plain base-model folder, with a RunConfig's model settings."""
     p = Path(model_dir)
     if (p / "spec.json").is_file():
         attn = read_spec(p).get("attn_implementation") or cfg.model.attn_implementation

@@ -29,6 +29,7 @@ from torch import nn
 def _vanilla_adapter(mod) -> str | None:
     """The name of `mod`'s one active vanilla LoRA adapter (plain linears, no DoRA-like variant, no LoRA bias, not
     fan-in-fan-out, not merged or disabled), or None when `mod` is anything else."""
+    # lazy: start-up cost (peft)
     from peft.tuners.lora import Linear as LoraLinear
 
     if not isinstance(mod, LoraLinear) or mod.disable_adapters or mod.merged:

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionPatchEmbed
 
+from harness.models.trainable import unwrap
+
 PATCH_EMBEDS = ("conv", "matmul")
 CONFIG_FIELD = "regbench_patch_embed"  # in vision_config of a saved base model: "matmul", or absent
 
@@ -36,8 +38,6 @@ class MatmulPatchEmbed(Qwen2_5_VisionPatchEmbed):
 
 
 def _patch_embed(model) -> Qwen2_5_VisionPatchEmbed:
-    from harness.models.trainable import unwrap
-
     return unwrap(model).model.visual.patch_embed
 
 

@@ -14,13 +14,13 @@ import contextlib
 import torch
 from torch import nn
 
+from harness.models.unwrap import unwrap
+
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 def base_dtype(model: nn.Module) -> torch.dtype:
     """The dtype of the frozen base (that of its input embeddings, which never train in stages 1-3)."""
-    from harness.models.unwrap import unwrap
-
     return unwrap(model).get_input_embeddings().weight.dtype
 
 

@@ -33,6 +33,7 @@ def published_config(name: str, text_layers: int | None = None, vision_depth: in
                      vocab_size: int | None = None):
     """A Qwen2_5_VLConfig of the published shape `name` ("3b" / "7b"), optionally with fewer layers / blocks or
     another vocabulary (special-token ids: transformers' defaults; enough to build and count the model)."""
+    # lazy: start-up cost (transformers)
     from transformers import Qwen2_5_VLConfig
 
     text, vision = (dict(d) for d in PUBLISHED[name])

@@ -51,6 +51,7 @@ CHAT_TEMPLATE = (
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 1200):
     """Byte-level BPE trained on `corpus`, with Qwen2.5's special tokens appended at the end of the vocab."""
+    # lazy: start-up cost (tokenizers, transformers)
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
@@ -85,6 +86,7 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 1200):
 
 def build_processor(tokenizer, image_size: int):
     """The real Qwen2.5-VL processor, pinned to one square image size (pixels = image_size^2)."""
+    # lazy: start-up cost (transformers)
     from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessorFast
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
@@ -101,6 +103,7 @@ def build_processor(tokenizer, image_size: int):
 
 def tiny_model_config(tokenizer, text_hidden: int = 64, text_layers: int = 2, vision_hidden: int = 32,
                       vision_depth: int = 1, image_size: int = 112):
+    # lazy: start-up cost (transformers)
     from transformers import Qwen2_5_VLConfig
 
     heads = max(2, text_hidden // 16)
@@ -153,8 +156,10 @@ def build_tiny_model(tokenizer, seed: int = 0, attn_implementation: str = "eager
     """A randomly initialised tiny Qwen2.5-VL (deterministic for `seed`), with transformers' attention kernels
     `attn_implementation` (model.attn_implementation) and the patch embedding `patch_embed`
     (pretrain.patch_embed, recorded in its config: harness/models/patch_embed.py)."""
+    # lazy: start-up cost (transformers)
     from transformers import Qwen2_5_VLForConditionalGeneration
 
+    # lazy: start-up cost (torch, transformers)
     from harness.models.init_order import reference_order_init
     from harness.models.patch_embed import use_patch_embed
 

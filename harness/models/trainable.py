@@ -19,6 +19,7 @@ from torch import nn
 
 from harness.models.precision import upcast
 from harness.models.unwrap import unwrap
+from harness.output_format import format_token_ids
 
 MERGER = "model.visual.merger."
 # The parameter peft's `trainable_token_indices` adds: the [k, H] values of k embedding rows (peft's name).
@@ -69,6 +70,7 @@ def add_lora(model: nn.Module, r: int, alpha: int, dropout: float,
     """Inject LoRA adapters in place and return the unwrapped module (adapters live inside it); with
     `token_indices`, also peft's trainable rows of those tokens' input (and output) embeddings; with `patch_embed`,
     also LoRA on the vision patch embedding's Conv3d (model.lora_patch_embed)."""
+    # lazy: start-up cost (peft)
     from peft import LoraConfig, inject_adapter_in_model
 
     inner = unwrap(model)
@@ -134,6 +136,5 @@ def lora_settings(model, tokenizer=None) -> dict:
         return settings
     if tokenizer is None:
         raise ValueError("model.train_format_tokens: lora_settings needs the tokenizer to find the tags' tokens")
-    from harness.output_format import format_token_ids
 
     return {**settings, "token_indices": format_token_ids(tokenizer)}

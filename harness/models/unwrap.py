@@ -7,6 +7,7 @@ from torch import nn
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The Hugging Face model inside a peft wrapper (or the model itself)."""
+    # lazy: start-up cost (peft)
     from peft import PeftModel
 
     if isinstance(model, PeftModel):

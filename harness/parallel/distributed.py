@@ -167,6 +167,7 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, load_timeout_s: float
     if timeout_s <= 0 or load_timeout_s <= 0:
         raise ValueError(f"train.dist_timeout_s = {timeout_s} and train.dist_load_timeout_s = {load_timeout_s} "
                          f"must be positive (seconds)")
+    # lazy: start-up cost (accelerate)
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 

@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from harness.parallel.distributed import Dist
+from harness.parallel.zero import ZeroReset, discard_gradients, load_partition, master_sync, save_partition
 
 
 class _Call(nn.Module):
@@ -252,8 +253,6 @@ class Updater:
     def skip(self) -> None:
         """No optimizer step this time (a non-finite step the caller rejects): keep the scaler consistent."""
         if self.deepspeed:
-            from harness.parallel.zero import discard_gradients
-
             discard_gradients(self.zero_optimizer)
             return
         if self.scaler is not None and self._unscaled:
@@ -268,7 +267,6 @@ class Updater:
         """The SnapshotStore hook that keeps a restore from being undone by ZeRO's fp32 master (None: no master)."""
         if self.ds is None:
             return None
-        from harness.parallel.zero import master_sync
 
         return master_sync(self.zero_optimizer)
 
@@ -276,7 +274,6 @@ class Updater:
         """What a reference strategy's optimizer reset (VAPR) is handed: the optimizer, or ZeRO's reset."""
         if self.ds is None:
             return optimizer
-        from harness.parallel.zero import ZeroReset
 
         return ZeroReset(self.zero_optimizer)
 
@@ -285,7 +282,6 @@ class Updater:
         process writes its own partition file into `folder`; call it on every process)."""
         if self.ds is None:
             return optimizer.state_dict()
-        from harness.parallel.zero import save_partition
 
         save_partition(self.zero_optimizer, folder, self.dist.rank)
         return None
@@ -298,7 +294,6 @@ class Updater:
                                  f"resume it with the same train.deepspeed and number of processes")
             optimizer.load_state_dict(state)
             return
-        from harness.parallel.zero import load_partition
 
         load_partition(self.zero_optimizer, folder, self.dist.world)
 

@@ -37,6 +37,7 @@ from harness.runs.checkpoint_io import load_state
 def unavailable() -> str | None:
     """Why DeepSpeed cannot be used here (None when it can)."""
     try:
+        # lazy: start-up cost (deepspeed)
         import deepspeed  # noqa: F401
     except ImportError as e:
         return (f"deepspeed is not installed (a dependency of regbench: `make install`, or DS_BUILD_OPS=0 pip install "
@@ -50,8 +51,6 @@ def deepspeed_plugin(config: str | Path | dict):
     accelerate turns DeepSpeed on only when ACCELERATE_USE_DEEPSPEED is set (as `accelerate launch
     --use_deepspeed` does), and never with `Accelerator(cpu=True)`; on a CPU-only machine set DS_ACCELERATOR=cpu
     (DeepSpeed's CPU accelerator, gloo) and leave `cpu` False."""
-    import torch
-
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read when deepspeed is first imported
     reason = unavailable()
@@ -59,6 +58,7 @@ def deepspeed_plugin(config: str | Path | dict):
         raise RuntimeError(reason)
     if isinstance(config, str | Path) and not Path(config).is_file():
         raise FileNotFoundError(f"DeepSpeed config {config}: no such file (see experiments/deepspeed/)")
+    # lazy: start-up cost (accelerate)
     from accelerate.utils import DeepSpeedPlugin
 
     os.environ.setdefault("ACCELERATE_USE_DEEPSPEED", "true")
@@ -156,6 +156,7 @@ def load_partition(optimizer, folder: Path, world: int) -> None:
 
 def zero_state_classes() -> list[type]:
     """The non-tensor classes in DeepSpeed's ZeRO-1/2 optimizer state dict (stage_1_and_2.state_dict)."""
+    # lazy: start-up cost (deepspeed)
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
     from deepspeed.utils.tensor_fragment import fragment_address
@@ -175,6 +176,7 @@ def discard_gradients(optimizer) -> None:
     for k in list(getattr(zero, "all_grad_tensors", {}).keys()):
         zero.all_grad_tensors[k] = None
     if hasattr(zero, "micro_step_id"):
+        # lazy: start-up cost (deepspeed)
         from deepspeed.runtime.zero.stage_1_and_2 import INITIAL_MICRO_STEP_ID
 
         zero.micro_step_id = INITIAL_MICRO_STEP_ID

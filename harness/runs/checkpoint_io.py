@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from harness.runs.durable import fsync_dir, fsync_file, remove, reporting_disk_full
+from harness.runs.records import atomic_write_json
 
 SUMS_FILE = "SUMS.json"
 STAGING, PREVIOUS = ".new", ".prev"
@@ -100,7 +101,6 @@ def commit(folder: str | Path, step: int | None = None) -> None:
     for p in files:
         fsync_file(p)
         sums[p.name] = {"size": p.stat().st_size, "sha256": _sha256(p)}
-    from harness.runs.records import atomic_write_json
 
     with reporting_disk_full(staging / SUMS_FILE, "the checkpoint's checksums", None, cleanup=[staging]):
         atomic_write_json(staging / SUMS_FILE, {"step": step, "files": sums})

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from harness.config.names import signal_numbers
+from harness.runs.records import append_line_durable, dumps, read_jsonl
 from harness.runs.schema import PREEMPTIONS_FILE
 
 REQUEUE_EXIT_CODE = 75
@@ -104,6 +105,7 @@ def stop_agreed(dist=None) -> bool:
     local = requested() is not None
     if dist is None or not getattr(dist, "active", False):
         return local
+    # lazy: start-up cost (torch)
     import torch
 
     return float(dist.sum(torch.tensor([float(local)]))[0]) > 0
@@ -111,8 +113,6 @@ def stop_agreed(dist=None) -> bool:
 
 def record(run_dir: str | Path, stage: str, step: int | None, checkpoint: str | Path | None = None) -> int:
     """Append this preemption to the run folder's preemptions.jsonl (fsynced); how many it now lists."""
-    from harness.runs.records import append_line_durable, dumps
-
     path = Path(run_dir) / PREEMPTIONS_FILE
     row = {"stage": stage, "step": step, "signal": requested(), "pid": os.getpid(),
            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "checkpoint": str(checkpoint) if checkpoint else None}
@@ -122,8 +122,6 @@ def record(run_dir: str | Path, stage: str, step: int | None, checkpoint: str | 
 
 def count(run_dir: str | Path) -> int:
     """How often the run in `run_dir` was preempted (the lines of its preemptions.jsonl)."""
-    from harness.runs.records import read_jsonl
-
     return len(read_jsonl(Path(run_dir) / PREEMPTIONS_FILE))
 
 

@@ -39,6 +39,7 @@ from harness.runs.schema import (
     STEPS_FILE,
     ManifestKey,
 )
+from harness.runs.trackers import TB_DIR, WANDB_DIR, open_trackers, scalars
 
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "timm", "numpy", "pycocoevalcap",
             "nltk", "optuna", "scikit-learn")
@@ -203,8 +204,6 @@ class RunDir:
 
     def _open_trackers(self) -> list:
         if self._trackers is None:
-            from harness.runs.trackers import open_trackers
-
             self._trackers = open_trackers(self._tracker_names, self.path, purge_step=self._purge_step,
                                            **self._tracker_info)
         return self._trackers
@@ -212,7 +211,6 @@ class RunDir:
     def _mirror(self, prefix: str, row: dict) -> None:
         if not self._tracker_names or "step" not in row:
             return
-        from harness.runs.trackers import scalars
 
         values = scalars(row)
         for tracker in self._open_trackers():
@@ -285,8 +283,6 @@ class RunDir:
     def clear_logs(self) -> None:
         """A run that starts from zero (no checkpoint) keeps no rows of an earlier, interrupted try (nor its trackers'
         folders: harness/runs/trackers.py)."""
-        from harness.runs.trackers import TB_DIR, WANDB_DIR
-
         for name in LOG_FILES:
             (self.path / name).unlink(missing_ok=True)
         folders = [self.path / TB_DIR, self.path / WANDB_DIR]

@@ -136,6 +136,7 @@ def discard_run(run_dir: Path) -> None:
 
 def has_checkpoint(run_dir: Path) -> bool:
     """Whether any checkpoint generation (checkpoint/, checkpoint.new/, checkpoint.prev/) holds a state file."""
+    # lazy: start-up cost (torch)
     from harness.runs.checkpoint_io import generations
 
     return any(g.is_dir() and any(p.suffix == ".pt" for p in g.iterdir()) for g in generations(run_dir / "checkpoint"))

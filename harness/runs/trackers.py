@@ -31,6 +31,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 TB_DIR = "tb"
 WANDB_DIR = "wandb"
 LABELS_FILE = "tracker.json"
@@ -66,8 +68,6 @@ def tensorboard_dir(run_dir: str | Path, tb_dir: str | Path | None = None) -> Pa
 
 def _image_array(image):
     """An image as HxWxC uint8 (the first view of a list of views)."""
-    import numpy as np
-
     if isinstance(image, list | tuple):
         image = image[0] if image else None
     if image is None:
@@ -120,6 +120,7 @@ class Tracker:
 
 class TensorBoardTracker(Tracker):
     def __init__(self, run_dir: Path, purge_step: int | None = None, tb_dir: str | None = None, **_):
+        # lazy: start-up cost (torch)
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step: a resumed run drops the events an interrupted try wrote after its checkpoint, as the JSONL
@@ -158,6 +159,7 @@ def wandb_run_id(run_dir: Path) -> str:
 class WandbTracker(Tracker):
     def __init__(self, run_dir: Path, stage: str = "", config: dict | None = None, project: str = "regbench",
                  group: str | None = None, name: str | None = None, tags: Sequence[str] = (), **_):
+        # lazy: start-up cost (wandb)
         import wandb
 
         run_dir = Path(run_dir)

@@ -9,6 +9,7 @@ from tqdm.auto import tqdm
 
 from harness.batching import encode_repeated, suppressed_token_ids
 from harness.models.precision import autocast_for
+from harness.sampling.vllm_rollout import sleep_engines
 
 # generation.backend: "hf" = transformers' `generate`; "lean" = harness/sampling/lean_decode.py (the same tokens);
 # "fused" = the lean loop with harness/sampling/fused_step.py's decode step when sampling (fewer ops, float rounding
@@ -39,6 +40,7 @@ def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: in
             kwargs.update(temperature=None, top_p=None, top_k=None)
         return model.generate(**batch, **kwargs)
     if backend in ("lean", "fused"):
+        # lazy: start-up cost (transformers)
         from harness.sampling.lean_decode import lean_generate
 
         if num_return_sequences != 1:
@@ -49,6 +51,7 @@ def decode_tokens(model, batch: dict, *, backend: str = "hf", max_new_tokens: in
                              eos_token_id=eos_token_id, fused=backend == "fused" and do_sample,
                              image_keys=image_keys, memo=memo if image_keys is not None else None)
     if backend == "vllm":
+        # lazy: tests replace require_vllm at its source, read at call time
         from harness.sampling.vllm_rollout import require_vllm, vllm_sequences
 
         require_vllm(batch["input_ids"].device)
@@ -107,8 +110,6 @@ def generate_reports(model, processor, images: Sequence[Sequence], instructions:
         new = seqs[:, batch["input_ids"].shape[1]:]
         out.extend(t.strip() for t in tok.batch_decode(new, skip_special_tokens=True))
     if backend == "vllm":  # the engine's memory back to training (generation.vllm_sleep_level)
-        from harness.sampling.vllm_rollout import sleep_engines
-
         sleep_engines()
     model.train(was_training)
     return out

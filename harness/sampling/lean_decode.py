@@ -38,11 +38,16 @@ from transformers import (
     TemperatureLogitsWarper,
     TopKLogitsWarper,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import eager_attention_forward
 
 from harness.models.logit_positions import last_positions
+from harness.models.trainable import unwrap
 from harness.sampling.feature_memo import FeatureMemo
+from harness.sampling.fused_step import FusedDecodeStep
 from harness.sampling.hf_api import cache_kwargs, first_step_inputs, layer_output
 from harness.sampling.lean_prefill import prefill, prefill_supported
+from harness.sampling.lean_step import DecodeStep
 from harness.sampling.lean_topp import SortFreeTopP
 from harness.sampling.mrope_index import decode_positions
 
@@ -69,8 +74,6 @@ def _inactive(name: str, value) -> bool:
 
 
 def _hf_model(model):
-    from harness.models.trainable import unwrap
-
     return unwrap(model)
 
 
@@ -175,10 +178,7 @@ def _decode_step(hf, lm, attn: str):
     """harness/sampling/lean_step.DecodeStep in eval mode (what it reproduces); None = call the decoder layers."""
     if hf.training:
         return None
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import eager_attention_forward
 
-    from harness.sampling.lean_step import DecodeStep
 
     return DecodeStep(lm, eager_attention_forward if attn == "eager" else ALL_ATTENTION_FUNCTIONS[attn])
 
@@ -237,8 +237,6 @@ def lean_generate(model, batch: dict, *, max_new_tokens: int, eos_token_id: int,
     slots.filled = P
 
     if fused:
-        from harness.sampling.fused_step import FusedDecodeStep
-
         if not do_sample:
             raise ValueError("fused decoding samples (do_sample=True); greedy decoding uses the exact lean loop")
 

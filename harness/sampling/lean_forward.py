@@ -17,6 +17,7 @@ from collections.abc import Hashable, Sequence
 import torch
 
 from harness.models.logit_positions import last_positions
+from harness.models.trainable import unwrap
 from harness.sampling.feature_memo import FeatureMemo
 from harness.sampling.hf_api import model_kwargs_for_positions
 from harness.sampling.lean_prefill import image_features, prefill_mask
@@ -42,8 +43,6 @@ def sequence_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     `dedupe_images` None = on the CPU (with grad or without) unless the model is in train mode (dropout).
     `memo` + `image_keys` (a frozen pass, no grad): features of images the memo holds are read from it, where
     images are deduplicated (harness/sampling/feature_memo.py). Runs under the caller's autocast."""
-    from harness.models.trainable import unwrap
-
     hf = unwrap(model)
     # An index tensor, not the int: see harness/models/logit_positions.py (one lm_head copy per row otherwise).
     keep = last_positions(logits_to_keep, input_ids.shape[1], input_ids.device)

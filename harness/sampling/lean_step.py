@@ -24,6 +24,7 @@ from harness.sampling.hf_api import mrope_section, rope_tables
 def _lora_fn(mod) -> Callable | None:
     """The eval-time forward of a peft LoRA Linear with one active vanilla adapter, or None if not that case."""
     try:
+        # lazy: start-up cost (peft)
         from peft.tuners.lora import Linear as LoraLinear
     except ImportError:  # peft absent: no LoRA layers to find
         return None
@@ -64,6 +65,7 @@ class DecodeStep:
     """The decoder layers of `lm` (a Qwen2_5_VLTextModel) for one new token per row, against a slot cache."""
 
     def __init__(self, lm, attention_fn: Callable):
+        # lazy: start-up cost (transformers)
         from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import rotate_half
 
         self.rotate_half = rotate_half

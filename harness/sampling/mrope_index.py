@@ -20,7 +20,11 @@ that do not match the grids). tests/harness/sampling/test_mrope_index.py checks 
 
 from __future__ import annotations
 
+import inspect
+
 import torch
+
+from harness.sampling.hf_api import get_rope_index
 
 
 def mrope_positions(model, input_ids: torch.Tensor, image_grid_thw: torch.Tensor | None,
@@ -30,8 +34,6 @@ def mrope_positions(model, input_ids: torch.Tensor, image_grid_thw: torch.Tensor
     out = _image_positions(model.config, input_ids, image_grid_thw, attention_mask,
                            token_types=token_type_rope_index(type(model).get_rope_index))
     if out is None:
-        from harness.sampling.hf_api import get_rope_index
-
         return get_rope_index(model, input_ids, image_grid_thw, attention_mask)
     return out
 
@@ -42,9 +44,8 @@ def token_type_rope_index(get_rope_index=None) -> bool:
     grid_t = 1) are spaced by 1 where 4.57 puts them all at time 0 (huggingface/transformers#45325), and
     `rope_deltas` counts a row's real tokens, not its padded length (5.x then adds it to the count of real tokens
     so far where 4.57 adds it to the cache position: the same decode positions, `decode_positions` below)."""
-    import inspect
-
     if get_rope_index is None:
+        # lazy: start-up cost (transformers)
         from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
 
         get_rope_index = Qwen2_5_VLModel.get_rope_index

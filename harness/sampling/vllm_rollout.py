@@ -48,6 +48,9 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from harness.batching import prompt_text
+from harness.models.precision import base_dtype
+from harness.models.trainable import TOKEN_DELTA, unwrap
 from harness.sampling.vllm_plan import EngineSpec, engine_spec
 
 _ENGINES: dict[int, VLLMEngine] = {}
@@ -76,11 +79,10 @@ def engine_weights(model, *, full: bool = True) -> Iterator[tuple[str, torch.Ten
     its merged weight W + scaling * B @ A (peft's merge, in W's dtype) and bias; for trainable token rows (peft's
     `trainable_token_indices`) the embedding with those rows replaced (a tied lm_head follows it). `full`: every
     other weight too (each shared tensor once); else only the trainable ones. One merged tensor at a time."""
+    # lazy: start-up cost (peft)
     from peft.tuners.lora import Linear as LoraLinear
     from peft.tuners.lora.layer import Conv3d as LoraConv3d
     from peft.tuners.trainable_tokens import TrainableTokensLayer
-
-    from harness.models.trainable import TOKEN_DELTA, unwrap
 
     hf = unwrap(model)
     lora, tokens = {}, {}
@@ -144,6 +146,7 @@ class VLLMEngine:
     """A colocated vLLM engine for one policy model (module docstring)."""
 
     def __init__(self, spec: EngineSpec, processor, device: torch.device):
+        # lazy: optional dependency (vllm)
         from vllm import LLM  # only here: CPU machines never import vllm
 
         for key, value in launch_env(device).items():
@@ -195,9 +198,9 @@ class VLLMEngine:
                  temperature: float, top_p: float, top_k: int, max_new_tokens: int, min_new_tokens: int,
                  repetition_penalty: float, suppress_tokens: Sequence[int], eos_token_id: int) -> list[list[int]]:
         """Response token ids, n per prompt, group-major (row b * n + g), each ending at its end token."""
+        # lazy: optional dependency (vllm)
         from vllm import SamplingParams
 
-        from harness.batching import prompt_text
 
         per_request, repeat = (n, 1) if do_sample else (1, n)  # greedy: vLLM takes n = 1 only
         prompts = [{"prompt": prompt_text(self.processor, ins, len(views)),
@@ -220,9 +223,6 @@ def start_engine(model, processor, generation, prompt_sets: Sequence[tuple], *, 
     """Build the engine of `model` for a stage whose decodings are `prompt_sets` = [(images, instructions,
     max_new_tokens), ...] (vllm_plan.engine_spec), from the base folder `model_path` (default: the one the model
     was loaded from). Every process of a launch calls it at the same point (the engine's start is collective)."""
-    from harness.models.precision import base_dtype
-    from harness.models.trainable import unwrap
-
     device = next(model.parameters()).device
     require_vllm(device)
     path = model_path or unwrap(model).config._name_or_path

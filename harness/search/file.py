@@ -14,6 +14,7 @@ from harness.experiments import (
     STAGES,
     Arm,
     Study,
+    build_plan,
     check_overrides,
     check_pipeline,
     check_seeds,
@@ -78,7 +79,6 @@ def load_search(path: str | Path, preset: str | Path | None = None, sets: list[s
                     common=doc.get("common") or {}, stages=doc.get("stages") or {}, sets=list(sets or []),
                     storage=storage, resources=check_resources(doc.get("resources"), where))
     # Every key must be a real config field: resolve one trial's configs at the middle of the space.
-    from harness.experiments import build_plan
 
     probe = trial_arm(search, 0, midpoint(search.params))
     build_plan(experiment_study(search, [probe]), path.parent / "_probe_never_written", [search.seeds[0]])

@@ -9,8 +9,18 @@ from pathlib import Path
 
 from harness.config import ConfigError
 from harness.runs.records import read_json
+from harness.runs.state import check_out_dir
 from harness.search.space import Search
-from harness.search.storage import HEARTBEAT, Heartbeat, retried_numbers, storage_url
+from harness.search.storage import (
+    DEFAULT_DB,
+    HEARTBEAT,
+    JOURNAL,
+    Heartbeat,
+    display,
+    open_storage,
+    retried_numbers,
+    storage_url,
+)
 
 # Trial attributes: why a proposed point was not run; the driver checked the point (its arm can be planned).
 INVALID_ATTR, SURPLUS_ATTR, CHECKED_ATTR = "invalid", "surplus", "regbench_checked"
@@ -20,6 +30,7 @@ def trial_sampler(search: Search, position: int = 0, parallel: bool = False):
     with seed + position: a trial's proposal depends on the history only, not on how often the search was
     resumed or how many drivers share it. Parallel trials use TPE's constant liar (running trials count as
     bad), so one batch spreads out."""
+    # lazy: start-up cost (optuna)
     import optuna
 
     spec = search.sampler
@@ -31,6 +42,7 @@ def trial_sampler(search: Search, position: int = 0, parallel: bool = False):
 
 
 def _pruner(search: Search):
+    # lazy: start-up cost (optuna)
     import optuna
 
     spec = search.pruner
@@ -46,10 +58,8 @@ def open_study(out: Path, search: Search | None = None, *, create: bool = True, 
     """The search's Optuna study and its storage: `storage` (a URL or spec, harness/search/storage.py), else the
     file's `storage:`, else (reading a folder) the one its search.json names, else `<out>/optuna.db` or an
     older folder's `<out>/optuna.journal`. `create` creates the study (named after the search) if need be."""
+    # lazy: start-up cost (optuna)
     import optuna
-
-    from harness.runs.state import check_out_dir
-    from harness.search.storage import DEFAULT_DB, JOURNAL, display, open_storage
 
     out = Path(out)
     spec = storage or (search.storage if search else None)
@@ -106,8 +116,6 @@ def _identity(search: Search) -> dict:
 
 def _check_same_search(study, search: Search, url: str) -> None:
     """A study in a shared storage is one search: refuse a driver whose search differs, naming the keys."""
-    from harness.search.storage import display
-
     mine = _identity(search)
     theirs = study.user_attrs.get(SEARCH_ATTR)
     if theirs is None:
@@ -122,6 +130,7 @@ def _check_same_search(study, search: Search, url: str) -> None:
 
 def counted_trials(study) -> list:
     """The finished trials that count towards n_trials (not the ones enqueued again, nor surplus asks)."""
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)

@@ -55,8 +55,8 @@ from pathlib import Path
 
 from harness.config import ConfigError
 from harness.errors import RunPruned
-from harness.experiments import DEFAULT_FUNCTIONS, Arm, Study, run_experiment
-from harness.experiments.run import rebuild_index
+from harness.experiments import DEFAULT_FUNCTIONS, Arm, Study, build_plan, run_experiment
+from harness.experiments.run import check_workers, rebuild_index
 from harness.experiments.workers import resolve_function
 from harness.grpo.validation import ValidationCallback, ValidationEvent
 from harness.runs import preemption
@@ -77,6 +77,7 @@ from harness.search.space import Search, suggest
 from harness.search.storage import (
     HEARTBEAT,
     Heartbeat,
+    display,
     fail_stale,
     heartbeats,
     requeue,
@@ -126,10 +127,10 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
     the same search on the same storage at the same time: this one asks only for the trials still missing
     (not finished, not running elsewhere) and waits for the others' last trials. `executor` "slurm" runs each
     batch of trials' stage runs as Slurm jobs (run_experiment; `slurm`: its SlurmOptions)."""
+    # lazy: start-up cost (optuna)
     import optuna
     from optuna.trial import TrialState
 
-    from harness.search.storage import display
 
     if not isinstance(search, Search):
         search = load_search(search)
@@ -137,7 +138,6 @@ def run_search(search: Search | str | Path, out: str | Path | None = None, *, n_
         raise ConfigError(f"--n-trials must be >= 1, got {n_trials}")
     if parallel_trials < 1:
         raise ConfigError(f"--parallel-trials must be >= 1, got {parallel_trials}")
-    from harness.experiments.run import check_workers
 
     check_workers(workers)
     pruning = search.pruner.get("name") == "median"
@@ -259,6 +259,7 @@ def _requeue_preempted(study, store, tid: int) -> None:
     """A trial whose runs a stop signal interrupted: failed and enqueued again with the same values (as a gone
     driver's, harness/search/storage.py), so the rerun asks for it first and its stage runs resume from their
     checkpoints; it does not count towards n_trials, nor as a failure."""
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
 
     store.set_trial_user_attr(tid, "error", f"preempted by {preemption.requested()}: enqueued again")
@@ -268,6 +269,7 @@ def _requeue_preempted(study, store, tid: int) -> None:
 
 def trial_outcomes(search: Search, study) -> dict[str, tuple[str, str]]:
     """{arm: ("failed" or "pruned", why)} of the study's failed and pruned trials, as the storage records them."""
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
 
     out = {}
@@ -283,8 +285,6 @@ def trial_outcomes(search: Search, study) -> dict[str, tuple[str, str]]:
 
 def _plan_error(search: Search, arm: Arm, out: Path, stages_dir: str | Path | None) -> str | None:
     """Why a trial's arm cannot be planned (its configs do not validate), or None. Planning writes nothing."""
-    from harness.experiments import build_plan
-
     try:
         build_plan(experiment_study(search, [arm]), out, stages_dir=stages_dir)
     except ConfigError as e:
@@ -294,6 +294,7 @@ def _plan_error(search: Search, arm: Arm, out: Path, stages_dir: str | Path | No
 
 def _tell(search: Search, study, trial, runs: list[dict], out: Path) -> str:
     """Tell Optuna how a trial's runs (its rows of the experiment index) went; a line for the log."""
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
 
     pruned = [r for r in runs if r["status"] == "pruned"]

@@ -34,6 +34,7 @@ from datetime import timezone
 from pathlib import Path
 
 from harness.config import ConfigError
+from harness.runs.lock import HOST, Holder, holder_alive, me
 
 DEFAULT_DB = "optuna.db"
 JOURNAL = "optuna.journal"
@@ -95,6 +96,7 @@ def check_database_url(spec: str) -> None:
     """A database URL SQLAlchemy can open: it parses, names a known database, its driver is installed, and an
     SQLite file is an SQLite database in a folder (not under a file). Reads only; the error names the URL
     (without its password) and the fix, in one line."""
+    # lazy: start-up cost (sqlalchemy)
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -157,6 +159,7 @@ def display(url: str) -> str:
     """The URL without its password (for logs and search.json)."""
     if url.startswith(JOURNAL_PREFIX) or "://" not in url:
         return url
+    # lazy: start-up cost (sqlalchemy)
     from sqlalchemy.engine import make_url
 
     try:
@@ -167,6 +170,7 @@ def display(url: str) -> str:
 
 def open_storage(url: str, heartbeat: Heartbeat = HEARTBEAT):
     """The Optuna storage at `url` (from `storage_url`); an RDB one with Optuna's heartbeat and retry callback."""
+    # lazy: start-up cost (optuna)
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -214,6 +218,7 @@ def _creation_lock(db: str):
 def requeue(study, trial) -> None:
     """Enqueue a stale trial again with the same values (Optuna's retry callback), without the dead driver's
     stamps: the new trial must not look stale to another driver the moment it is asked for."""
+    # lazy: start-up cost (optuna)
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback
 
@@ -239,8 +244,6 @@ def retried_numbers(trials) -> set[int]:
 
 
 def driver_id() -> str:
-    from harness.runs.lock import me
-
     return me().line()
 
 
@@ -257,6 +260,7 @@ def stamp(storage, study, number: int) -> int:
 
 
 def beat(storage, trial_id: int) -> None:
+    # lazy: start-up cost (optuna)
     from optuna.storages._heartbeat import BaseHeartbeat
 
     if isinstance(storage, BaseHeartbeat):
@@ -268,6 +272,7 @@ def beat(storage, trial_id: int) -> None:
 @contextlib.contextmanager
 def heartbeats(storage, trial_ids: list[int], interval: int):
     """Record a heartbeat for `trial_ids` every `interval` seconds while the block runs."""
+    # lazy: start-up cost (optuna)
     import optuna
 
     stop = threading.Event()
@@ -292,8 +297,6 @@ def heartbeats(storage, trial_ids: list[int], interval: int):
 
 
 def _dead_local_driver(stamp_line: str | None) -> bool:
-    from harness.runs.lock import HOST, Holder, holder_alive
-
     holder = Holder.parse(stamp_line) if stamp_line else None
     return holder is not None and holder.host == HOST and not holder_alive(holder)
 
@@ -318,6 +321,7 @@ def stale_reason(trial, grace_period: int, now: float | None = None, rdb: bool =
 def fail_stale(study, storage, heartbeat: Heartbeat, log: Callable[[str], None]) -> list[int]:
     """Fail every stale RUNNING trial of `study` (in `storage`) and enqueue it again; returns the numbers of
     the trials this driver failed."""
+    # lazy: start-up cost (optuna)
     import optuna
     from optuna.storages._heartbeat import BaseHeartbeat
     from optuna.trial import TrialState

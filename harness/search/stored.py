@@ -35,6 +35,7 @@ def storage_files(experiment_dir: str | Path) -> list[Path]:
 
 def _storage(path: Path):
     if path.name.endswith(".journal"):
+        # lazy: start-up cost (optuna)
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
@@ -48,6 +49,7 @@ def experiment_studies(experiment_dir: str | Path) -> list[tuple[Path, object]]:
     """(storage file, optuna.Study) for every study with a complete trial in the experiment's storages; a file
     Optuna cannot read (foreign, corrupt, or Optuna not installed) is skipped."""
     try:
+        # lazy: start-up cost (optuna)
         import optuna
     except ImportError:
         return []

@@ -14,6 +14,7 @@ from harness.search.storage import retried_numbers
 SEARCH_FORMAT = "regbench.search/1"
 
 def search_summary(search: Search, study, out: Path, storage: str | None = None) -> dict:
+    # lazy: start-up cost (optuna)
     from optuna.trial import TrialState
 
     trials = []

@@ -1,1 +1,1 @@
-"""Training stages: each builds from config, runs one loop, writes run records and a stage checkpoint."""
+"""Training stages: each builds from config, runs one loop, writes run records and a stage model."""

@@ -26,6 +26,7 @@ prompts give the same file. The experiment runner runs this after a study's RL a
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import json
 import time
@@ -33,9 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.runs.records import kept_result
+from harness.config import RunConfig, from_dict
+from harness.output_format import reward_inputs
+from harness.runs.digest import model_digest
+from harness.runs.records import atomic_write_json, kept_result, read_json
 from harness.runs.schema import analysis_file
 from harness.stages.paths import analyses_done  # noqa: F401 - re-exported: this stage's completion check
+from rewards.radgraph import radgraph_available
+from rewards.spec import compute_reward
 
 KINDS = ("reward-variance", "sign-alignment")
 FORMAT = "regbench.analysis/1"
@@ -50,15 +56,11 @@ def analysis_rewards(kind: str) -> list[str]:
         return ["bleu4", "chexpert_f1"]
     if kind != "reward-variance":
         raise ValueError(f"unknown analysis '{kind}'; choose from {', '.join(KINDS)}")
-    from rewards.radgraph import radgraph_available
 
     return ["bleu4", "chexpert_f1", "radgraph_f1" if radgraph_available() else "entity_f1"]
 
 
 def _run_config(run_dir: Path):
-    from harness.config import RunConfig, from_dict
-    from harness.runs.records import read_json
-
     manifest = read_json(run_dir / "manifest.json")
     if manifest.get("stage") not in (None, "rl"):
         raise ValueError(f"{run_dir}: stage '{manifest.get('stage')}', expected an RL run")
@@ -84,6 +86,7 @@ def _policies(cfg, run_dir: Path) -> dict[str, Path]:
 
 
 def _load_policy(path: Path, cfg, device: str):
+    # lazy: start-up cost (torch)
     from harness.models.checkpoint import load_any_model
 
     model, processor, spec = load_any_model(path, cfg)
@@ -93,12 +96,15 @@ def _load_policy(path: Path, cfg, device: str):
 
 
 def _sample(model, processor, prompts, cfg, group_size: int, seed: int, batch_prompts: int) -> list[str]:
+    # lazy: start-up cost (torch)
     import torch
 
+    # lazy: start-up cost (torch)
     from harness.grpo.rollout import sample_rollout
 
     rl = cfg.rl
     if cfg.generation.backend == "vllm":  # one engine, resynced for the policy after RL (vllm_rollout.start_engine)
+        # lazy: start-up cost (torch)
         from harness.sampling.vllm_rollout import start_engine
 
         start_engine(model, processor, cfg.generation, [(prompts.images, prompts.instructions, rl.max_new_tokens)],
@@ -120,9 +126,9 @@ def before_sample_key(cfg, before: Path, ids: list[str], group_size: int, seed: 
     """The key of the candidates sampled from the policy before RL: the model's bytes, the run's config less what
     neither loading nor sampling reads (the training loop, the regularizer, the arm's reward: the analysis scores
     its own rewards), the prompts' ids and the sampling call's own arguments."""
+    # lazy: start-up cost (torch); tests replace to_dict at its source, read at call time
     from harness.config import to_dict
     from harness.grpo.start_validation import NOT_READ_TOP  # the run's own fields: where, seed, training loop
-    from harness.runs.digest import model_digest
 
     d = to_dict(cfg)
     for name in NOT_READ_TOP:
@@ -135,10 +141,9 @@ def before_sample_key(cfg, before: Path, ids: list[str], group_size: int, seed: 
 
 def _free_memory(device: str) -> None:
     """Release the policy just used before the next one loads (a 7B model twice does not fit everywhere)."""
-    import gc
-
     gc.collect()
     if device.startswith("cuda"):
+        # lazy: start-up cost (torch)
         import torch
 
         torch.cuda.empty_cache()
@@ -148,9 +153,6 @@ def _score(names: list[str], candidates: list[str], references: list[str], group
            output_format: str = "plain") -> dict[str, np.ndarray]:
     """Each reward of `names` on the candidates; a think_report model's candidates are scored as the RL reward
     scores them (harness/output_format.py: reward_inputs, the <report> part for a clinical reward)."""
-    from harness.output_format import reward_inputs
-    from rewards.spec import compute_reward
-
     refs = [r for r in references for _ in range(group_size)]
     return {n: compute_reward(n, reward_inputs(n, candidates, output_format), refs).reshape(len(references), group_size)
             for n in names}
@@ -162,8 +164,8 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
     """Sample once per policy, score every reward the `kinds` need, write `<run_dir>/analysis_<kind>.json` for
     each kind; returns their paths. n_prompts: the first n validation prompts (None = all; the paper uses the
     whole MIMIC-CXR validation set). `key` is stored in the files (the experiment runner's node key)."""
+    # lazy: start-up cost (torch)
     from harness.prompts import prompt_set
-    from harness.runs.records import atomic_write_json
     from harness.stages.common import load_splits, seed_everything
 
     kinds = list(dict.fromkeys(kinds))
@@ -176,6 +178,7 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
     cfg = _run_config(run_dir)
     policies = _policies(cfg, run_dir)
     if device == "auto":
+        # lazy: start-up cost (torch)
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"

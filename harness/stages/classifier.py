@@ -26,6 +26,7 @@ from harness.models.classifier import (
 from harness.prompts import classifier_inputs, reference_labels
 from harness.runs import preemption
 from harness.runs.schema import METRICS_FILE
+from harness.runs.state import restart_requested
 from harness.stages.common import load_splits, require_train, seed_everything, start_run
 
 
@@ -43,8 +44,8 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
 
 @preemption.preemptible
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
-    from harness.preflight import check_inputs, check_run_folder, model_device
-    from harness.runs.state import restart_requested
+    # lazy: tests replace model_device at its source, read at call time
+    from harness.checks.preflight import check_inputs, check_run_folder, model_device
 
     check_inputs(cfg, "classifier")
     check_run_folder(cfg, "classifier")  # reads only

@@ -10,7 +10,14 @@ import numpy as np
 import torch
 
 from harness.config import RunConfig, to_dict
+from harness.config.names import tracker_names
+from harness.data.datasets import load_annotation
+from harness.data.phantom import SPLITS, PhantomConfig, synthesize
+from harness.runs import lock as runlock
+from harness.runs import preemption
+from harness.runs import state as runstate
 from harness.runs.records import RunDir
+from harness.runs.trackers import read_labels
 from harness.stages.paths import default_cache_dir, phantom_dir, test_split_dir  # noqa: F401 - re-exported
 
 
@@ -35,8 +42,6 @@ def ensure_phantom(out_dir: Path, n: int, seed: int, image_size: int, progress: 
                    splits: tuple[str, ...] | None = None, report_variation: str = "none") -> Path:
     """Synthesize the phantom set (only `splits`' studies when given) into `out_dir` unless it is already there;
     returns annotation.json."""
-    from harness.data.phantom import SPLITS, PhantomConfig, synthesize
-
     ann = out_dir / "annotation.json"
     if ann.is_file():
         return ann
@@ -57,8 +62,6 @@ def ensure_test_split(cfg: RunConfig, progress: bool = True) -> Path:
 def load_splits(cfg: RunConfig, progress: bool = True, only: str | None = None) -> dict:
     """{split: [Sample]} for the configured data set (synthesizing the phantom set on first use). `only="test"`:
     just the test split (on the phantom set, its studies alone are drawn when the whole set is not there)."""
-    from harness.data.datasets import load_annotation
-
     d = cfg.data
     phantom = d.dataset == "phantom" and d.annotation is None
     if phantom and only == "test":
@@ -108,10 +111,6 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
     config (harness/runs/state.py; `restart` discards what it holds instead). A new or resumed run gets a fresh
     manifest, a completed one is left as it is; a run with no checkpoint starts from zero, so its logs are
     emptied (a rerun never appends to the rows of an interrupted or failed try)."""
-    from harness.runs import lock as runlock
-    from harness.runs import preemption
-    from harness.runs import state as runstate
-
     path = Path(cfg.out_dir)
     restart = runstate.restart_requested() if restart is None else restart
     runstate.check_out_dir(path)
@@ -122,8 +121,6 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
         runstate.discard_run(path)
     else:
         runstate.check_reuse(path, to_dict(cfg), stage)  # again, now that no one else writes it
-    from harness.config.names import tracker_names
-    from harness.runs.trackers import read_labels
 
     # read_labels: a study's W&B group/name/tags and TensorBoard folder (harness/experiments/tracker_labels.py)
     run = RunDir(path, trackers=tracker_names(cfg.train.report_to),

@@ -2,7 +2,7 @@
 labeler against the references' labels, and on the phantom the gold reader against what was drawn: `gold_*`).
 
 Prompts are rebuilt the way the model was trained: with the classifier's predicted diseases when the stage
-checkpoint records a classifier, plain otherwise.
+model records a classifier, plain otherwise.
 """
 
 from __future__ import annotations
@@ -13,33 +13,32 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.checks.preflight import check_scorers, model_device
 from harness.config import RunConfig
+from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 from harness.evaluation import findings_scores, label_with, nlg_scores_and_reports
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
 from harness.output_format import report_part, well_formatted_fraction
-from harness.preflight import check_scorers, model_device
 from harness.prompts import instructions_for, load_images, reference_labels
 from harness.runs import preemption
 from harness.runs.records import RunDir, atomic_write_text, dumps
 from harness.sampling.decoding import generate_reports, greedy_settings
+from harness.sampling.vllm_rollout import start_engine
 from harness.stages.common import load_splits, seed_everything
 from harness.stages.paths import eval_pixel_dir
+from rewards.entity import entity_f1
+from rewards.radgraph import check_radgraph_files, radgraph_available, radgraph_scores
 
 
 def clinical_scores(cfg: RunConfig, hyps: list[str], refs: list[str]) -> dict:
     """Offline entity F1 always; RadGraph F1 when its weights are present (else marked missing, never replaced)."""
-    from rewards.entity import entity_f1
-
     out = {"entity_f1": float(np.mean(entity_f1(hyps, refs)))}
     if cfg.eval.radgraph == "off":
         return out
-    from rewards.radgraph import radgraph_available, radgraph_scores
 
     if radgraph_available(cfg.eval.radgraph_model):
         out.update(radgraph_scores(hyps, refs, cfg.eval.radgraph_model))
     elif cfg.eval.radgraph == "required":
-        from rewards.radgraph import check_radgraph_files
-
         check_radgraph_files(cfg.eval.radgraph_model)  # raises with the path to fill
     else:
         out["radgraph"] = "missing (weights not found; see rewards/radgraph.py)"
@@ -55,12 +54,12 @@ def gold_eval(samples, hyps: list[str], ref_labels: np.ndarray, labeler: np.ndar
     """The phantom's gold (harness/data/phantom/gold_reader.py) when every sample carries its image truth: the
     reader's scores against what was drawn (`gold_*`) and against the stored report labels (`gold_report_*`),
     and how often the rule labeler's positives (`labeler`) differ from the reader's; with the reader's labels."""
+    # lazy: start-up cost (transformers)
     from harness.stages.rl import image_truth
 
     truth = image_truth(samples)
     if truth is None:
         return {}, None
-    from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 
     read = read_reports(hyps, reader)  # eval.gold_reader
     return {**gold_scores(read, truth, ref_labels), **disagreement(labeler, read)}, read
@@ -73,8 +72,6 @@ def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_label
     rescores resamples from: per-report NLG statistics (`nlg`, harness.evaluation.nlg_report_scores), both label
     vectors (null = not mentioned), entity F1; on the phantom also the gold reader's labels (`gold_labels`) and
     the image truth (`present`)."""
-    from rewards.entity import entity_f1
-
     refs = [s.report for s in samples]
     entity = entity_f1(hyps, refs)
     rows = [{"id": s.id, "reference": s.report, "generated": h, "instruction": ins, "nlg": nlg[s.id],
@@ -111,8 +108,6 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     instructions = instructions_for(cfg.prompt, cfg.model, samples, spec)
     images = load_images(samples, cfg.model.image_size, cache_dir=eval_pixel_dir(cfg, split))
     if cfg.generation.backend == "vllm":  # sized by this split's prompts (harness/sampling/vllm_rollout.py)
-        from harness.sampling.vllm_rollout import start_engine
-
         start_engine(model, processor, cfg.generation, [(images, instructions, cfg.generation.max_new_tokens)],
                      seed=cfg.seed)
     outputs = generate_reports(model, processor, images, instructions,

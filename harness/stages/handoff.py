@@ -18,10 +18,12 @@ from collections.abc import Callable
 import torch
 
 from harness.config import RunConfig
+from harness.errors import ConfigError
 from harness.grpo.validation import COMPLETION_COLUMNS, COMPLETIONS, validation_score
 from harness.models.checkpoint import apply_tensors
 from harness.models.trainable import trainable_state
 from harness.parallel.distributed import Dist
+from harness.prompts import PromptSet
 from harness.runs.records import RunDir
 
 LAST_MODEL = "model_last"  # in a best_val stage's run folder: the last epoch's model, beside the chosen `model/`
@@ -90,10 +92,8 @@ def best_epoch_hook(cfg: RunConfig, model, processor, val_samples, instructions:
     if cfg.train.handoff != "best_val":
         return None
     if not val_samples:
-        from harness.errors import ConfigError
-
         raise ConfigError("train.handoff = best_val needs a validation split (it is empty); set train.handoff=last")
-    from harness.prompts import PromptSet
+    # lazy: start-up cost (pandas, transformers)
     from harness.stages.rl import make_validator, validation_fields
 
     val = PromptSet([s.id for s in val_samples], images, list(instructions), [s.report for s in val_samples])

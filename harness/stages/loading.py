@@ -6,13 +6,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import RunConfig
+from harness.checks.preflight import check_inputs, check_names, check_run_folder, check_scorers, model_device
+from harness.config import ConfigError, RunConfig
 from harness.config.presets import get_preset
 from harness.models.checkpoint import adopt_checkpoint_settings, load_base, load_stage_model
+from harness.models.trainable import unwrap
 from harness.parallel.distributed import Dist, init_distributed
 from harness.parallel.zero import plugin_for
-from harness.preflight import model_device
+from harness.runs.records import FollowerRun
 from harness.runs.schema import METRICS_FILE
+from harness.runs.state import restart_requested
+from harness.stages.common import seed_everything, start_run
+from harness.stages.paths import base_dir
+from rewards.spec import RewardFailed, probe_reward
 
 
 def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
@@ -23,8 +29,6 @@ def base_path(cfg: RunConfig, progress: bool = True) -> Path | str:
     if cfg.model.path:
         return cfg.model.path
     if preset.name == "tiny":
-        from harness.stages.paths import base_dir
-
         out = base_dir(cfg)
         if not (out / "DONE").is_file():
             raise FileNotFoundError(
@@ -51,8 +55,6 @@ def load_for_stage(cfg: RunConfig, progress: bool = True):
 
 def enable_gradient_checkpointing(model) -> None:
     """transformers' non-reentrant checkpointing (works with a frozen base: no input grads needed)."""
-    from harness.models.trainable import unwrap
-
     unwrap(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
@@ -73,17 +75,12 @@ class StageStart:
 def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
     """Seed, join the process group of a torchrun / accelerate launch (if any), open the run directory and,
     unless the run is complete, load the model and the data. Every check comes before the first write: the
-    config, names, scorer weights, input folders, device and run folder (harness/preflight.py), then the data and
+    config, names, scorer weights, input folders, device and run folder (harness/checks/preflight.py), then the data and
     the model; only then is the run folder locked and its manifest written. Rank 0 goes first: it builds the phantom set
     and writes the manifest; the other processes then read them. The tiny stage-0 base is not built here: the
     plan builds it as a node of its own, and `regbench train` in one explicit call before the stage
     (harness/cli/stage_commands.py: prepare_base), so a stage's seeded RNGs never depend on whether stage 0
     ran first; a stage that finds no base says how to build it (base_path)."""
-    from harness.preflight import check_inputs, check_names, check_run_folder, check_scorers
-    from harness.runs.records import FollowerRun
-    from harness.runs.state import restart_requested
-    from harness.stages.common import seed_everything, start_run
-
     check_names(cfg, stage)  # names and input folders first: a typo must not cost a model load or a stage 0
     check_scorers(cfg, stage)  # the scorers' weights: RL's first validation must not find them missing
     check_inputs(cfg, stage)
@@ -116,6 +113,7 @@ def begin_stage(cfg: RunConfig, stage: str, progress: bool) -> StageStart:
 
 def _load_inputs(cfg: RunConfig, stage: str, progress: bool, start: StageStart) -> None:
     """The data before the model (neither draws from the global RNGs): a bad data set fails in seconds."""
+    # lazy: tests replace load_splits at its source, read at call time
     from harness.stages.common import load_splits, require_train
 
     start.splits = require_train(load_splits(cfg, progress), cfg, stage)
@@ -130,9 +128,6 @@ def probe_user_reward(reward, samples) -> None:
     """rl.reward (`reward`) with the user's code in it (`module:function`, alone or in a weighted sum) called on a
     probe batch of the training references before the model loads: one that raises, or returns something other than
     one finite number per candidate, is refused naming the reward and the error, with nothing written."""
-    from harness.config import ConfigError
-    from rewards.spec import RewardFailed, probe_reward
-
     try:
         probe_reward(reward, [s.report for s in samples[:4]])
     except (RewardFailed, ValueError, TypeError) as e:

@@ -10,17 +10,23 @@ code. It runs once per machine: a second call with the same settings returns the
 
 from __future__ import annotations
 
+import random
 import shutil
 from pathlib import Path
 
+from harness.batching import instruction_text
 from harness.config import RunConfig, to_dict
+from harness.config.names import tracker_names
 from harness.constants import OBSERVATIONS
+from harness.data.datasets import load_annotation
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
 from harness.prompts import load_images
+from harness.runs import lock as runlock
 from harness.runs import preemption
 from harness.runs.durable import fsync_tree, replace_dir, reporting_disk_full
 from harness.runs.records import RunDir, atomic_write_json, atomic_write_text
+from harness.runs.trackers import labels_beside, read_labels
 from harness.stages import paths as stage_paths
 from harness.stages.common import ensure_phantom, seed_everything, torch_threads
 from harness.stages.lm_train import LMData, train_lm
@@ -46,8 +52,6 @@ def findings_answer(labels) -> str:
 
 def with_findings_task(data: LMData, samples, fraction: float, seed: int) -> LMData:
     """Append `fraction * len(data)` "list the findings" examples (random samples, seeded)."""
-    import random
-
     k = int(round(fraction * len(samples)))
     if k <= 0:
         return data
@@ -75,10 +79,6 @@ def with_hint_task(data: LMData, samples, fraction: float, seed: int, instructio
     A real LVLM already follows instructions that name findings; the tiny base learns it here, from hints
     that are right most of the time but not always, so it still has to look at the image.
     """
-    import random
-
-    from harness.batching import instruction_text
-
     k = int(round(fraction * len(samples)))
     if k <= 0:
         return data
@@ -106,7 +106,6 @@ def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = Fals
     """Return the cached tiny base folder, building it first if needed."""
     if cfg.model.preset != "tiny":
         raise ValueError(f"stage 0 (pretrain) is for the tiny preset only, not '{cfg.model.preset}'")
-    from harness.runs import lock as runlock
 
     out = base_dir(cfg)
     if (out / "DONE").is_file() and not force:
@@ -130,17 +129,12 @@ def stage0_run(cfg: RunConfig, path: Path, out: Path) -> RunDir:
     """Stage 0's records, mirrored into the trackers of `train.report_to` like every stage's: named `stage0/<base
     key>`, with a study's labels when the experiment runner wrote them beside the base (harness/experiments/
     tracker_labels.py)."""
-    from harness.config.names import tracker_names
-    from harness.runs.trackers import labels_beside, read_labels
-
     info = {"stage": "pretrain", "config": to_dict(cfg), "project": cfg.train.wandb_project,
             "name": f"stage0/{out.name}", **read_labels(path, labels_beside(out))}
     return RunDir(path, trackers=tracker_names(cfg.train.report_to), tracker_info=info)
 
 
 def _build_tiny_base(cfg: RunConfig, out: Path, progress: bool) -> Path:
-    from harness.data.datasets import load_annotation
-
     p = cfg.pretrain
     seed_everything(stage_paths.STAGE0_SEED)
     work = out.parent / f"{out.name}.work"

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config import GenerationConfig, RunConfig, to_dict
+from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 from harness.data.pixel_cache import stage_pixel_folder
 from harness.evaluation import findings_scores, label_with, nlg_scores
 from harness.grpo.reward import RunReward
@@ -20,7 +21,7 @@ from harness.grpo.start_validation import shared_start_validation
 from harness.grpo.trainer import GRPOTrainer
 from harness.grpo.val_drift import kl_summary, kl_to_snapshot
 from harness.grpo.validation import COMPLETION_IMAGES, COMPLETIONS, ValidationCallback, ValidationEvent
-from harness.models.checkpoint import model_settings, save_stage_model
+from harness.models.checkpoint import model_settings, read_spec, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.output_format import report_part, well_formatted_fraction
 from harness.parallel.distributed import Dist
@@ -29,6 +30,7 @@ from harness.runs import preemption
 from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.snapshots import SnapshotStore
 from harness.stages.loading import begin_stage
+from rewards.spec import compute_reward
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,6 @@ def score_validation(fields: ValidationFields, val: PromptSet, hyps: list[str], 
     (harness/grpo/validation.py COMPLETIONS): each prompt's id, instruction, report, reward and reference report, for
     the trackers' table (with_completion_images adds the input image). `reward`: rl.reward resolved
     (make_validator resolves it once per run; None: resolved here)."""
-    from rewards.spec import compute_reward
 
     raw = hyps
     hyps = [report_part(h, fields.output_format) for h in raw]  # the <report> part (think_report)
@@ -134,7 +135,6 @@ def score_validation(fields: ValidationFields, val: PromptSet, hyps: list[str], 
         agreement = findings_scores(hyps, gold_labels, backend="rules", hyp_labels=labeler)
         scores.update(labeler_f1=agreement["ce_micro_f1"], labeler_exact=agreement["findings_exact"])
     if gold_present is not None:
-        from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 
         read = read_reports(hyps, fields.gold_reader)
         gold = gold_scores(read, gold_present)
@@ -195,7 +195,6 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
         return start.run.path / "model"
     dist, run, progress, splits = start.dist, start.run, start.progress, start.splits
     model, processor, base_path = start.model, start.processor, start.base_path
-    from harness.models.checkpoint import read_spec
 
     spec = read_spec(cfg.init_from) if cfg.init_from else {}
     # An SFT adapter brings its own layout (LoRA, token rows); from a model without one, the config's.
@@ -216,6 +215,7 @@ def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[Valida
     validate = shared_start_validation(validate, to_dict(cfg), start_policy, dist)
     validate = with_completion_images(validate, val)  # after the shared file: images are not JSON
     if cfg.generation.backend == "vllm":  # every rank at once, before training (harness/sampling/vllm_rollout.py)
+        # lazy: vllm is optional (pip install 'regbench[vllm]')
         from harness.sampling.vllm_rollout import start_engine
 
         start_engine(model, processor, cfg.generation,

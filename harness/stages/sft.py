@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.checks.preflight import model_device
 from harness.config import RunConfig
 from harness.data.pixel_cache import stage_pixel_folder
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.output_format import format_instruction, training_target
-from harness.preflight import model_device
 from harness.prompts import (
     disease_instructions,
     fills_empty,

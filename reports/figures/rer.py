@@ -9,8 +9,10 @@ from reports.figures.common import COLORS, plt, save_figure
 
 def rer_curves(beta_min: float = 0.05, beta_base: float = 0.10, beta_max: float = 0.12, k: int = 101):
     """(x, beta for A > 0, beta for A < 0): x in [0, 1] is the normalised reference entropy of Eq. 8."""
+    # lazy: start-up cost (torch)
     import torch
 
+    # lazy: start-up cost (torch)
     from regularizers.rer import rer_betas
 
     h = torch.linspace(0.0, 1.0, k, dtype=torch.float64).unsqueeze(0)  # one group: min 0, max 1

@@ -12,6 +12,7 @@ from reports.figures.common import plt, save_figure
 def fig_optuna(study, out_dir) -> list[Path]:
     """The optimisation history of one optuna.Study ([] when it has no complete trial or cannot be drawn)."""
     try:
+        # lazy: start-up cost (optuna)
         from optuna.visualization.matplotlib import plot_optimization_history
     except ImportError:
         return []

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
+from reports.analyses import sign_alignment
 from reports.experiment import Experiment, Run, is_number
 from reports.figures.common import COLORS, plt, save_figure
+from reports.published import published_table
+from reports.stats import summarize
 
 
 def _analyses(exp: Experiment, kind: str, arm: str | None = None) -> list[tuple[Run, dict]]:
@@ -68,8 +71,6 @@ def distinct_policy_seeds(exp: Experiment, kind: str, arm: str, policy: str) -> 
 def alignment_stats(exp: Experiment, arm: str | None = None) -> dict:
     """{policy: {seed: sign_alignment(...)}} of the arm's analysis_sign-alignment.json files, recomputed from the
     stored rewards with the current definitions (reports/analyses.py) where the file holds them."""
-    from reports.analyses import sign_alignment
-
     arm = arm or analysis_arm(exp, "sign-alignment")
     out: dict = {}
     for run, d in (_analyses(exp, "sign-alignment", arm) if arm else []):
@@ -98,9 +99,6 @@ def alignment_values(exp: Experiment, arm: str | None = None) -> dict:
 def fig_a3_alignment(exp: Experiment, out_dir, arm: str | None = None) -> list[Path] | None:
     """Supp. A.3: P_sign and P_top1 before / after RL (mean over seeds, 95% bootstrap interval), with the
     published values as markers."""
-    from reports.published import published_table
-    from reports.stats import summarize
-
     arm = arm or analysis_arm(exp, "sign-alignment")
     vals = alignment_values(exp, arm)
     if not vals:

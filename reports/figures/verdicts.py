@@ -12,7 +12,7 @@ OUTCOME_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#0969d
 
 
 def fig_verdicts(decisions, out_dir, labels: dict[str, str] | None = None) -> list[Path]:
-    """One row per decision (harness/decisions.py Decision): x = difference / delta, so the equivalence band is
+    """One row per decision (harness/stats/decisions.py Decision): x = difference / delta, so the equivalence band is
     [-1, 1] for every metric; the interval is the one the decision used."""
     labels = labels or {}
     n = len(decisions)

@@ -24,7 +24,7 @@ EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 def _config_dataclasses() -> list[type]:
     """Every dataclass defined in the harness.config package (sections reached from RunConfig or not)."""
     found = {RunConfig}
-    for module in (config_pkg.sections, config_pkg.rl, config_pkg.run):
+    for module in (config_pkg.sections, config_pkg.training, config_pkg.rl, config_pkg.run):
         found |= {c for _, c in inspect.getmembers(module, inspect.isclass)
                   if dataclasses.is_dataclass(c) and c.__module__ == module.__name__}
     return sorted(found, key=lambda c: c.__name__)

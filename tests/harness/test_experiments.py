@@ -232,7 +232,7 @@ def test_presets_carry_the_papers_hyperparameters():
 
 
 def test_demo_runs_its_study_on_the_tiny_preset():
-    from harness.demo import DEMO_STUDY
+    from harness.cli.demo import DEMO_STUDY
 
     study = load_study(DEMO_STUDY)
     assert study.preset == "tiny-bench" and study.seeds == [0, 1, 2]  # the verdict contrast: 3 seeds (issue 23)
@@ -256,7 +256,7 @@ def fake_analysis(rl_dir, **settings):
 def test_the_demo_table_reads_its_studys_stage_evaluations(tmp_path, calls, monkeypatch):
     """`regbench demo`: the base, warm-up and SFT rows come from the study's `stage_evals` nodes (fake stages)."""
     import harness.experiments
-    from harness.demo import STAGE_ROWS, run_demo
+    from harness.cli.demo import STAGE_ROWS, run_demo
 
     real = harness.experiments.run_experiment
 
@@ -559,7 +559,7 @@ def test_stage_evals_test_the_baseline_arms_stage_models_as_nodes(tmp_path, call
     plan (each needs only its model and the test data), recorded in index.json, skipped once complete and left out
     when the baseline's first-seed run is not selected."""
     from harness.experiments.local import needed_order
-    from harness.experiments.plan import node_label
+    from harness.experiments.plan_text import node_label
 
     _patch_stage_modules(monkeypatch)
     study = load_study(write_study(tmp_path, ARMS, extra="stage_evals: [sft, base, warmup]\n"))

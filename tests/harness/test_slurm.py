@@ -24,7 +24,8 @@ from harness.cli import main
 from harness.config import ConfigError
 from harness.experiments import load_study, run_experiment
 from harness.experiments.resources import Resources, check_resources
-from harness.experiments.slurm import JobState, SlurmOptions, outcome
+from harness.experiments.slurm import SlurmOptions
+from harness.experiments.slurm_queue import JobState, outcome
 from harness.runs.preemption import REQUEUE_EXIT_CODE
 from harness.runs.records import read_json, read_jsonl
 from tests.harness.test_experiments import TINY_PRESET, write_study
@@ -116,9 +117,9 @@ def test_a_7b_rl_job_asks_for_8_gpus_and_runs_its_stage_under_torchrun(tmp_path)
 def test_a_stage_over_two_nodes_runs_one_torchrun_agent_per_node_with_a_c10d_rendezvous(tmp_path, monkeypatch):
     """resources.rl.nodes = 2: sbatch --nodes 2, one task per node, each task torchrun with --nnodes 2 meeting on
     the first node (no cluster needed: the parameters and the launcher as the job fills it in)."""
-    from harness.experiments import build_plan
-    from harness.experiments import slurm as slurm_mod
-    from harness.experiments.slurm import SlurmExperimentRun, rendezvous_launcher
+    from harness.experiments import build_plan, slurm_job
+    from harness.experiments.slurm import SlurmExperimentRun
+    from harness.experiments.slurm_job import rendezvous_launcher
 
     study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]"), preset=TINY_PRESET.parent /
                        "mimic-qwen2.5vl-7b.yaml", sets=["common.data.annotation=/data/a.json",
@@ -140,7 +141,7 @@ def test_a_stage_over_two_nodes_runs_one_torchrun_agent_per_node_with_a_c10d_ren
         assert cmd == ["scontrol", "show", "hostnames", "gpu[07-08]"]
         return subprocess.CompletedProcess(cmd, 0, stdout="gpu07\ngpu08\n")
 
-    monkeypatch.setattr(slurm_mod.subprocess, "run", scontrol)
+    monkeypatch.setattr(slurm_job.subprocess, "run", scontrol)
     filled = rendezvous_launcher(launcher, {"SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]"})
     assert filled.endswith("--rdzv_endpoint gpu07:29856 --rdzv_id 123456")
 
@@ -195,7 +196,7 @@ def signalled_before_its_stage(cfg, progress=False):
 
 _JOB = """
 import json, sys
-from harness.experiments.slurm import run_job
+from harness.experiments.slurm_job import run_job
 run_job("warmup", "tests.harness.test_slurm:signalled_before_its_stage", json.loads(sys.argv[1]), None, None)
 """
 
@@ -242,7 +243,7 @@ def test_the_slurm_runner_stops_watching_on_a_stop_signal_and_leaves_its_jobs_qu
     (a rerun takes them over) and ends preempted (exit 75); before, it watched on."""
     import submitit
 
-    from harness.experiments import slurm
+    from harness.experiments import slurm, slurm_queue
     from harness.runs import preemption
     from tests.harness.test_experiments import FAKES
 
@@ -260,8 +261,8 @@ def test_the_slurm_runner_stops_watching_on_a_stop_signal_and_leaves_its_jobs_qu
     monkeypatch.setattr(slurm, "slurm_available", lambda: None)
     monkeypatch.setattr(submitit, "SlurmExecutor", _FakeSubmitit)
     monkeypatch.setattr(_FakeSubmitit, "submitted", [])
-    monkeypatch.setattr(slurm.SlurmQueue, "states", states)
-    monkeypatch.setattr(slurm.SlurmQueue, "cancel", lambda self, ids: cancelled.extend(ids))
+    monkeypatch.setattr(slurm_queue.SlurmQueue, "states", states)
+    monkeypatch.setattr(slurm_queue.SlurmQueue, "cancel", lambda self, ids: cancelled.extend(ids))
     study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]", extra="pipeline: [rl]\n"))
     lines: list[str] = []
     caught: list[int] = []

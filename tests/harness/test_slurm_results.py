@@ -11,7 +11,9 @@ from types import SimpleNamespace
 
 from submitit.core.utils import JobPaths
 
-from harness.experiments.slurm import JobState, SlurmExperimentRun, SlurmOptions, result_file
+from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions
+from harness.experiments.slurm_job import result_file
+from harness.experiments.slurm_queue import JobState
 from harness.runs.records import atomic_write_json
 
 

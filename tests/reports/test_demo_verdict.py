@@ -78,7 +78,7 @@ def test_missing_predictions_are_named(tmp_path):
 
 
 def test_demo_takes_the_no_kl_arm_against_the_baseline(tmp_path):
-    from harness.demo import DEMO_STUDY, verdict_arms
+    from harness.cli.demo import DEMO_STUDY, verdict_arms
     from harness.experiments import load_study
     from reports.demo_verdict import demo_verdict
 
@@ -100,7 +100,7 @@ def test_demo_takes_the_no_kl_arm_against_the_baseline(tmp_path):
 def test_the_demo_runs_every_arm_on_one_seed_and_its_contrast_on_three():
     """issue 23 item 6: the declared contrast (no KL vs constant KL) runs on 3 RL seeds from one shared SFT model
     (stage_seeds), every other arm on the first seed."""
-    from harness.demo import DEMO_STUDY, demo_runs
+    from harness.cli.demo import DEMO_STUDY, demo_runs
     from harness.experiments import build_plan, load_study
 
     study = load_study(DEMO_STUDY)

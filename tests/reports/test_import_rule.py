@@ -16,7 +16,7 @@ ALLOWED = {
     "harness.runs.records": "reading and atomically writing record files",
     "harness.runs.schema": "the names of index.json and the run-record files",
     "harness.constants": "the 14 observations and the per-report BLEU statistics' keys",
-    "harness.decisions": "the decision rule of declared contrasts (pure statistics, shared with the runner)",
+    "harness.stats.decisions": "the decision rule of declared contrasts (pure statistics, shared with the runner)",
     "regularizers.rer": "Fig. 2 draws the RER formula from its one implementation (a pure function)",
 }
 PROJECT = ("harness", "regularizers", "rewards", "experiments", "benchmarks", "tests")

@@ -328,7 +328,7 @@ def test_planted_contrast_shift_at_its_margin_is_called_equivalent_at_most_alpha
 def test_only_better_against_worse_contradicts(words, contradicts):
     # "worse" is reported before equivalence: -0.0076 [-0.0147, -0.0005] with +-0.02 is both a found difference
     # and inside the band, so another study's "equivalent" on it does not contradict it
-    from harness.decisions import Contrast, Decision
+    from harness.stats.decisions import Contrast, Decision
     from reports.option_check import VerdictPair
 
     c = Contrast("no_kl", "rer_vapr", "gold_f1", 0.02)

@@ -328,13 +328,13 @@ def test_rl_step_with_the_chexbert_f1_reward(tiny_chexbert, tiny_model, tiny_pro
     assert row["loss"] == row["loss"]  # finite, not NaN
 
 
-# ----------------------------------------------------------------------------------------- preflight (harness/needs.py)
+# ---------------------------------------------------------------------------------- preflight (harness/checks/needs.py)
 @pytest.mark.parametrize("legacy", [False, True])
 def test_preflight_passes_with_the_weights_in_the_package_layout_and_refuses_a_bad_file(offline_caches, legacy):
     """The check a command runs before it decodes or trains: files only (nothing loaded), the exact path f1chexbert
     reads, a torch checkpoint that is empty or not one refused."""
+    from harness.checks.needs import check_needs
     from harness.config import ConfigError, load_config
-    from harness.needs import check_needs
 
     hub, cache_dir = offline_caches
     eval_cfg = load_config(None, ["eval.ce_backend=chexbert", "eval.radgraph='off'"])

@@ -321,12 +321,12 @@ def test_rl_step_with_the_radgraph_f1_reward(tiny_radgraph_xl, tiny_model, tiny_
     assert row["loss"] == row["loss"]  # finite, not NaN
 
 
-# ----------------------------------------------------------------------------------------- preflight (harness/needs.py)
+# ---------------------------------------------------------------------------------- preflight (harness/checks/needs.py)
 def test_preflight_passes_with_the_cached_archive_or_the_model_directory_and_reads_only(radgraph_env):
     """The check a command runs before it decodes or trains: a cached archive counts (the scorer extracts it when it
     loads; preflight writes nothing), an extracted directory too; an empty weights.th is refused."""
+    from harness.checks.needs import check_needs
     from harness.config import ConfigError, load_config
-    from harness.needs import check_needs
 
     tmp, _, cache_dir = radgraph_env
     rl_cfg = load_config(None, ["rl.val_rg_metric=radgraph"])

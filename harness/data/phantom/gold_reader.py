@@ -36,6 +36,7 @@ import numpy as np
 
 from harness.constants import NEGATIVE, NO_FINDING, NUM_OBSERVATIONS, OBSERVATIONS, POSITIVE, UNCERTAIN
 from harness.data.phantom.case import Case
+from harness.data.phantom.gold_reader_v2 import read_reports as read_v2
 from harness.data.phantom.phrases import DEVICE_TEXT, IMPRESSION_NORMAL, NORMAL
 from harness.data.phantom.report import fill_template, severity_words, statement_templates
 from harness.data.phantom.report_sentences import sentences
@@ -124,8 +125,6 @@ def read_reports(reports: Sequence[str], reader: str = "v1") -> np.ndarray:
     if not reports:
         return np.zeros((0, NUM_OBSERVATIONS))
     if reader == "v2":
-        from harness.data.phantom.gold_reader_v2 import read_reports as read_v2
-
         return read_v2(reports)
     return np.stack([read_report(r) for r in reports])
 

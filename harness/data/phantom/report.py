@@ -25,6 +25,7 @@ from harness.data.phantom.phrases import (
     SECTIONS,
     SEV_WORD,
 )
+from harness.data.phantom.variation import vary_report
 from harness.data.phantom.vocabulary import FINDINGS
 
 
@@ -154,8 +155,6 @@ def compose_report(case: Case, rng: np.random.Generator, cfg: PhantomConfig | No
         state(_SECTION_OF[name], _pick(rng, NORMAL[(name,)]), (name,), NEGATIVE)
     lines = [s for section in sections for s in section]
     if cfg.report_variation != "none":  # drawn after the plain report: "none" stays byte-identical
-        from harness.data.phantom.variation import vary_report
-
         statements = [[(kinds[s][0], s, kinds[s][1]) for s in section] for section in sections]
         lines = vary_report(statements, case, rng, cfg.report_variation)
     text = clean_report(". ".join(lines) + ".", "iu_xray")

@@ -31,10 +31,12 @@ def read_state_dict(path: str | os.PathLike[str], key: str = "classifier.pretrai
            "as a plain state dict of tensors (torch.save(model.state_dict(), 'x.pth'))")
     try:
         if path.suffix == ".safetensors":
+            # lazy: its ImportError is handled here
             from safetensors.torch import load_file
 
             state: Any = load_file(str(path))
         else:
+            # lazy: its ImportError is handled here
             import argparse
 
             with torch.serialization.safe_globals([argparse.Namespace] if allow_namespace else []):

@@ -27,6 +27,8 @@ import re
 import torch
 from torch import nn
 
+from harness.models.classifier.checkpoint_file import read_state_dict
+
 logger = logging.getLogger(__package__)
 
 # Keys of an MAE pre-training checkpoint that belong to the decoder (Medical-MAE models_mae.py, as MAE's).
@@ -42,6 +44,7 @@ def medical_mae_state(model: nn.Module, state: dict[str, torch.Tensor], path: st
                       ) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
     """The tensors of a Medical-MAE checkpoint's "model" dict renamed and resampled for `model` (a timm ViT), and
     a report {"loaded", "dropped", "initialised"}; ValueError naming `path` for any other layout."""
+    # lazy: start-up cost (timm)
     from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
     if not isinstance(model, VisionTransformer):
@@ -85,8 +88,6 @@ def medical_mae_state(model: nn.Module, state: dict[str, torch.Tensor], path: st
 def load_medical_mae(model: nn.Module, path: str | os.PathLike[str]) -> dict[str, list[str]]:
     """Load a Medical-MAE checkpoint file into `model` (see the module doc); returns the report of
     `medical_mae_state`. Every tensor of the model except the reported "initialised" ones comes from the file."""
-    from harness.models.classifier.checkpoint_file import read_state_dict
-
     state = read_state_dict(path, allow_namespace=True)
     kept, report = medical_mae_state(model, state, path)
     result = model.load_state_dict(kept, strict=False)

@@ -11,6 +11,8 @@ from torch import nn
 from harness.constants import NUM_OBSERVATIONS
 from harness.models.classifier.checkpoint_file import WEIGHTS_FILE, read_state_dict  # noqa: F401 - re-exported
 from harness.models.classifier.config import TINY_ARCH, TINY_CNN_ARCH, TINY_VIT_KWARGS, ClassifierConfig
+from harness.models.classifier.medical_mae import load_medical_mae
+from harness.models.classifier.tiny_cnn import TinyCNN
 
 # The package's name, so log records keep the logger name they had before the module was split.
 logger = logging.getLogger(__package__)
@@ -20,6 +22,7 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
 
     The global RNG is left untouched (the seed is applied inside a forked RNG state).
     """
+    # lazy: start-up cost (timm)
     import timm
     from timm.models.vision_transformer import VisionTransformer
 
@@ -31,8 +34,6 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
                 drop_path_rate=cfg.drop_path, **TINY_VIT_KWARGS,
             )
         elif cfg.arch == TINY_CNN_ARCH:
-            from harness.models.classifier.tiny_cnn import TinyCNN
-
             if cfg.drop_path:
                 raise ValueError(f"classifier.drop_path = {cfg.drop_path}: the tiny CNN has no blocks to drop; "
                                  "set it to 0")
@@ -44,8 +45,6 @@ def build_classifier(cfg: ClassifierConfig) -> nn.Module:
                 global_pool=cfg.global_pool, **({"drop_path_rate": cfg.drop_path} if cfg.drop_path else {}),
             )
     if cfg.pretrained_path and cfg.pretrained_format == "medical_mae":
-        from harness.models.classifier.medical_mae import load_medical_mae
-
         load_medical_mae(model, cfg.pretrained_path)
     elif cfg.pretrained_path:
         load_pretrained(model, cfg.pretrained_path)
@@ -77,6 +76,7 @@ def load_pretrained(model: nn.Module, path: str | os.PathLike[str]) -> dict[str,
         if value.shape == target.shape:
             loadable[key] = value
         elif key == "pos_embed" and value.ndim == 3:
+            # lazy: start-up cost (timm)
             from timm.layers import resample_abs_pos_embed
 
             prefix = int(getattr(model, "num_prefix_tokens", 1))

@@ -17,6 +17,7 @@ def scorable_labels(targets: np.ndarray) -> np.ndarray:
 
 def mean_auc(probs: np.ndarray, targets: np.ndarray) -> float | None:
     """The mean of sklearn's roc_auc_score over the labels with both classes in `targets`; None when none has."""
+    # lazy: start-up cost (sklearn)
     from sklearn.metrics import roc_auc_score
 
     labels = scorable_labels(targets)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
@@ -27,6 +28,7 @@ def save_classifier(
 
     The JSON is written last, so a directory with a JSON always has its weights. Returns `out_dir`.
     """
+    # lazy: tests replace save at its source, read at call time
     from safetensors.torch import save
 
     thresholds = np.asarray(thresholds, dtype=np.float64)
@@ -79,8 +81,6 @@ def load_classifier(
     directory: str | os.PathLike[str], device: str | torch.device = "cpu"
 ) -> tuple[nn.Module, ClassifierConfig, np.ndarray]:
     """Rebuild the classifier saved by `save_classifier`; returns (frozen model, config, thresholds [14])."""
-    from safetensors.torch import load_file
-
     root = Path(directory)
     cfg, thresholds = read_classifier_meta(root)
     # The saved weights replace everything; do not reload (or require) the original pretrained checkpoint.

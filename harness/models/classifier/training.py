@@ -11,9 +11,15 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm.auto import tqdm
 
 from harness.constants import NUM_OBSERVATIONS
 from harness.models.classifier.config import ClassifierConfig
+from harness.models.classifier.optim import build_optimizer, set_learning_rates
+from harness.models.classifier.selection import mean_auc, scorable_labels
+from harness.runs.checkpoint_io import load_state, resume_folder, save_state
+from harness.runs.preemption import Preempted, requested
 
 # The package's name, so log records keep the logger name they had before the module was split.
 logger = logging.getLogger(__package__)
@@ -49,14 +55,10 @@ CHECKPOINT_NAME = "classifier_state.pt"
 
 
 def _save(folder: Path, state: dict) -> None:
-    from harness.runs.checkpoint_io import save_state
-
     save_state(state, folder / CHECKPOINT_NAME)
 
 
 def _load(folder: Path | None) -> dict | None:
-    from harness.runs.checkpoint_io import load_state, resume_folder
-
     if folder is None:
         return None
     found = resume_folder(folder, CHECKPOINT_NAME)
@@ -121,7 +123,6 @@ def _val_scores(model: nn.Module, x, y, cfg: ClassifierConfig) -> tuple[float | 
         return None, None
     if cfg.select != "mean_auc":
         return _mean_bce(model, x, y, cfg), None
-    from harness.models.classifier.selection import mean_auc
 
     probs: list = []
     loss = _mean_bce(model, x, y, cfg, probs)
@@ -161,9 +162,6 @@ def train_classifier(
     Returns {"train_loss": [...], "val_loss": [...], "best_epoch": int, "best_val_loss": float | None}, with
     "val_mean_auc" and "best_val_mean_auc" added when cfg.select is "mean_auc".
     """
-    from torch.utils.data import DataLoader, TensorDataset
-    from tqdm.auto import tqdm
-
     if len(train_x) != len(train_y):
         raise ValueError(f"train_x has {len(train_x)} rows but train_y has {len(train_y)}")
     if (val_x is None) != (val_y is None):
@@ -171,8 +169,6 @@ def train_classifier(
     if val_x is not None and val_y is not None and len(val_x) != len(val_y):
         raise ValueError(f"val_x has {len(val_x)} rows but val_y has {len(val_y)}")
     if cfg.select == "mean_auc":
-        from harness.models.classifier.selection import scorable_labels
-
         if val_y is None or len(scorable_labels(val_y.numpy())) == 0:
             raise ValueError("classifier.select = mean_auc needs a validation split in which at least one label has "
                              "both classes (its AUC); use select val_loss, or a validation split with labels")
@@ -183,7 +179,6 @@ def train_classifier(
     # A tensor of images, or a Dataset that decodes them on demand (harness/data/streaming.py), in workers
     # when cfg.num_workers > 0, into pinned memory when training on a GPU.
     pairs = TensorDataset(train_x, train_y.float()) if torch.is_tensor(train_x) else _Pairs(train_x, train_y.float())
-    from harness.models.classifier.optim import build_optimizer, set_learning_rates
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = build_optimizer(model, cfg)
@@ -254,7 +249,6 @@ def train_classifier(
             if should_stop is not None and done < n_batches and should_stop():  # the last batch: see below
                 if folder is not None:
                     checkpoint(epoch, done, epoch_start)
-                from harness.runs.preemption import Preempted, requested
 
                 raise Preempted(f"classifier training ({folder})", step, requested())
         train_loss = total / max(1, seen)
@@ -284,8 +278,6 @@ def train_classifier(
         if folder is not None:
             checkpoint(epoch + 1, 0, generator.get_state())
         if should_stop is not None and should_stop() and epoch < cfg.epochs:
-            from harness.runs.preemption import Preempted, requested
-
             raise Preempted(f"classifier training ({folder})", step, requested())
     if best_state is not None:
         model.load_state_dict(best_state)

@@ -1,4 +1,4 @@
-"""Stage checkpoints (harness/models/checkpoint.py): peft adapters others can load, the merger file, spec.json,
+"""Stage models (harness/models/checkpoint.py): peft adapters others can load, the merger file, spec.json,
 reloading, and `export_merged` to a plain transformers folder."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def test_a_classifier_starts_from_a_saved_classifier_folder(tmp_path, arch):
 
 
 def test_the_classifier_stage_checks_the_folder_before_it_runs(tmp_path):
-    from harness.preflight import check_inputs
+    from harness.checks.preflight import check_inputs
 
     folder = save_classifier(build_classifier(_cfg()), _cfg(), np.full(14, 0.5), tmp_path / "clf")
     assert set(read_state_dict(folder)) == set(build_classifier(_cfg()).state_dict())

@@ -86,7 +86,7 @@ def test_patch_embed_lora_acts_in_either_patch_embedding(tiny_tokenizer, kind):
 
 
 def test_patch_embed_lora_adapter_round_trips(tmp_path, tiny_tokenizer, tiny_processor, xray_images):
-    """The stage checkpoint (a peft adapter with a LoRA Conv3d) loads back exactly, through regbench and through
+    """The stage model (a peft adapter with a LoRA Conv3d) loads back exactly, through regbench and through
     peft's own PeftModel.from_pretrained."""
     from peft import PeftModel
 

@@ -2,7 +2,7 @@
 
 The real presets load Qwen2.5-VL in bf16. These tests build the tiny model in bf16 and check that what trains is
 fp32, that small updates survive (in bf16 they would round away), that RL steps and decoding run under autocast,
-and that a stage checkpoint reloads its fp32 tensors exactly.
+and that a stage model reloads its fp32 tensors exactly.
 """
 
 from __future__ import annotations

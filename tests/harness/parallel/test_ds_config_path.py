@@ -5,8 +5,9 @@ failed with "no such file" while `regbench doctor` (which looked in the reposito
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from harness.memory_plan import zero_stage
+from harness.checks.memory_plan import zero_stage
 from harness.parallel.ds_config_path import REPO
 from harness.parallel.zero import stage_config
 
@@ -29,9 +30,10 @@ def test_a_file_in_the_working_folder_wins_over_the_repository(tmp_path, monkeyp
 
 def test_a_missing_file_still_names_the_key(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    missing = str(Path("experiments") / "deepspeed" / "absent.json")
     try:
-        stage_config("experiments/deepspeed/nope.json", 1.0)
+        stage_config(missing, 1.0)
     except FileNotFoundError as e:
-        assert "train.deepspeed = 'experiments/deepspeed/nope.json': no such file" in str(e)
+        assert f"train.deepspeed = {missing!r}: no such file" in str(e)
     else:
         raise AssertionError("a missing DeepSpeed config must be refused")

@@ -183,8 +183,8 @@ def test_bad_vllm_settings_are_refused(override, why):
 def test_a_stage_with_backend_vllm_is_refused_where_vllm_does_not_import(monkeypatch):
     """One line naming the key and the install command, before any model or data: the CLI's stage_config and
     begin_stage both run check_names."""
+    from harness.checks.preflight import check_names
     from harness.config import ConfigError
-    from harness.preflight import check_names
 
     monkeypatch.setattr(vllm_rollout.importlib.util, "find_spec", lambda name: None)
     cfg = load_config(None, ["generation.backend=vllm"])
@@ -198,8 +198,8 @@ def test_a_stage_with_backend_vllm_is_refused_where_vllm_does_not_import(monkeyp
 
 
 def test_backend_vllm_without_a_gpu_is_refused_before_the_stage(monkeypatch):
+    from harness.checks.preflight import check_names
     from harness.config import ConfigError
-    from harness.preflight import check_names
 
     monkeypatch.setattr(vllm_rollout, "vllm_missing", lambda: None)  # as if vllm imported
     with pytest.raises(ConfigError, match="'generation.backend' = 'vllm' needs a CUDA GPU .* generation.backend=lean"):

@@ -1,4 +1,4 @@
-"""The anytime rule of harness/decisions.py (issue 48): the t-mixture e-value against its definition (integrated
+"""The anytime rule of harness/stats/decisions.py (issue 48): the t-mixture e-value against its definition (integrated
 likelihoods), the confidence sequence's closed form, the rule row by row against the simulation's vectorised
 copy, and a small run of benchmarks/calibration_sim.py asserting the error rates on the routes studies take."""
 
@@ -12,15 +12,8 @@ from scipy import integrate
 from scipy.stats import norm
 
 from benchmarks import calibration_sim as sim
-from harness.decisions import (
-    MIXTURE_G,
-    Contrast,
-    anytime_path,
-    decide_family,
-    mixture_log_e,
-    mixture_t_crit,
-    seed_check,
-)
+from harness.stats.anytime import MIXTURE_G, anytime_path, mixture_log_e, mixture_t_crit
+from harness.stats.decisions import Contrast, decide_family, seed_check
 
 ALPHA = 0.05
 

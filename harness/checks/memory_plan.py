@@ -24,6 +24,7 @@ import functools
 import json
 from pathlib import Path
 
+from harness.models.published import PRESET_SHAPES, published_config
 from harness.parallel.ds_config_path import deepspeed_config_path
 
 GIB = 2**30
@@ -92,10 +93,9 @@ def vision_block_bytes(config, lora_r: int, dropout: bool, trains_lora: bool, ac
 def model_config(cfg):
     """The Qwen2.5-VL config of cfg.model: model.path's config.json when it is a folder holding one, else the
     published shape of the preset."""
-    from harness.models.published import PRESET_SHAPES, published_config
-
     path = cfg.model.path
     if path and (Path(path) / "config.json").is_file():
+        # lazy: start-up cost (transformers)
         from transformers import AutoConfig
 
         return AutoConfig.from_pretrained(path, local_files_only=True)
@@ -113,9 +113,11 @@ def parameter_counts(config, stage: str, lora_r: int) -> dict[str, int]:
 
 @functools.lru_cache(maxsize=16)
 def _counts(config_json: str, stage: str, lora_r: int) -> tuple:
+    # lazy: start-up cost (torch, transformers)
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
+    # lazy: start-up cost (torch)
     from harness.models.trainable import add_lora, set_trainable
 
     config = Qwen2_5_VLConfig(**json.loads(config_json))
@@ -226,6 +228,7 @@ def memory_plan(cfg, stage: str, world_size: int, device: str = "cuda") -> dict[
 def classifier_plan(cfg, world_size: int) -> dict[str, float]:
     """The ViT classifier in fp32 (bf16 activations with classifier.amp_bf16): weights, grads, AdamW and the
     activations of a transformer block per Korthikanti et al. 2022 (34 s h + 5 a s^2 bytes per sample at 16 bit)."""
+    # lazy: start-up cost (timm, torch)
     import timm
     import torch
 

@@ -1,4 +1,4 @@
-"""The per-GPU memory plan (harness/memory_plan.py) and `regbench doctor PRESET` (issue 43).
+"""The per-GPU memory plan (harness/checks/memory_plan.py) and `regbench doctor PRESET` (issue 43).
 
 Parameter counts: the 7B built on the meta device through the project's own code, against counts written out by
 hand from the published widths. The plan's arithmetic: each term from those counts. The activation model: one
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.checks.memory_plan import GIB, memory_plan, model_config, parameter_counts, text_layer_bytes
 from harness.cli import main
 from harness.config import load_config
-from harness.memory_plan import GIB, memory_plan, model_config, parameter_counts, text_layer_bytes
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PRESET_7B = ROOT / "experiments" / "presets" / "mimic-qwen2.5vl-7b.yaml"
 
 
@@ -124,8 +124,8 @@ def test_doctor_takes_the_tiny_experiments_preset_without_a_plan_and_checks_its_
 def test_classifier_micro_batches_hold_the_mimic_batch_on_one_gpu():
     """The MIMIC-CXR presets' classifier batch of 1,600 in passes of 200: the plan counts one pass's activations,
     and the stage hands the micro-batch to the trainer (it accumulates up to the batch)."""
+    from harness.checks.memory_plan import memory_plan
     from harness.config import load_config
-    from harness.memory_plan import memory_plan
     from harness.stages.classifier import classifier_config
 
     cfg = load_config("experiments/presets/mimic-qwen2.5vl-7b.yaml", stage="classifier")

@@ -1,4 +1,4 @@
-"""check_stage_model accepts every stage checkpoint format (regression: it asked for the legacy file only, so
+"""check_stage_model accepts every stage model format (regression: it asked for the legacy file only, so
 every SFT after a warm-up that writes merger.safetensors failed its preflight)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from harness.checks.preflight import check_stage_model
 from harness.config import ConfigError
-from harness.preflight import check_stage_model
 
 
 @pytest.mark.parametrize("weights", ["merger.safetensors", "adapter_model.safetensors", "trainable.safetensors"])
@@ -29,7 +29,7 @@ def test_a_bf16_classifier_is_refused_only_where_it_would_run_on_a_cpu_without_b
     """The classifier trains on model.device: a GPU has bf16 even where the host CPU has none."""
     import torch
 
-    import harness.preflight as preflight
+    import harness.checks.preflight as preflight
     from harness.config import load_config
 
     cfg = load_config(None, ["classifier.amp_bf16=true"], stage="classifier")

@@ -1,4 +1,4 @@
-"""`regbench doctor` (harness/doctor.py) runs offline and says which presets can run."""
+"""`regbench doctor` (harness/cli/doctor.py) runs offline and says which presets can run."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from harness.cli import main
+from harness.cli.doctor import Check, base_location, package_checks, preset_checks
 from harness.config import load_config
-from harness.doctor import Check, base_location, package_checks, preset_checks
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_package_versions_are_compared_with_the_pins(monkeypatch):
 
 
 def test_doctor_of_an_experiments_preset_lists_what_each_stage_needs(no_network, capsys, tmp_path, monkeypatch):
-    """Resolved per stage, as its stage runs read it (harness/needs.py); absent here (empty caches)."""
+    """Resolved per stage, as its stage runs read it (harness/checks/needs.py); absent here (empty caches)."""
     import huggingface_hub.constants
     from f1chexbert import f1chexbert
     from radgraph import radgraph

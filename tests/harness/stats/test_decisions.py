@@ -1,4 +1,4 @@
-"""harness/decisions.py: alpha spending, per-look levels and the better / worse / equivalent / undecided decision
+"""harness/stats/decisions.py: alpha spending, per-look levels and the better / worse / equivalent / undecided decision
 on declared contrasts; hand-computed cases, then simulations whose seed-level differences carry both noise
 sources (training noise per seed, and the mean over test reports of explicitly drawn report-level noise)."""
 
@@ -12,7 +12,8 @@ from scipy import integrate
 from scipy.optimize import brentq
 from scipy.stats import binom, chi2, nct, norm, t
 
-from harness.decisions import OUTCOMES, Contrast, Decision, decide_family, look_levels, spending, stop_rule
+from harness.stats.decisions import OUTCOMES, Contrast, Decision, decide_family, stop_rule
+from harness.stats.fixed_n import look_levels, spending
 
 ALPHA = 0.05
 C = Contrast("kl", "none", "BLEU_4", 0.05)

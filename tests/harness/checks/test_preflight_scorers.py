@@ -1,6 +1,6 @@
 """Scorers checked before hours are spent (issue 43, item 3): a command whose resolved config will need CheXbert,
 RadGraph or vLLM that is not here is refused before it decodes, trains, builds stage 0 or writes anything, with one
-line naming the missing file and how to get it (harness/needs.py, harness/preflight.py: check_scorers).
+line naming the missing file and how to get it (harness/checks/needs.py, harness/checks/preflight.py: check_scorers).
 
 Before: `regbench eval ... eval.ce_backend=chexbert` decoded the whole split, then failed ("CheXbert weights not
 found") and dropped the reports; RL with a CheXbert or RadGraph reward, or the paper's RadGraph validation term,
@@ -22,13 +22,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.checks.needs import check_needs, problem, stage_needs
 from harness.cli import main
 from harness.config import ConfigError, load_config
-from harness.needs import check_needs, problem, stage_needs
 from rewards.spec import reward_scorers
 from tests.harness.test_checks_before_writing import DATA, _setup, _snapshot
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PRESETS = ROOT / "experiments" / "presets"
 PAPER_PRESETS = ["mimic-qwen2.5vl-7b", "mimic-qwen2.5vl-3b", "iuxray-qwen2.5vl-7b", "iuxray-qwen2.5vl-3b"]
 EVAL = ["eval", "--model", "{tmp}/model", "--split", "test", "--out", "{out}", *DATA[:2], *DATA[3:]]
@@ -243,7 +243,7 @@ def test_eval_with_chexbert_and_an_empty_home_fails_in_one_line_before_decoding(
 
 # ------------------------------------------------------------------------------------------------- files of the others
 def test_base_model_and_classifier_needs_are_checked_by_their_files(tmp_path):
-    from harness.needs import Need
+    from harness.checks.needs import Need
     from tests.harness.test_checks_before_writing import _classifier
 
     def base(path):

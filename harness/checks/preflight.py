@@ -1,8 +1,7 @@
-"""Checks that need no model: names (reward, metrics, split), scorer weights (harness/needs.py), input folders, the
-device and the run folder, run
-before anything heavy loads or is built (stage 0, the phantom set) and before anything is written, so a typo
-costs a second, not a model load, and a refused command leaves its out folder as it was (absent, or the earlier
-run)."""
+"""Checks that need no model: names (reward, metrics, split), scorer weights (harness/checks/needs.py), input folders,
+the device and the run folder, run before anything heavy loads or is built (stage 0, the phantom set) and before
+anything is written, so a typo costs a second, not a model load, and a refused command leaves its out folder as it
+was (absent, or the earlier run)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,24 @@ from pathlib import Path
 
 import torch
 
+from harness.checks.needs import SCORER_KINDS, check_needs
 from harness.config import ConfigError, RunConfig, to_dict
-from harness.models.checkpoint import check_base_folder
+from harness.config.presets import get_preset
+from harness.models.checkpoint import (
+    ADAPTER_WEIGHTS,
+    LEGACY_WEIGHTS,
+    MERGER_WEIGHTS,
+    SPEC,
+    _is_hub_id,
+    check_base_folder,
+    local_model_folder,
+    read_spec,
+)
+from harness.models.classifier.model import read_state_dict
+from harness.models.classifier.storage import read_classifier_meta
+from harness.runs import lock as runlock
+from harness.runs import state as runstate
+from rewards.spec import check_reward
 
 SPLITS = ("train", "val", "test")
 
@@ -30,8 +45,6 @@ def check_names(cfg: RunConfig, stage: str | None) -> None:
     """Registered names the config refers to (only the stages that use them)."""
     check_generation_backend(cfg.generation.backend, cfg.model, stage)
     if stage == "rl":
-        from rewards.spec import check_reward
-
         try:
             check_reward(cfg.rl.reward)
         except ValueError as e:
@@ -39,12 +52,10 @@ def check_names(cfg: RunConfig, stage: str | None) -> None:
 
 
 def check_scorers(cfg: RunConfig, stage: str | None) -> None:
-    """The scorer weights (CheXbert, RadGraph) and vLLM the stage will use are here (harness/needs.py), checked by
-    their files without loading them: a missing CheXbert must not cost a whole decode. The base model and the
+    """The scorer weights (CheXbert, RadGraph) and vLLM the stage will use are here (harness/checks/needs.py), checked
+    by their files without loading them: a missing CheXbert must not cost a whole decode. The base model and the
     classifier are check_inputs' (after the data's own checks)."""
     if stage:
-        from harness.needs import SCORER_KINDS, check_needs
-
         check_needs(cfg, stage, SCORER_KINDS)
 
 
@@ -54,6 +65,7 @@ def check_generation_backend(backend: str, model, stage: str | None) -> None:
     model, data set or decoding."""
     if backend != "vllm" or stage not in DECODING_STAGES:
         return
+    # lazy: tests replace vllm_missing at its source, read at call time
     from harness.sampling.vllm_rollout import vllm_missing
 
     missing = vllm_missing()
@@ -101,8 +113,6 @@ MEDICAL_MAE_SOURCE = ("Medical-MAE's ViT-B/16 weights (vit-b_CXR_0.5M_mae_CheXpe
 def check_classifier_start(c) -> None:
     """classifier.pretrained_path of the classifier section `c`: present and a readable checkpoint (its layout is
     checked when the model is built, still before the run folder opens)."""
-    from harness.models.classifier.model import read_state_dict
-
     path = Path(c.pretrained_path)
     if path.is_dir():  # a classifier folder (IU-Xray starts from MIMIC-CXR's: a study's `upstream`)
         path = path / "classifier.safetensors"
@@ -122,6 +132,7 @@ def check_classifier_precision(classifier, model) -> None:
     """classifier.amp_bf16 on a CPU needs native bf16 (oneDNN would emulate it, slower than fp32); a GPU has it.
     `classifier`, `model`: the run's classifier and model sections."""
     if classifier.amp_bf16 and model_device(model).type == "cpu":
+        # lazy: tests replace native_cpu_bf16 at its source, read at call time
         from harness.models.classifier.training import NO_NATIVE_BF16, native_cpu_bf16
 
         if not native_cpu_bf16():
@@ -131,9 +142,6 @@ def check_classifier_precision(classifier, model) -> None:
 def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) -> None:
     """The out folder can hold this stage's run: not under a file, not another stage's or config's run (unless
     --restart), not held by another live process. Reads only."""
-    from harness.runs import lock as runlock
-    from harness.runs import state as runstate
-
     path = Path(cfg.out_dir)
     restart = runstate.restart_requested() if restart is None else restart
     runstate.check_out_dir(path)
@@ -171,24 +179,18 @@ def check_device(model) -> None:
 def _preset_path(model) -> str | None:
     """The base model of the model section's preset without model.path (None for the tiny one: stage 0 builds
     it)."""
-    from harness.config.presets import get_preset
-
     preset = get_preset(model.preset)
     return None if preset.name == "tiny" else preset.default_path
 
 
 def check_base_model(path: str | None, key: str) -> None:
     """A base model's folder (a hub id only when it is in the local Hugging Face cache: nothing is downloaded)."""
-    from harness.models.checkpoint import _is_hub_id, local_model_folder
-
     if path and (Path(path).exists() or _is_hub_id(str(path))):  # a missing local folder: the loader says so,
         check_base_folder(local_model_folder(path, key), key)     # after the data checks, before any write
 
 
 def check_classifier_dir(path: str, key: str) -> None:
     """The folder `regbench classifier train` wrote: classifier.json readable and complete, weights present."""
-    from harness.models.classifier.storage import read_classifier_meta
-
     if not Path(path).is_dir():
         raise ConfigError(f"'{key}' = '{path}': folder not found (the folder written by `regbench classifier "
                           "train`, e.g. RUN/classifier)")
@@ -201,8 +203,6 @@ def check_classifier_dir(path: str, key: str) -> None:
 def check_stage_model(path: str | Path, key: str) -> None:
     """A stage's model folder (spec.json + its weights in any checkpoint format), and the base folder its spec
     names."""
-    from harness.models.checkpoint import ADAPTER_WEIGHTS, LEGACY_WEIGHTS, MERGER_WEIGHTS, SPEC, read_spec
-
     p = Path(path)
     if not p.is_dir():
         raise ConfigError(f"'{key}' = '{path}': folder not found (a stage's RUN/model folder)")

@@ -2,7 +2,7 @@
 
 GPUs and their memory, the versions of the pinned packages, Java (METEOR), which weights are present (the Qwen
 base of each real preset, CheXbert, RadGraph, the disease classifier), which presets can run here, and what each
-stage of the given config or experiments preset will need and whether it is here (harness/needs.py: the checks
+stage of the given config or experiments preset will need and whether it is here (harness/checks/needs.py: the checks
 preflight refuses a command with).
 """
 
@@ -14,6 +14,15 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.checks.memory_plan import memory_plan
+from harness.checks.needs import problem, stage_needs
+from harness.config import load_config
+from harness.config.loading import load_yaml
+from harness.config.presets import PRESETS, get_preset
+from harness.experiments.resources import check_resources
+from rewards.chexbert import check_chexbert_files
+from rewards.radgraph import check_radgraph_files
+
 # The pins of pyproject.toml (docs/running.md, "Pinned versions and why"); "" = any version.
 PINNED = {
     "torch": "2.14.1", "torchvision": "0.29.1", "transformers": "4.57.6", "peft": "0.21.2",
@@ -23,7 +32,7 @@ PINNED = {
 # Parameters of the real presets' models (Hugging Face model cards: 3.75B and 8.29B); the keys name the presets
 # the report checks.
 PARAMS = {"qwen2.5-vl-3b": 3.75e9, "qwen2.5-vl-7b": 8.29e9}
-# The paper preset whose memory plan (harness/memory_plan.py: its largest warm-up / SFT / RL stage per GPU, plus
+# The paper preset whose memory plan (harness/checks/memory_plan.py: its largest warm-up / SFT / RL stage per GPU, plus
 # the plan's margin) is each model preset's need of GPU memory (issue 43: the former floor, 1.5 x the bf16 base,
 # was not the RL step's need).
 NEED_PRESETS = {"qwen2.5-vl-3b": "mimic-qwen2.5vl-3b.yaml", "qwen2.5-vl-7b": "mimic-qwen2.5vl-7b.yaml"}
@@ -54,6 +63,7 @@ class Report:
 
 
 def gpus() -> list[dict]:
+    # lazy: start-up cost (torch)
     import torch
 
     if not torch.cuda.is_available():
@@ -89,6 +99,7 @@ def tool_checks() -> list[Check]:
 
 def _hub_snapshot(repo_id: str) -> str | None:
     """The cached snapshot folder of a hub model, without network access; None if absent."""
+    # lazy: start-up cost (transformers)
     from transformers.utils.hub import cached_file
 
     try:
@@ -106,7 +117,6 @@ def _has_weights(folder: Path) -> bool:
 
 def base_location(preset_name: str, model_path: str | None) -> tuple[str | None, str]:
     """(folder, how it was found) of a real preset's base: `model.path` if given, else the hub cache."""
-    from harness.config.presets import get_preset
 
     preset = get_preset(preset_name)
     if model_path and Path(model_path).is_dir():
@@ -124,9 +134,6 @@ def base_location(preset_name: str, model_path: str | None) -> tuple[str | None,
 
 
 def weight_checks(cfg) -> list[Check]:
-    from rewards.chexbert import check_chexbert_files
-    from rewards.radgraph import check_radgraph_files
-
     out = []
     for name in PARAMS:
         path = cfg.model.path if cfg.model.preset == name else None
@@ -146,6 +153,7 @@ def weight_checks(cfg) -> list[Check]:
 
 
 def _classifier_check(cfg) -> Check:
+    # lazy: start-up cost (torch)
     from harness.models.classifier import META_FILE, WEIGHTS_FILE
 
     c = cfg.classifier
@@ -161,8 +169,6 @@ def _classifier_check(cfg) -> Check:
 
 
 def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check]:
-    from harness.config.presets import PRESETS
-
     out = [Check("tiny", True, "runs anywhere (CPU; stage 0 builds the base)")]
     found = {c.name: c.ok for c in weights}
     for name in PARAMS:
@@ -183,9 +189,8 @@ def preset_checks(cfg, gpu_list: list[dict], weights: list[Check]) -> list[Check
 def planned_need(name: str) -> float:
     """GiB of GPU memory the paper preset of model preset `name` needs: its largest warm-up / SFT / RL total per
     GPU at its resources' process count, over (1 - PLAN_MARGIN)."""
-    from harness.config.loading import load_yaml
 
-    path = Path(__file__).resolve().parents[1] / "experiments" / "presets" / NEED_PRESETS[name]
+    path = Path(__file__).resolve().parents[2] / "experiments" / "presets" / NEED_PRESETS[name]
     plans = preset_plans(str(path), [], load_yaml(path), None, DEFAULT_GPU_GIB, [], stages=("warmup", "sft", "rl"))
     return max(p["total"] for p in plans["stages"].values()) / (1 - PLAN_MARGIN)
 
@@ -198,8 +203,6 @@ def doctor_configs(config: str | None, overrides: list[str]) -> tuple[object, di
     """(the config of the general sections, {stage: its resolved config}). An experiments preset (common / stages)
     is resolved for each stage, as its stage runs read it; any other config serves every stage (the general
     sections then read the RL stage's view of a preset, the stage that uses the most of it)."""
-    from harness.config import load_config
-    from harness.config.loading import load_yaml
 
     preset = bool(config) and any(k in load_yaml(config) for k in ("common", "stages"))
     if not preset:
@@ -210,8 +213,8 @@ def doctor_configs(config: str | None, overrides: list[str]) -> tuple[object, di
 
 
 def need_checks(stages: dict) -> list[Check]:
-    """What each stage will need (harness/needs.py: stage_needs) and whether it is here (`problem`: files only)."""
-    from harness.needs import problem, stage_needs
+    """What each stage will need (harness/checks/needs.py: stage_needs) and whether it is here (`problem`:
+    files only)."""
 
     out = []
     for stage, cfg in stages.items():
@@ -253,7 +256,7 @@ def format_report(report: Report) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The memory plan of an experiments preset (harness/memory_plan.py)
+# The memory plan of an experiments preset (harness/checks/memory_plan.py)
 
 PLAN_STAGES = ("warmup", "sft", "rl", "classifier", "eval")
 # An 80 GB A100 / H100 as torch reports it (torch.cuda.mem_get_info: 79.1 GiB on an H100 80GB HBM3).
@@ -266,9 +269,6 @@ PLAN_MARGIN = 0.10
 def preset_plans(path: str, overrides: list[str], doc: dict, world_size: int | None, gpu_gib: float | None,
                  gpu_list: list[dict], stages: tuple[str, ...] = PLAN_STAGES) -> dict:
     """{"gpu_gib", "stages": {stage: plan + {"fits", "world_size"}}} for each stage of an experiments preset."""
-    from harness.config import load_config
-    from harness.experiments.resources import check_resources
-    from harness.memory_plan import memory_plan
 
     if gpu_gib is None:
         gpu_gib = min((g["total_gib"] for g in gpu_list), default=DEFAULT_GPU_GIB)
@@ -289,7 +289,7 @@ def preset_plans(path: str, overrides: list[str], doc: dict, world_size: int | N
 def format_plans(plans: dict) -> str:
     gib = plans["gpu_gib"]
     lines = [f"Memory plan per GPU (GiB; fits = total <= {1 - plans['margin']:.0%} of {gib:g} GiB; "
-             "harness/memory_plan.py):",
+             "harness/checks/memory_plan.py):",
              f"  {'stage':<10} {'procs':>5} {'batch':>5} {'weights':>8} {'grads':>6} {'optim':>6} {'snaps':>6} "
              f"{'activ':>6} {'total':>6}  fits  notes"]
     for stage, p in plans["stages"].items():

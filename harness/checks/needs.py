@@ -5,7 +5,7 @@ load (CheXbert, RadGraph), the base model folder, the classifier checkpoint and 
 its files are present and, where that is cheap, of the right kind (a torch checkpoint non-empty, a zip archive or
 a pickle), without loading any weights. `check_needs(cfg, stage)` refuses, with one line naming the file and how
 to get it, the first required need that is absent. Preflight runs it before a command decodes, trains or writes
-(harness/preflight.py: check_scorers, from every stage command, `begin_stage` and `evaluate_model`), and
+(harness/checks/preflight.py: check_scorers, from every stage command, `begin_stage` and `evaluate_model`), and
 `regbench experiment run` for every stage run it is about to start (a test evaluation that needs CheXbert is
 refused before the hours of training that come first); `regbench doctor` lists them.
 
@@ -31,9 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import ConfigError, RunConfig
+from harness.config.presets import get_preset
+from rewards.chexbert import check_chexbert_files
+from rewards.radgraph import RADGRAPH_HUB_REPO, check_radgraph_files
+from rewards.spec import reward_scorers
 
-# What check_scorers (preflight) checks; the base model and the classifier are check_inputs' (harness/preflight.py),
-# which looks at them after the data's own checks.
+# What check_scorers (preflight) checks; the base model and the classifier are check_inputs'
+# (harness/checks/preflight.py), which looks at them after the data's own checks.
 SCORER_KINDS = ("chexbert", "radgraph", "vllm")
 KINDS = (*SCORER_KINDS, "base_model", "classifier_dir", "classifier_weights")
 
@@ -69,8 +73,6 @@ def scorer_need(name: str, key: str, value: object) -> Need:
 
 
 def _reward_needs(spec: object, key: str) -> list[Need]:
-    from rewards.spec import reward_scorers
-
     try:
         names = reward_scorers(spec)
     except ValueError as e:
@@ -81,8 +83,6 @@ def _reward_needs(spec: object, key: str) -> list[Need]:
 def _base_need(cfg: RunConfig) -> list[Need]:
     """The base model a model stage loads, unless it starts from a stage's model (whose spec names its base,
     checked with it) or is the tiny preset's (stage 0 builds it); `model.path` set beside init_from is loaded too."""
-    from harness.config.presets import get_preset
-
     if cfg.init_from:
         return [Need("base_model", str(cfg.model.path), "model.path", cfg.model.path)] if cfg.model.path else []
     path = cfg.model.path or (None if cfg.model.preset == "tiny" else get_preset(cfg.model.preset).default_path)
@@ -133,8 +133,6 @@ def torch_file_problem(path: str | Path) -> str | None:
 
 
 def _chexbert_problem() -> str | None:
-    from rewards.chexbert import check_chexbert_files
-
     path = check_chexbert_files()  # FileNotFoundError: the exact path f1chexbert reads and how to fill it
     bad = torch_file_problem(path)
     return f"{bad}; replace it with 'chexbert.pth' of the Hugging Face repository 'StanfordAIMI/RRG_scorers'" \
@@ -142,8 +140,6 @@ def _chexbert_problem() -> str | None:
 
 
 def _radgraph_problem(model_type: str) -> str | None:
-    from rewards.radgraph import RADGRAPH_HUB_REPO, check_radgraph_files
-
     model_dir = check_radgraph_files(model_type, extract=False)  # reads only; FileNotFoundError says what to do
     weights = model_dir / "weights.th"
     bad = torch_file_problem(weights) if weights.is_file() else None
@@ -156,6 +152,7 @@ def _radgraph_problem(model_type: str) -> str | None:
 def _vllm_problem(device: str | None) -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "the vllm package is not installed here (pip install vllm); or use generation.backend=lean"
+    # lazy: start-up cost (torch)
     import torch
 
     if (device or "auto") == "cpu" or not torch.cuda.is_available():
@@ -164,9 +161,10 @@ def _vllm_problem(device: str | None) -> str | None:
 
 
 def _path_problem(need: Need) -> str | None:
-    """The base model and classifier files, as harness/preflight.py's check_inputs checks them (without importing
+    """The base model and classifier files, as harness/checks/preflight.py's check_inputs checks them (without importing
     it: preflight imports this module)."""
     if need.kind == "classifier_dir":
+        # lazy: start-up cost (torch)
         from harness.models.classifier.storage import read_classifier_meta
 
         if not need.target:
@@ -182,6 +180,7 @@ def _path_problem(need: Need) -> str | None:
         if not p.is_file():
             return f"{p}: file not found (a pretrained backbone checkpoint, .safetensors)"
         return f"{p} is empty" if p.stat().st_size == 0 else None
+    # lazy: start-up cost (torch)
     from harness.models.checkpoint import _is_hub_id, check_base_folder, local_model_folder
 
     target = Path(need.target)

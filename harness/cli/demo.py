@@ -4,7 +4,7 @@ It runs the study experiments/demo_rl_ablation.yaml (tiny preset, synthetic data
 stage 0 (tiny base, cached per machine) -> stage 1 warm-up -> classifier -> stage 2 SFT -> six RL arms
 (constant KL, no KL, adaptive PPO-beta, RER, EMA reference, RER + VAPR: one factor at a time) from the shared SFT
 model on the first seed, the declared contrast's arms (no KL, constant KL) on every seed of the study (`demo_runs`:
-3 RL seeds from the one SFT model, so the contrast is decided by harness/decisions.py), each evaluated on the test
+3 RL seeds from the one SFT model, so the contrast is decided by harness/stats/decisions.py), each evaluated on the test
 split, and the Supp. A records of the RER + VAPR arm (the study's `analyses`);
 then it evaluates the base, warm-up and SFT models too, prints one table (per stage and
 per RL arm: BLEU-1..4, METEOR, ROUGE-L, findings against the synthetic ground truth) and each arm's reward
@@ -17,10 +17,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from harness.experiments import load_study
 from harness.runs.records import RunDir, atomic_write_text, read_json
 from harness.runs.schema import METRICS_FILE, IndexKey, RunKey, StageKey
 
-DEMO_STUDY = Path(__file__).resolve().parent.parent / "experiments" / "demo_rl_ablation.yaml"
+DEMO_STUDY = Path(__file__).resolve().parents[2] / "experiments" / "demo_rl_ablation.yaml"
 COLUMNS = ("BLEU_1", "BLEU_2", "BLEU_3", "BLEU_4", "METEOR", "ROUGE_L", "gold_f1", "gold_exact", "ce_micro_f1",
            "labeler_gold_disagree")
 LEGEND = ("gold_f1 / gold_exact: the phantom's gold reader (no reward sees it) on the generated reports against "
@@ -36,7 +37,6 @@ STAGE_ROWS = {"base": "base (stage 0)", "warmup": "warm-up (stage 1)", "sft": "S
 def verdict_arms(study=None) -> tuple[str, str, str, str] | None:
     """The demo's verdict contrast (no KL against the study's baseline arm) as (arm, arm label, baseline,
     baseline label); None when the study has no no-KL arm besides its baseline."""
-    from harness.experiments import load_study
 
     study = study or load_study(DEMO_STUDY)
     no_kl = next((a for a in study.arms if a.factors.get("regularizer") == "none"), None)
@@ -86,6 +86,7 @@ def reward_curve_summary(run: RunDir, window: int = 5) -> str:
 
 def run_demo(out: Path, progress: bool = True, workers: int = 2) -> Path:
     """Run the demo study and write its table; returns results.md (the caller builds the report)."""
+    # lazy: tests replace run_experiment at its source, read at call time
     from harness.experiments import load_study, run_experiment
 
     if not DEMO_STUDY.is_file():
