@@ -22,6 +22,8 @@ def check_split(split: str, key: str = "split") -> None:
         raise ConfigError(f"{key} = {split!r} must be one of {', '.join(SPLITS)}")
 
 
+# Stages that open the trackers of train.report_to.
+TRAINING_STAGES = ("pretrain", "warmup", "classifier", "sft", "rl")
 # Stages whose decoding follows generation.backend (RL rollouts and validation, evaluation).
 DECODING_STAGES = ("rl", "eval")
 
@@ -29,6 +31,10 @@ DECODING_STAGES = ("rl", "eval")
 def check_names(cfg: RunConfig, stage: str | None) -> None:
     """Registered names the config refers to (only the stages that use them)."""
     check_generation_backend(cfg, stage)
+    if stage in TRAINING_STAGES:  # W&B online but not logged in or unreachable: refused before any step (issue 49)
+        from harness.runs.tracker_check import check_wandb
+
+        check_wandb(cfg.train.report_to)
     if stage == "rl":
         from rewards.spec import check_reward
 

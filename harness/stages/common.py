@@ -70,6 +70,7 @@ def load_splits(cfg: RunConfig, progress: bool = True, only: str | None = None) 
         ann = Path(d.annotation)
     splits = load_annotation(ann, d.dataset, image_dir=d.image_dir, views=d.views,
                              allow_outside_image_dir=d.allow_outside_image_dir, cleaning=d.report_cleaning,
+                             leak_check=d.leak_check,
                              **({"splits": (only,)} if only else {}))
     if "train" in splits:
         splits["train"] = select_train(splits["train"], d, str(ann))
