@@ -146,6 +146,10 @@ def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) ->
         runstate.check_reuse(path, cfg, stage)
     if path.is_dir():
         runlock.check_free(path)
+    if not restart and path.is_dir() and not (path / "metrics.json").is_file():
+        from harness.runs.resume_check import check_resumable
+
+        check_resumable(path, stage)  # a checkpoint that cannot be resumed: refused before the manifest is rewritten
 
 
 def model_device(cfg: RunConfig) -> torch.device:

@@ -175,11 +175,12 @@ def resume_folder(folder: str | Path, name: str, log: Callable[[str], None] | No
     return best
 
 
-def load_state(path: str | Path) -> dict[str, Any]:
-    """The checkpoint at `path`, on the CPU; only tensors, containers and primitives are accepted."""
+def load_state(path: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """The checkpoint at `path`, on the CPU; only tensors, containers and primitives are accepted. `mmap`: the
+    tensors memory-mapped, not read (a check that the file loads safely)."""
     path = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, **({"mmap": True} if mmap else {}))
     except pickle.UnpicklingError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: refused to load: the checkpoint holds objects other than tensors and plain "

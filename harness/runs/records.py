@@ -245,7 +245,10 @@ class RunDir:
         atomic_write_json(self.path / MANIFEST_FILE, manifest)
 
     def write_metrics(self, metrics: dict) -> None:
+        from harness.runs import leftovers
+
         atomic_write_json(self.path / METRICS_FILE, metrics)
+        leftovers.clean(self.path, finished=True, pixels=False)  # a torn checkpoint.new/ is never resumed now
 
     @property
     def complete(self) -> bool:

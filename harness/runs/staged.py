@@ -10,8 +10,15 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness.runs.durable import (DiskFullError, disk_full_error, free_bytes, fsync_dir, is_disk_full, remove,
-                                  replace_dir)
+from harness.runs.durable import (
+    DiskFullError,
+    disk_full_error,
+    free_bytes,
+    fsync_dir,
+    is_disk_full,
+    remove,
+    replace_dir,
+)
 
 REPORT_FLOOR = 1_000_000  # bytes: the smallest report (a page, its tables and a few figures) is about this
 

@@ -130,6 +130,9 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
     run = RunDir(path, trackers=tracker_names(cfg.train.report_to),
                  tracker_info={"stage": stage, "config": to_dict(cfg), "project": cfg.train.wandb_project,
                                **read_labels(path)})
+    from harness.runs import leftovers
+
+    leftovers.clean(path, finished=run.complete)  # a killed try's pixel caches, temporary files, unsealed checkpoint
     if not run.complete:
         if not runstate.has_checkpoint(path):
             run.clear_logs()

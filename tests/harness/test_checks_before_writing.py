@@ -61,8 +61,9 @@ def _classifier(root: Path, damage: str = "") -> Path:
 
 def _setup(tmp: Path, kind: str) -> dict[str, str]:
     names = {"tmp": str(tmp), "out": str(tmp / "out")}
-    names["ann"] = str(_data(tmp / "data", {"data_missing": "missing_image", "data_leak_id": "leak_id",
-                                             "data_leak_image": "leak_image", "data_leak_copy": "leak_copy"}.get(kind, "")))
+    damage = {"data_missing": "missing_image", "data_leak_id": "leak_id", "data_leak_image": "leak_image",
+              "data_leak_copy": "leak_copy"}.get(kind, "")
+    names["ann"] = str(_data(tmp / "data", damage))
     names["clf"] = str(_classifier(tmp / "clf", "corrupt" if kind == "clf_corrupt" else ""))
     if kind == "earlier_run":  # a complete warm-up run of another config in the out folder
         out = tmp / "out"
