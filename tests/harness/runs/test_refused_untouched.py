@@ -16,7 +16,6 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from harness.cli import error_line, main
-from harness.runs.worker_errors import original_message
 
 
 def tree_digest(root: Path) -> dict[str, str]:
@@ -67,6 +66,8 @@ def test_a_worker_error_is_shown_by_its_own_message(error):
 
 
 def test_a_worker_error_of_several_lines_and_other_text_are_read_right():
+    from harness.runs.worker_errors import original_message
+
     text = ("Caught ConfigError in DataLoader worker process 3.\nOriginal Traceback (most recent call last):\n"
             '  File "/x/y.py", line 4, in f\n    raise ConfigError("a")\n    ^^^^^\n'
             "harness.errors.ConfigError: 'data.image_dir' = '/d': bad\nsecond line")
@@ -172,7 +173,6 @@ def resumable_run(tmp: Path, stage: str, damage: str, extra: tuple[str, ...] = (
     from harness.config import to_dict
     from harness.config.loading import load_config
     from harness.runs import checkpoint_io
-    from harness.runs.resume_check import state_file
 
     ann = _data(tmp / "data")
     overrides = ["data.dataset=mimic_cxr", f"data.annotation={ann}", f"out_dir={tmp}/out", f"cache_dir={tmp}/cache",
@@ -183,7 +183,7 @@ def resumable_run(tmp: Path, stage: str, damage: str, extra: tuple[str, ...] = (
     (out / "manifest.json").write_text(json.dumps({"stage": stage, "seed": cfg.seed, "config": to_dict(cfg),
                                                    "created": "2026-12-01T00:00:00"}))
     (out / "steps.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
-    ckpt = out / "checkpoint" / state_file(stage)
+    ckpt = out / "checkpoint" / {"rl": "rl_state.pt", "classifier": "classifier_state.pt"}.get(stage, "state.pt")
     if damage == "pickled":
         checkpoint_io.save_state({"step": 1, "payload": NotATensor()}, ckpt)
     else:
