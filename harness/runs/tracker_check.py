@@ -20,6 +20,7 @@ from harness.errors import ConfigError
 OFFLINE_MODES = ("offline", "disabled", "dryrun")
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 CONNECT_TIMEOUT_S = 5.0
+_REACHED: set = set()
 OFFLINE_HINT = ("or set WANDB_MODE=offline to keep the W&B run in the run folder (`wandb sync RUN/wandb/offline-run-*` "
                 "uploads it later), or train.report_to=tensorboard")
 
@@ -70,17 +71,23 @@ def check_wandb(report_to, connect: Callable[[str], str | None] = reachable) -> 
     """Refuse (ConfigError) a W&B tracker that cannot log: see the module's text."""
     from harness.config.names import tracker_names
 
-    if "wandb" not in tracker_names(report_to) or wandb_mode() in OFFLINE_MODES:
+    if "wandb" not in tracker_names(report_to):
         return
-    if importlib.util.find_spec("wandb") is None:
+    if importlib.util.find_spec("wandb") is None:  # offline too: the tracker imports it
         raise ConfigError("'train.report_to' includes wandb but the wandb package is not installed: pip install wandb, "
-                          + OFFLINE_HINT.removeprefix("or "))
+                          "or train.report_to=tensorboard")
+    if wandb_mode() in OFFLINE_MODES:
+        return
     url = os.environ.get("WANDB_BASE_URL", "").strip() or DEFAULT_BASE_URL
     host = urlparse(url).hostname or url
     if not _has_api_key(host):
         raise ConfigError(f"'train.report_to' includes wandb but W&B is not logged in (no WANDB_API_KEY, no {host} "
                           f"entry in ~/.netrc): run `wandb login`, {OFFLINE_HINT}")
+    if (url, connect) in _REACHED:  # one connection per process (a command checks its config more than once)
+        return
     why = connect(url)
-    if why is not None:
+    if why is None:
+        _REACHED.add((url, connect))
+    else:
         raise ConfigError(f"'train.report_to' includes wandb but the W&B server {url} cannot be reached ({why}); "
                           f"check the network, {OFFLINE_HINT}")
