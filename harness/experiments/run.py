@@ -63,6 +63,12 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     if executor not in EXECUTORS:
         raise ConfigError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     check_workers(workers)
+    if executor == "slurm":  # before the plan: a refused runner writes no index.json and no run links (issue 49)
+        from harness.experiments.slurm import slurm_available
+
+        why = slurm_available()
+        if why:
+            raise ConfigError(f"--executor slurm: {why}")
     if launcher and workers > 1 and executor == "local":
         raise ConfigError(f"--launcher runs each stage over all the machine's processes: use --workers 1, not "
                           f"{workers}")

@@ -170,6 +170,8 @@ CASES = [
     # -- experiment run --
     ("experiment_workers_zero", "", ["experiment", "run", str(DEMO), "--workers", "0", "--out", "{out}"],
      ["--workers", "0", ">= 1"]),
+    ("experiment_slurm_missing", "no_slurm", ["experiment", "run", str(DEMO), "--executor", "slurm", "--out", "{out}"],
+     ["--executor slurm", "sbatch"]),  # issue 49: before, index.json and the run links came first
     ("experiment_workers_negative", "", ["experiment", "run", str(DEMO), "--workers", "-1", "--out", "{out}"],
      ["--workers", "-1", ">= 1"]),
     # -- search run: storages --
@@ -211,6 +213,9 @@ def test_a_refused_command_leaves_every_folder_as_it_was(case, tmp_path, capsys,
         if kind == "wandb_unreachable":  # a key, and a server that refuses the connection (the discard port)
             monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
             monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    if kind == "no_slurm":  # whatever this machine has: a cluster that does not answer
+        monkeypatch.setattr("harness.experiments.slurm.slurm_available",
+                            lambda: "no sbatch, squeue on PATH (not on a Slurm cluster's login node?)")
     if kind == "no_native_bf16":  # issue 27: refused before the run folder is opened, on a CPU without bf16
         monkeypatch.setattr("harness.models.classifier.training.native_cpu_bf16", lambda: False)
     args = [a.format(**names) for a in argv]
