@@ -27,6 +27,8 @@ from harness.models.classifier.model import read_state_dict
 from harness.models.classifier.storage import read_classifier_meta
 from harness.runs import lock as runlock
 from harness.runs import state as runstate
+from harness.runs.resume_check import check_resumable
+from harness.runs.tracker_check import check_wandb
 from rewards.spec import check_reward
 
 SPLITS = ("train", "val", "test")
@@ -37,6 +39,8 @@ def check_split(split: str, key: str = "split") -> None:
         raise ConfigError(f"{key} = {split!r} must be one of {', '.join(SPLITS)}")
 
 
+# Stages that open the trackers of train.report_to.
+TRAINING_STAGES = ("pretrain", "warmup", "classifier", "sft", "rl")
 # Stages whose decoding follows generation.backend (RL rollouts and validation, evaluation).
 DECODING_STAGES = ("rl", "eval")
 
@@ -44,6 +48,8 @@ DECODING_STAGES = ("rl", "eval")
 def check_names(cfg: RunConfig, stage: str | None) -> None:
     """Registered names the config refers to (only the stages that use them)."""
     check_generation_backend(cfg.generation.backend, cfg.model, stage)
+    if stage in TRAINING_STAGES:  # W&B online but not logged in or unreachable: refused before any step (issue 49)
+        check_wandb(cfg.train.report_to)
     if stage == "rl":
         try:
             check_reward(cfg.rl.reward)
@@ -149,6 +155,9 @@ def check_run_folder(cfg: RunConfig, stage: str, restart: bool | None = None) ->
         runstate.check_reuse(path, to_dict(cfg), stage)
     if path.is_dir():
         runlock.check_free(path)
+    if not restart and path.is_dir() and not (path / "metrics.json").is_file():
+
+        check_resumable(path, stage)  # a checkpoint that cannot be resumed: refused before the manifest is rewritten
 
 
 def model_device(model) -> torch.device:

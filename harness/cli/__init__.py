@@ -33,8 +33,9 @@ from harness.allocator import keep_freed_memory
 from harness.cli import report_commands, search_commands, stage_commands, study_commands, tool_commands
 from harness.config import ConfigError
 from harness.experiments import die_with_parent_if_launched
-from harness.runs.durable import DiskFullError
+from harness.runs.durable import DiskFullError, disk_full_line, is_disk_full
 from harness.runs.preemption import REQUEUE_EXIT_CODE, Preempted
+from harness.runs.worker_errors import original_message
 
 COMMAND_GROUPS = (stage_commands, tool_commands, report_commands, study_commands, search_commands)
 
@@ -55,9 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
 def error_line(e: BaseException) -> str:
     """One line for any error: the message (which names the file/key/value and what to do), its first line if
     it has several; errors that are not ours also say their type."""
-    text = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
+    message = str(e)
+    inner = original_message(message)  # a DataLoader worker's error: its own message, not torch's wrapper
+    text = " ".join((message if inner is None else inner).split("\n")[0].split()) or type(e).__name__
     if isinstance(e, DiskFullError):
         return " ".join(e.strerror.split()) if e.strerror else text
+    if is_disk_full(e):  # a full disk no writer named: the path the OS gave, and what to do
+        return disk_full_line(e)
     if isinstance(e, ConfigError | FileNotFoundError | ValueError | RuntimeError) and not isinstance(
             e, UnicodeDecodeError):
         return text

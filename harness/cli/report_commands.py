@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from harness.cli.args import int_list
 from harness.config import ConfigError
 from harness.runs.records import read_json
+from harness.runs.staged import staged_folder
 from harness.search.stored import experiment_studies
 from harness.stages.analyze import KINDS, run_analysis
 
@@ -29,8 +31,11 @@ def build_experiment_report(experiment_dir, out=None, **kwargs):
 
 
 def cmd_report(ns) -> int:
-    path = build_experiment_report(ns.experiment_dir, ns.out, B=ns.bootstrap, seed=ns.seed, window=ns.window)
-    print(f"report: {path}")
+    out = Path(ns.out) if ns.out else Path(ns.experiment_dir) / "report"
+    # Built aside and moved in whole: a failure (a full disk) leaves `out` as it was (harness/runs/staged.py).
+    with staged_folder(out, "the report") as staging:
+        path = build_experiment_report(ns.experiment_dir, staging, B=ns.bootstrap, seed=ns.seed, window=ns.window)
+    print(f"report: {out / path.relative_to(staging)}")
     return 0
 
 
@@ -52,8 +57,20 @@ def _deltas(items: list[str] | None) -> dict[str, str]:
         metric, sep, value = item.partition("=")
         if not sep or not metric.strip():
             raise ConfigError(f"--delta takes METRIC=VALUE (e.g. gold_f1=0.02), got '{item}'")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not math.isfinite(number) or number <= 0:
+            raise ConfigError(f"--delta {item}: the value must be a number > 0 (e.g. {metric.strip()}=0.02)")
         out[metric.strip()] = value.strip()
     return out
+
+
+def _check_alpha(alpha: float | None) -> None:
+    """--alpha: a level in (0, 0.5), as a study's decide.alpha (harness/experiments/study.py: check_decide)."""
+    if alpha is not None and not (math.isfinite(alpha) and 0 < alpha < 0.5):
+        raise ConfigError(f"--alpha {alpha:g}: must be in (0, 0.5), as a study's decide.alpha (e.g. --alpha 0.05)")
 
 
 def cmd_compare(ns) -> int:
@@ -65,9 +82,11 @@ def cmd_compare(ns) -> int:
 
     if ns.json and Path(ns.json).is_dir():  # refused before the readings print, not after
         raise ValueError(f"--json {ns.json} is a folder; give a file name")
+    _check_alpha(ns.alpha)  # the options before the study folders are read
+    deltas = _deltas(ns.delta)
     reference, other = load_experiment(ns.reference), load_experiment(ns.other)
     check = check_option(reference, other, seeds=int_list(ns.seeds), other_seeds=int_list(ns.other_seeds),
-                         alpha=ns.alpha, deltas=_deltas(ns.delta))
+                         alpha=ns.alpha, deltas=deltas)
     for line in summary_lines(check, Path(ns.reference).name or "reference", Path(ns.other).name or "other"):
         print(line)
     if ns.json:

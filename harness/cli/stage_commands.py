@@ -14,6 +14,7 @@ from harness.data.phantom import PhantomConfig, synthesize
 from harness.runs import preemption
 from harness.runs.records import RunDir
 from harness.runs.state import check_out_dir
+from harness.stages.eval_out import finished_evaluation, predictions_file
 from harness.stages.paths import base_dir, uses_tiny_base
 
 
@@ -116,6 +117,14 @@ def cmd_eval(ns) -> int:
     check_device(cfg.model)
     if ns.out:
         check_out_dir(Path(ns.out), "--out")
+        done = finished_evaluation(ns.out, ns.model, ns.split)
+        if done is not None:  # a rerun: nothing decoded, nothing written (issue 49)
+            kept = predictions_file(ns.out, done.get("stage"), ns.split).name
+            print(f"eval: --out {ns.out} already holds this evaluation ({done.get('split')} split, "
+                  f"{done.get('stage')} model: evals.jsonl, {kept}); nothing written, the stored scores follow; "
+                  "give another --out to evaluate again", file=sys.stderr)
+            print(json.dumps({k: v for k, v in done.items() if k != "per_label"}, indent=2))
+            return 0
     if not Path(ns.model).exists():  # a hub id only from the local cache: never a download, named as --model
         # lazy: start-up cost (torch)
         from harness.models.checkpoint import local_model_folder

@@ -37,6 +37,10 @@ class DataConfig:
                                                 "absolute path, no `..`): a file copied from elsewhere cannot make a "
                                                 "run read arbitrary files. true lifts that for an annotation file "
                                                 "you trust (this project).")
+    leak_check: str = knob("content", 'How images are compared across splits: "content" (default) refuses an '
+                                      "image with the same bytes as one of another split, a copy under another "
+                                      'name, as well as the same path; "path" compares paths and study ids only '
+                                      "(this project, issue 49: harness/data/leaks.py).")
     views: int | None = knob(None, "Views per study: null = the data set's default (every view for IU-Xray, 1-5 "
                                    "per study, as REVA-PO's official loader; the first for MIMIC-CXR, as R2Gen's "
                                    "and the official loader); N = at most the first N.")

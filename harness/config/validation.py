@@ -118,6 +118,8 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
              cfg.data.annotation, "is required for real data sets")
         need(cfg.data.report_cleaning in ("r2gen", "reva_po"), "data.report_cleaning", cfg.data.report_cleaning,
              "must be r2gen or reva_po")
+        need(cfg.data.leak_check in ("content", "path"), "data.leak_check", cfg.data.leak_check,
+             "must be content or path")
         need(cfg.data.views is None or cfg.data.views >= 1, "data.views", cfg.data.views, "must be >= 1 or null")
         need(cfg.data.synth_n >= 10, "data.synth_n", cfg.data.synth_n, "must be >= 10")
         need(cfg.prompt.output_format in ("plain", "think_report"), "prompt.output_format", cfg.prompt.output_format,

@@ -21,6 +21,7 @@ from PIL import Image
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
 from harness.data.cleaning import clean_report, cleaning_style, has_words
+from harness.data.leaks import check_content_leak
 
 DATASETS: tuple[str, ...] = ("iu_xray", "mimic_cxr", "phantom")
 # Views used per study when `views` is None: every view for IU-Xray (1-5 per study; REVA-PO's official
@@ -48,6 +49,7 @@ def load_annotation(
     views: int | None = None,
     allow_outside_image_dir: bool = False,
     cleaning: str = "r2gen",
+    leak_check: str = "content",
 ) -> dict[str, list[Sample]]:
     """Read an annotation file into cleaned samples per split.
 
@@ -56,6 +58,8 @@ def load_annotation(
     Image paths must stay inside `image_dir` (no absolute path, no `..`) unless `allow_outside_image_dir`: an
     annotation file copied from elsewhere must not make the program read arbitrary files.
     `cleaning`: the report cleaner family, "r2gen" or "reva_po" (harness/data/cleaning.py: cleaning_style).
+    `leak_check`: "content" also refuses an image of one split with the same bytes as one of another split
+    (harness/data/leaks.py); "path" compares paths and study ids only.
     Raises FileNotFoundError or ValueError naming the file (and the item id) on any bad input.
     """
     path = Path(path)
@@ -87,6 +91,9 @@ def load_annotation(
         out[split] = [_parse_item(item, path, style, image_dir, check_images, views, allow_outside_image_dir)
                       for item in items]
     check_no_leak(out, path)
+    if leak_check == "content":
+
+        check_content_leak(out, path)
     return out
 
 

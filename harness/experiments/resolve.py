@@ -84,7 +84,9 @@ _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementatio
                    "rl.surrogate": "clip", "rl.sapo_tau_pos": 1.0, "rl.sapo_tau_neg": 1.05,
                    "classifier.micro_batch_size": None,
                    # the phantom's varied report language and the meaning-reading gold (issue 44)
-                   "data.report_variation": "none", "eval.gold_reader": "v1"}
+                   "data.report_variation": "none", "eval.gold_reader": "v1",
+                   # the leak check by content (issue 49): it refuses data, never changes what runs
+                   "data.leak_check": "content"}
 
 
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:

@@ -23,6 +23,7 @@ from harness.experiments.local import ExperimentResult, LocalExperimentRun
 from harness.experiments.nodes import DEFAULT_FUNCTIONS
 from harness.experiments.plan import build_plan, node_done
 from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions
+from harness.experiments.slurm_queue import slurm_available
 from harness.experiments.study import STAGES, Study, load_study
 from harness.runs.lock import LOCK_NAME, holder_alive, read_holders
 from harness.runs.records import atomic_write_json, read_json
@@ -66,6 +67,11 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
     if executor not in EXECUTORS:
         raise ConfigError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     check_workers(workers)
+    if executor == "slurm":  # before the plan: a refused runner writes no index.json and no run links (issue 49)
+
+        why = slurm_available()
+        if why:
+            raise ConfigError(f"--executor slurm: {why}")
     if launcher and workers > 1 and executor == "local":
         raise ConfigError(f"--launcher runs each stage over all the machine's processes: use --workers 1, not "
                           f"{workers}")

@@ -26,11 +26,9 @@ from typing import Any
 
 import torch
 
+from harness.runs.checkpoint_names import PREVIOUS, STAGING, SUMS_FILE, staging_dir
 from harness.runs.durable import fsync_dir, fsync_file, remove, reporting_disk_full
 from harness.runs.records import atomic_write_json
-
-SUMS_FILE = "SUMS.json"
-STAGING, PREVIOUS = ".new", ".prev"
 
 _WHAT_TO_DO = ("delete its checkpoint/ folder (or rerun with --restart) to start the run over, or use a new "
                "out_dir")
@@ -38,11 +36,6 @@ _WHAT_TO_DO = ("delete its checkpoint/ folder (or rerun with --restart) to start
 
 class CheckpointError(ValueError):
     """A checkpoint file cannot be loaded safely; the message names the file."""
-
-
-def staging_dir(folder: str | Path) -> Path:
-    folder = Path(folder)
-    return folder.with_name(folder.name + STAGING)
 
 
 def previous_dir(folder: str | Path) -> Path:
@@ -175,11 +168,12 @@ def resume_folder(folder: str | Path, name: str, log: Callable[[str], None] | No
     return best
 
 
-def load_state(path: str | Path) -> dict[str, Any]:
-    """The checkpoint at `path`, on the CPU; only tensors, containers and primitives are accepted."""
+def load_state(path: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """The checkpoint at `path`, on the CPU; only tensors, containers and primitives are accepted. `mmap`: the
+    tensors memory-mapped, not read (a check that the file loads safely)."""
     path = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, **({"mmap": True} if mmap else {}))
     except pickle.UnpicklingError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: refused to load: the checkpoint holds objects other than tensors and plain "

@@ -102,6 +102,21 @@ def disk_full_error(path: str | Path, what: str, needed: int | None, e: BaseExce
                                       f"space there (or choose another folder), then {then}")
 
 
+def disk_full_line(e: BaseException) -> str:
+    """One line for a full-disk error that no writer turned into a DiskFullError: the path the OS named (the
+    error's or its cause's), and what to do."""
+    path = None
+    for err in (e, e.__cause__, e.__context__):
+        if isinstance(err, OSError) and err.filename:
+            path = err.filename
+            break
+    where = f"{path}: " if path else ""
+    free = free_bytes(Path(path).parent) if path else None
+    left = f" ({_mb(free)} free on that file system)" if free is not None else ""
+    return (f"{where}no space left on the device{left}; free space there (or choose another folder), then run "
+            "the command again (a stage resumes from its last complete checkpoint)")
+
+
 @contextlib.contextmanager
 def reporting_disk_full(path: str | Path, what: str, needed: int | None = None,
                         cleanup: Iterator[Path] | list[Path] = ()) -> Iterator[None]:

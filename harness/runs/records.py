@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness.runs import leftovers
 from harness.runs.durable import fsync_dir, fsync_file, reporting_disk_full
 from harness.runs.schema import (
     EVALS_FILE,
@@ -244,6 +245,7 @@ class RunDir:
 
     def write_metrics(self, metrics: dict) -> None:
         atomic_write_json(self.path / METRICS_FILE, metrics)
+        leftovers.clean(self.path, finished=True, pixels=False)  # a torn checkpoint.new/ is never resumed now
 
     @property
     def complete(self) -> bool:

@@ -13,8 +13,8 @@ from harness.config import RunConfig, to_dict
 from harness.config.names import tracker_names
 from harness.data.datasets import load_annotation
 from harness.data.phantom import SPLITS, PhantomConfig, synthesize
+from harness.runs import leftovers, preemption
 from harness.runs import lock as runlock
-from harness.runs import preemption
 from harness.runs import state as runstate
 from harness.runs.records import RunDir
 from harness.runs.trackers import read_labels
@@ -73,6 +73,7 @@ def load_splits(cfg: RunConfig, progress: bool = True, only: str | None = None) 
         ann = Path(d.annotation)
     splits = load_annotation(ann, d.dataset, image_dir=d.image_dir, views=d.views,
                              allow_outside_image_dir=d.allow_outside_image_dir, cleaning=d.report_cleaning,
+                             leak_check=d.leak_check,
                              **({"splits": (only,)} if only else {}))
     if "train" in splits:
         splits["train"] = select_train(splits["train"], d, str(ann))
@@ -126,6 +127,7 @@ def start_run(cfg: RunConfig, stage: str, extra: dict | None = None, restart: bo
     run = RunDir(path, trackers=tracker_names(cfg.train.report_to),
                  tracker_info={"stage": stage, "config": to_dict(cfg), "project": cfg.train.wandb_project,
                                **read_labels(path)})
+    leftovers.clean(path, finished=run.complete)  # a killed try's pixel caches, temporary files, unsealed checkpoint
     if not run.complete:
         if not runstate.has_checkpoint(path):
             run.clear_logs()

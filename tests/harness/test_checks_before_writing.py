@@ -34,9 +34,10 @@ def _data(root: Path, damage: str = "") -> Path:
     elif damage == "leak_image":
         splits["test"][1] = _item(1, "test", "train0.png")
     (root / "images").mkdir(parents=True, exist_ok=True)
-    for items in splits.values():
-        for item in items:
-            Image.new("L", (32, 32), 90).save(root / "images" / item["image_path"][0])
+    for k, item in enumerate(item for items in splits.values() for item in items):
+        Image.new("L", (32, 32), 60 + 10 * k).save(root / "images" / item["image_path"][0])  # distinct bytes
+    if damage == "leak_copy":  # a test image copied under another name into the training data
+        (root / "images" / "train1.png").write_bytes((root / "images" / "test0.png").read_bytes())
     if damage == "missing_image":
         (root / "images" / "val1.png").unlink()
     ann = root / "annotation.json"
@@ -60,8 +61,9 @@ def _classifier(root: Path, damage: str = "") -> Path:
 
 def _setup(tmp: Path, kind: str) -> dict[str, str]:
     names = {"tmp": str(tmp), "out": str(tmp / "out")}
-    names["ann"] = str(_data(tmp / "data", {"data_missing": "missing_image", "data_leak_id": "leak_id",
-                                             "data_leak_image": "leak_image"}.get(kind, "")))
+    damage = {"data_missing": "missing_image", "data_leak_id": "leak_id", "data_leak_image": "leak_image",
+              "data_leak_copy": "leak_copy"}.get(kind, "")
+    names["ann"] = str(_data(tmp / "data", damage))
     names["clf"] = str(_classifier(tmp / "clf", "corrupt" if kind == "clf_corrupt" else ""))
     if kind == "earlier_run":  # a complete warm-up run of another config in the out folder
         out = tmp / "out"
@@ -100,6 +102,10 @@ CASES = [
     ("warmup_leak_id", "data_leak_id", ["train", "warmup", *DATA], ["'train0'", "train", "test", "leak"]),
     ("rl_leak_image", "data_leak_image", ["train", "rl", *DATA], ["train0.png", "'test1'", "'train0'"]),
     ("classifier_leak_id", "data_leak_id", ["classifier", "train", *DATA], ["'train0'", "leak"]),
+    # -- issue 49: a test image copied under another name into the training data (same bytes, other path) --
+    ("warmup_leak_copy", "data_leak_copy", ["train", "warmup", *DATA],
+     ["test0.png", "train1.png", "same bytes", "'test0'", "'train1'", "data.leak_check=path"]),
+    ("rl_leak_copy", "data_leak_copy", ["train", "rl", *DATA], ["test0.png", "train1.png", "same bytes"]),
     ("no_long_report", "", ["train", "warmup", *DATA, "data.train_min_tokens=1000"],
      ["no training report"]),
     # -- device and model --
@@ -142,6 +148,18 @@ CASES = [
     ("rl_user_reward_inf", "user_reward_inf", ["train", "rl", *DATA,
                                                "rl.reward={{bleu4: 0.5, 'probe_user_reward_inf:score': 0.5}}"],
      ["probe_user_reward_inf:score", "inf"]),
+    # -- W&B requested online but not usable: refused before any step, hinting offline mode (issue 49) --
+    ("warmup_wandb_not_logged_in", "wandb_no_key", ["train", "warmup", *DATA, "train.report_to=wandb"],
+     ["'train.report_to'", "not logged in", "wandb login", "WANDB_MODE=offline"]),
+    ("rl_wandb_unreachable", "wandb_unreachable", ["train", "rl", *DATA, "train.report_to=[tensorboard, wandb]"],
+     ["http://127.0.0.1:9", "cannot be reached", "WANDB_MODE=offline"]),
+    ("classifier_wandb_not_logged_in", "wandb_no_key", ["classifier", "train", *DATA, "train.report_to=wandb"],
+     ["not logged in", "WANDB_MODE=offline"]),
+    # -- compare: options checked before the study folders are read (issue 49) --
+    ("compare_alpha_big", "", ["compare", "{tmp}/a", "{tmp}/b", "--alpha", "0.7"], ["--alpha 0.7", "(0, 0.5)"]),
+    ("compare_alpha_zero", "", ["compare", "{tmp}/a", "{tmp}/b", "--alpha", "0"], ["--alpha 0", "(0, 0.5)"]),
+    ("compare_delta_text", "", ["compare", "{tmp}/a", "{tmp}/b", "--delta", "gold_f1=abc"],
+     ["--delta gold_f1=abc", "number > 0"]),
     # -- data synth --
     ("synth_seed_negative", "", ["data", "synth", "--n", "20", "--seed", "-1", "--out", "{out}"],
      ["--seed", "-1", ">= 0"]),
@@ -152,6 +170,8 @@ CASES = [
     # -- experiment run --
     ("experiment_workers_zero", "", ["experiment", "run", str(DEMO), "--workers", "0", "--out", "{out}"],
      ["--workers", "0", ">= 1"]),
+    ("experiment_slurm_missing", "no_slurm", ["experiment", "run", str(DEMO), "--executor", "slurm", "--out", "{out}"],
+     ["--executor slurm", "sbatch"]),  # issue 49: before, index.json and the run links came first
     ("experiment_workers_negative", "", ["experiment", "run", str(DEMO), "--workers", "-1", "--out", "{out}"],
      ["--workers", "-1", ">= 1"]),
     # -- search run: storages --
@@ -186,6 +206,16 @@ def test_a_refused_command_leaves_every_folder_as_it_was(case, tmp_path, capsys,
     names = _setup(tmp_path, kind)
     if kind.startswith("user_reward_"):
         monkeypatch.syspath_prepend(str(tmp_path))
+    if kind.startswith("wandb_"):  # W&B online (the test session runs it offline), no key or no server
+        monkeypatch.setenv("WANDB_MODE", "online")
+        monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+        monkeypatch.delenv("WANDB_API_KEY", raising=False)
+        if kind == "wandb_unreachable":  # a key, and a server that refuses the connection (the discard port)
+            monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+            monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    if kind == "no_slurm":  # whatever this machine has: a cluster that does not answer
+        monkeypatch.setattr("harness.experiments.slurm.slurm_available",
+                            lambda: "no sbatch, squeue on PATH (not on a Slurm cluster's login node?)")
     if kind == "no_native_bf16":  # issue 27: refused before the run folder is opened, on a CPU without bf16
         monkeypatch.setattr("harness.models.classifier.training.native_cpu_bf16", lambda: False)
     args = [a.format(**names) for a in argv]

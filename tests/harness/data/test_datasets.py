@@ -33,7 +33,7 @@ def iu_file(tmp_path):
     for i, report in enumerate(IU_REPORTS):
         study = f"CXR{i}_IM-000{i}"
         for view in (0, 1):
-            _png(tmp_path / "images" / study / f"{view}.png")
+            _png(tmp_path / "images" / study / f"{view}.png", value=100 + 10 * i + view)  # distinct: no leak
         items.append({"id": study, "report": report, "image_path": [f"{study}/0.png", f"{study}/1.png"]})
     return _write(tmp_path / "annotation.json", {"train": items[:2], "val": items[2:], "test": []})
 
