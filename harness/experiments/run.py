@@ -68,7 +68,6 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
         raise ConfigError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     check_workers(workers)
     if executor == "slurm":  # before the plan: a refused runner writes no index.json and no run links (issue 49)
-
         why = slurm_available()
         if why:
             raise ConfigError(f"--executor slurm: {why}")
