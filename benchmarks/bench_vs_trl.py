@@ -1,14 +1,14 @@
 """Whole GRPO step: regbench's `GRPOTrainer.train_step` vs TRL's `GRPOTrainer`, interleaved (issue 15; goal <= 0.5x).
 
 TRL is a benchmark-only dependency: it lives in its own venv over the project's packages (same torch,
-transformers 4.57.6, peft), never in regbench's. Once, from the worktree root:
+transformers 5.20.2, peft), never in regbench's. Once, from the worktree root:
 
     python -m venv /tmp/trlvenv
     echo "$PWD/.venv/lib/python3.11/site-packages" > /tmp/trlvenv/lib/python3.11/site-packages/regbench.pth
-    /tmp/trlvenv/bin/pip install trl==1.16.0 "datasets>=4.7,<5" "huggingface_hub<1.0" transformers==4.57.6
+    /tmp/trlvenv/bin/pip install trl==1.16.0 "datasets>=5,<6" transformers==5.20.2
 
-(the pins keep the project's transformers: TRL's newest `datasets` would pull huggingface_hub 1.x and with it
-transformers 5). Then:
+(the pins keep the project's transformers and huggingface_hub; the dev extra's trl 1.16.0 is the same release).
+Then:
 
     PYTHONPATH=$PWD /tmp/trlvenv/bin/python benchmarks/bench_vs_trl.py --steps 12
 
