@@ -9,8 +9,10 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test test-slow lint install clean
 
 # DeepSpeed (a dependency) is built without compiled ops (DS_BUILD_OPS=0) and against the installed torch
-# (--no-build-isolation), so torch and the build backend go in first.
-TORCH_PINS := $(shell grep -oE '"torch(vision)?==[^"]+"' pyproject.toml | tr -d '"')
+# (--no-build-isolation), so torch and the build backend go in first. pyproject.toml gives torch/torchvision as
+# ranges (the `vllm` extra needs torch 2.14.0); this is the exact pair installed: the newest that imports together
+# on these machines, from the local wheels.
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

@@ -20,13 +20,13 @@ as stage 3 trains them), sdpa attention, 336 px phantom chest X-rays (the preset
    blocks (per merged token through the merger); a backward with frozen weights costs one more forward
    (input gradients). Attention scores and the LoRA weight gradients are left out, so MFU is a lower bound.
 
-The device machine runs Python 3.12 with transformers 5.x; regbench pins transformers 4.57.6, so carry its
-wheels. Once, here, in the repository root (pure-Python / abi3 wheels, ~17 MB):
+The device machine runs Python 3.12 with transformers 5.x; regbench pins transformers 5.20.2, so carry its
+wheels. Once, here, in the repository root (pure-Python / abi3 wheels):
 
     echo /.whl/ >> .git/info/exclude
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d .whl transformers==4.57.6 tokenizers==0.22.2 huggingface_hub==0.36.2 peft==0.21.2
+        -d .whl transformers==5.20.2 tokenizers==0.23.3 huggingface_hub==2.4.0 peft==0.21.2
 
 Then the device call (carry [".whl"], timeout_s 540):
 

@@ -1,14 +1,9 @@
 """Whole GRPO step: regbench's `GRPOTrainer.train_step` vs TRL's `GRPOTrainer`, interleaved (issue 15; goal <= 0.5x).
 
-TRL is a test-only dependency (pyproject.toml's `dev` extra: trl 1.16.0, datasets < 5, so the project's
-transformers 4.57.6 stays), installed in `.venv` by `make test`; never imported by the package. From the worktree
-root:
+TRL is a test-only dependency (pyproject.toml's `dev` extra: trl 1.16.0 with datasets 5.x, beside the project's
+transformers 5.20.2), installed in `.venv` by `make test`; never imported by the package. From the worktree root:
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_vs_trl.py --steps 12
-
-(A venv of its own over the project's packages, as before the `dev` extra, works the same: `python -m venv
-/tmp/trlvenv`, a .pth naming `.venv`'s site-packages, `pip install trl==1.16.0 "datasets>=4.7,<5"
-"huggingface_hub<1.0" transformers==4.57.6`.)
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_vs_trl.py --steps 40
 
 Both sides: the same tiny Qwen2.5-VL (tiny preset, built like benchmarks/bench_rl_step.py), saved with
 save_pretrained and loaded from that folder by each side with attn_implementation sdpa (--attn; transformers'

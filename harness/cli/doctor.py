@@ -23,9 +23,10 @@ from harness.experiments.resources import check_resources
 from rewards.chexbert import check_chexbert_files
 from rewards.radgraph import check_radgraph_files
 
-# The pins of pyproject.toml (docs/running.md, "Pinned versions and why"); "" = any version.
+# The pins of pyproject.toml (docs/running.md, "Pinned versions and why"); "" = any version, "X.Y.*" = any X.Y
+# release (torch/torchvision: `make install` puts in 2.14.1/0.29.1, the `vllm` extra 2.14.0/0.29.0).
 PINNED = {
-    "torch": "2.14.1", "torchvision": "0.29.1", "transformers": "4.57.6", "peft": "0.21.2",
+    "torch": "2.14.*", "torchvision": "0.29.*", "transformers": "5.20.2", "peft": "0.21.2",
     "accelerate": "1.15.0", "timm": "1.0.31", "scikit-learn": "1.7.2", "optuna": "5.0.0",
     "pycocoevalcap": "1.2", "radgraph": "0.1.18", "f1chexbert": "0.0.2", "deepspeed": "0.19.8",
 }
@@ -87,7 +88,8 @@ def package_checks() -> list[Check]:
             out.append(Check(name, False, "not installed"))
             continue
         # Local builds add "+cpu" etc.; the pin is about the release.
-        ok = not pin or version.split("+")[0] == pin
+        release = version.split("+")[0]
+        ok = not pin or release == pin or (pin.endswith(".*") and release.startswith(pin[:-1]))
         out.append(Check(name, ok, version if ok else f"{version} (pinned {pin})"))
     return out
 

@@ -3,8 +3,9 @@
 The lean loops (lean_prefill.py, lean_decode.py, lean_step.py, fused_step.py, harness/grpo/shared_prompt.py) call
 the model's own modules; between 4.57 and 5.x these changed their calling conventions, not their arithmetic:
 
-- the cache argument is `past_key_values` in 4.57 and `cache` in 5.x (the old name deprecated), and 4.57's text
-  model and decoder layers take `cache_position`, which 5.x dropped (the cache knows its length);
+- the cache argument is `past_key_values` in 4.57 and up to 5.20, `cache` in later 5.x (checked: 5.25; the old name
+  deprecated), and 4.57's text model and decoder layers take `cache_position`, which 5.x dropped (the cache knows
+  its length); 5.x's `prepare_inputs_for_generation` tells the first step by `is_first_iteration`;
 - 4.57's rotary embedding returns cos/sin of every M-RoPE axis, [3, rows, T, head_dim], and the attention picks each
   section from its axis (`apply_multimodal_rotary_pos_emb`, sections in `config.rope_scaling`); 5.x's returns the
   picked tables, [rows, T, head_dim] (sections in `config.rope_parameters`), and the attention applies them as they
@@ -94,9 +95,12 @@ def first_step_inputs(hf, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       **extra) -> dict:
     """`hf.prepare_inputs_for_generation` of generate's first step (the whole prompt into an empty cache)."""
     names = _params(type(hf).prepare_inputs_for_generation)
-    if "cache" in names:  # 5.x
-        kw = {"cache": cache, "is_first_iteration": True}
-    else:
-        kw = {"past_key_values": cache, "cache_position": torch.arange(input_ids.shape[1], device=input_ids.device)}
+    kw = {"cache" if "cache" in names else "past_key_values": cache}
+    # 5.x (5.20 still names the cache `past_key_values`) tells the first step by a flag, without which it leaves the
+    # images out; 4.57 by the cache position
+    if "is_first_iteration" in names:
+        kw["is_first_iteration"] = True
+    if "cache_position" in names:
+        kw["cache_position"] = torch.arange(input_ids.shape[1], device=input_ids.device)
     return hf.prepare_inputs_for_generation(input_ids, attention_mask=attention_mask, use_cache=True,
                                             logits_to_keep=logits_to_keep, **kw, **extra)

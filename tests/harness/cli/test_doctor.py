@@ -69,9 +69,13 @@ def test_package_versions_are_compared_with_the_pins(monkeypatch):
 
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version",
-                        lambda name: "5.0.1" if name == "transformers" else real(name))
+                        lambda name: {"transformers": "4.57.6", "torch": "2.14.0+cpu", "torchvision": "0.30.0"}.get(
+                            name) or real(name))
     rows = {c.name: c for c in package_checks()}
-    assert not rows["transformers"].ok and rows["transformers"].detail == "5.0.1 (pinned 4.57.6)"
+    assert not rows["transformers"].ok and rows["transformers"].detail == "4.57.6 (pinned 5.20.2)"
+    # torch and torchvision: any release of the pinned minor version (the `vllm` extra's torch is 2.14.0)
+    assert rows["torch"].ok and rows["torch"].detail == "2.14.0+cpu"
+    assert not rows["torchvision"].ok and rows["torchvision"].detail == "0.30.0 (pinned 0.29.*)"
 
 
 def test_doctor_of_an_experiments_preset_lists_what_each_stage_needs(no_network, capsys, tmp_path, monkeypatch):

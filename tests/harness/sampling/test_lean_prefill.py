@@ -55,12 +55,14 @@ def test_mask_equals_create_causal_mask(tiny_tokenizer, attn, dtype, padded):
     cfg = unwrap(model).config.get_text_config()
     cfg._attn_implementation = attn
     embeds = torch.zeros(rows, P, 4, dtype=dtype)
-    if "cache" in inspect.signature(create_causal_mask).parameters:  # transformers 5.x
-        want = create_causal_mask(config=cfg, inputs_embeds=embeds, attention_mask=mask,
-                                  cache=DynamicCache(config=cfg), position_ids=None)
-    else:
-        want = create_causal_mask(config=cfg, input_embeds=embeds, attention_mask=mask, cache_position=torch.arange(P),
-                                  past_key_values=DynamicCache(config=cfg), position_ids=None)
+    # the arguments' names in transformers 4.57 / 5.20 / later 5.x (`input_embeds` / `inputs_embeds`,
+    # `past_key_values` / `cache`, a `cache_position` in 4.57 only)
+    names = inspect.signature(create_causal_mask).parameters
+    kw = {"inputs_embeds" if "inputs_embeds" in names else "input_embeds": embeds,
+          "cache" if "cache" in names else "past_key_values": DynamicCache(config=cfg)}
+    if "cache_position" in names:
+        kw["cache_position"] = torch.arange(P)
+    want = create_causal_mask(config=cfg, attention_mask=mask, position_ids=None, **kw)
     got = prefill_mask(mask, attn, dtype)
     if want is None:
         assert got is None and attn == "sdpa" and not padded
