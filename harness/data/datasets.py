@@ -153,6 +153,7 @@ def _parse_item(item: object, path: Path, style: str, image_dir: Path, check_ima
         for image_path in image_paths:
             if not image_path.is_file():
                 raise FileNotFoundError(f"{where}: image file not found: {image_path}")
+            check_image_header(image_path, where)
     labels = _parse_labels(item["labels"], where) if item.get("labels") is not None else None
     categories = _parse_categories(item["categories"], where) if item.get("categories") is not None else None
     present = _parse_present(item["present"], where) if item.get("present") is not None else None
@@ -195,6 +196,19 @@ def _parse_categories(values: object, where: str) -> list[str]:
             raise ValueError(f"{where}: unknown category {value!r}; expected one of {OBSERVATIONS}")
         names.add(name)
     return [name for name in OBSERVATIONS if name in names]
+
+
+def check_image_header(path: Path, where: str) -> None:
+    """An image file whose header an image reader cannot read (empty, not an image): refused when the annotation is
+    read, before any stage opens its run folder (issue 49). Only the header is read (PIL opens lazily), so the check
+    costs a file open per image; a file cut short after its header still fails when it is decoded, in a run folder
+    that stays resumable."""
+    try:
+        with Image.open(path) as image:
+            image.size  # noqa: B018 (the header is parsed by open; size is what the decode will need)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # PIL's corrupt-file errors
+        raise ValueError(f"{where}: {path}: not a readable image ({type(e).__name__}: {e}); replace the file or drop "
+                         "its study from the annotation file") from e
 
 
 def load_image(path: str | Path, size: int) -> Image.Image:

@@ -40,6 +40,8 @@ def _data(root: Path, damage: str = "") -> Path:
         (root / "images" / "train1.png").write_bytes((root / "images" / "test0.png").read_bytes())
     if damage == "missing_image":
         (root / "images" / "val1.png").unlink()
+    if damage == "empty_image":  # a zero-byte file: found, but no image (a copy cut at its start)
+        (root / "images" / "train1.png").write_bytes(b"")
     ann = root / "annotation.json"
     ann.write_text(json.dumps(splits))
     return ann
@@ -62,7 +64,7 @@ def _classifier(root: Path, damage: str = "") -> Path:
 def _setup(tmp: Path, kind: str) -> dict[str, str]:
     names = {"tmp": str(tmp), "out": str(tmp / "out")}
     damage = {"data_missing": "missing_image", "data_leak_id": "leak_id", "data_leak_image": "leak_image",
-              "data_leak_copy": "leak_copy"}.get(kind, "")
+              "data_leak_copy": "leak_copy", "data_empty_image": "empty_image"}.get(kind, "")
     names["ann"] = str(_data(tmp / "data", damage))
     names["clf"] = str(_classifier(tmp / "clf", "corrupt" if kind == "clf_corrupt" else ""))
     if kind == "earlier_run":  # a complete warm-up run of another config in the out folder
@@ -99,6 +101,9 @@ CASES = [
     ("sft_missing_image", "data_missing", ["train", "sft", *DATA, "classifier.dir={clf}"], ["val1.png"]),
     ("rl_missing_image", "data_missing", ["train", "rl", *DATA], ["val1.png"]),
     ("classifier_missing_image", "data_missing", ["classifier", "train", *DATA], ["val1.png"]),
+    ("classifier_empty_image", "data_empty_image", ["classifier", "train", *DATA],
+     ["train1.png", "not a readable image"]),
+    ("warmup_empty_image", "data_empty_image", ["train", "warmup", *DATA], ["train1.png", "not a readable image"]),
     ("warmup_leak_id", "data_leak_id", ["train", "warmup", *DATA], ["'train0'", "train", "test", "leak"]),
     ("rl_leak_image", "data_leak_image", ["train", "rl", *DATA], ["train0.png", "'test1'", "'train0'"]),
     ("classifier_leak_id", "data_leak_id", ["classifier", "train", *DATA], ["'train0'", "leak"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from PIL import Image
 
 from harness.config import ConfigError, DataConfig, load_config
 from harness.data.datasets import Sample
@@ -58,9 +59,9 @@ def test_load_splits_applies_the_subset_to_train_only(tmp_path):
     ann = {split: [{"id": f"{split}{i}", "report": " ".join(["w"] * n), "image_path": [f"{split}{i}.png"],
                     "split": split} for i, n in enumerate(lengths)] for split, lengths in reports.items()}
     (tmp_path / "annotation.json").write_text(json.dumps(ann))
-    for items in ann.values():
-        for item in items:
-            (tmp_path / item["image_path"][0]).write_bytes(b"")  # the loader checks that images exist
+    items = [item for split_items in ann.values() for item in split_items]
+    for k, item in enumerate(items):  # the loader reads each image's header; distinct bytes (no content leak)
+        Image.new("L", (8, 8), 10 * k).save(tmp_path / item["image_path"][0])
     cfg = load_config(None, ["data.dataset=mimic_cxr", f"data.annotation={tmp_path / 'annotation.json'}",
                              f"data.image_dir={tmp_path}", "data.train_min_tokens=30", "data.max_train=2"])
     splits = load_splits(cfg, progress=False)
