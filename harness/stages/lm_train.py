@@ -20,18 +20,18 @@ from typing import Protocol
 import torch
 from tqdm.auto import tqdm
 
-from harness.batching import IGNORE, encode_sft
 from harness.config import TrainConfig
 from harness.models.precision import base_dtype
 from harness.models.trainable import unwrap
 from harness.parallel.distributed import Dist, shard
 from harness.parallel.updater import Updater, needs_scaler
+from harness.prompting.batching import IGNORE, encode_sft
 from harness.runs import preemption
 from harness.runs.checkpoint_io import begin, commit, load_state, resume_folder, staging_dir, write_state
 from harness.runs.records import RunDir
-from harness.schedule import make_scheduler
 from harness.stages.lm_batches import StepBatches, sample_lengths, step_loader
 from harness.stages.lm_loss import lm_loss
+from harness.training.schedule import make_scheduler
 
 
 @dataclass

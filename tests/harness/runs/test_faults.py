@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture
 def prompt_set(xray_images):
-    from harness.prompts import PromptSet
+    from harness.prompting.samples import PromptSet
 
     refs = ["the heart size is normal .", "mild cardiomegaly . small left pleural effusion ."]
     return PromptSet([f"s{i}" for i in range(4)], [[xray_images[i]] for i in range(4)], ["write"] * 4,
