@@ -80,7 +80,6 @@ class TrainConfig(StepConfig):
                                "(this project, issue 14). The batches and their order do not depend on it, so it is "
                                "not part of a run's key.")
     max_steps: int | None = knob(None, "Stop after this many optimizer steps (null = run all epochs).")
-    log_every: int = knob(10, "Log training metrics every k optimizer steps, >= 1.")
     checkpoint_every: int = knob(50, "Checkpoint every k optimizer steps (0 = only at the end); a rerun of the "
                                      "same command resumes from it.")
     dist_timeout_s: float = knob(1800.0, "Timeout of the training collectives under a torchrun / accelerate "
@@ -156,4 +155,4 @@ class PretrainConfig(StepConfig):
     def train_config(self) -> TrainConfig:
         """The TrainConfig of stage 0's loop: these fields, a cosine schedule, checkpoints every 50 steps."""
         return TrainConfig(**{f.name: getattr(self, f.name) for f in fields(StepConfig)}, scheduler="cosine",
-                           checkpoint_every=50, log_every=10)
+                           checkpoint_every=50)

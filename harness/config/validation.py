@@ -316,7 +316,7 @@ def _check_ranges(cfg: RunConfig, need) -> None:
     at_least("data.synth_image_size", MIN_IMAGE_SIZE)  # the phantom generator's own bound
     at_least("model.image_size", 28)
     for key in ("model.lora_alpha", "model.tiny_text_hidden", "model.tiny_text_layers", "model.tiny_vision_hidden",
-                "model.tiny_vision_depth", "model.tiny_vocab_size", "train.log_every",
+                "model.tiny_vision_depth", "model.tiny_vocab_size",
                 "classifier.img_size", "classifier.epochs", "classifier.batch_size", "pretrain.n",
                 "pretrain.batch_size", "rl.kl_horizon", "rl.ema_period", "rl.max_new_tokens",
                 "generation.batch_size"):
