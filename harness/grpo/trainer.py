@@ -72,7 +72,6 @@ from harness.parallel.updater import UpdateOutcome, Updater, needs_scaler
 from harness.policy.snapshots import SnapshotStore
 from harness.prompting.samples import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
 from harness.runs import preemption
-from harness.runs.checkpoint_io import load_state
 from harness.runs.records import RunDir
 from harness.token_weighting.registry import build_token_weighting
 from harness.training.schedule import epoch_order, make_scheduler
@@ -141,11 +140,11 @@ class GRPOTrainer:
         checkpointing.save_checkpoint(self)
 
     def try_resume(self) -> bool:
-        folder = checkpointing.resume_from(self)  # the newest verified generation (a torn one is skipped)
-        if folder is None:
+        found = checkpointing.resume_from(self)  # the newest verified generation (a torn one is skipped)
+        if found is None:
             return False
-        # the safe loader (weights only)
-        checkpointing.restore_checkpoint(self, load_state(folder / self.ckpt_path.name), folder)
+        folder, state = found  # read with the safe loader (weights only)
+        checkpointing.restore_checkpoint(self, state, folder)
         self.run.truncate_logs_after(self.step)
         return True
 
