@@ -32,8 +32,10 @@ def test_a_write_keeps_its_order_across_processes(tmp_path):
 
         def partition(staging, log=log, main=main):
             log.append("partition")
-            assert staging.name == "checkpoint.new" and staging.is_dir()  # opened by the main process first
-            (staging / f"zero_{int(main)}.pt").write_bytes(b"x")
+            assert staging.name == "checkpoint.new"
+            if main:  # (the processes run one after another here: only the main one's folder is open now)
+                assert staging.is_dir()  # opened by the main process before the first barrier
+                (staging / "zero_1.pt").write_bytes(b"x")
             return {"opt": 1} if main else None
 
         def build(recorded, log=log):

@@ -22,7 +22,7 @@ from transformers import (
 from harness.config import ConfigError, PretrainConfig, TrainConfig, load_config, to_dict
 from harness.training.schedule import lr_factor, make_scheduler
 
-PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
+PRESETS = Path(__file__).resolve().parents[3] / "experiments" / "presets"
 PAPER_PRESETS = ("mimic-qwen2.5vl-7b", "mimic-qwen2.5vl-3b", "iuxray-qwen2.5vl-7b", "iuxray-qwen2.5vl-3b")
 
 
