@@ -70,9 +70,9 @@ def _lm_objects(seed: int):
     torch.manual_seed(seed)
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
     model(torch.randn(4, 3)).sum().backward()
     optimizer.step()
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
     scheduler.step()
     return model, optimizer, scheduler
 
