@@ -41,8 +41,8 @@ def lm_stepper(model, processor, prompts, kernel: str, batch: int = 32):
     """A closure running one stage-0 training step (full parameters) on the first `batch` prompts."""
     import torch
 
-    from harness.batching import encode_sft
     from harness.models.trainable import set_trainable
+    from harness.prompting.batching import encode_sft
     from harness.stages.lm_loss import lm_loss
 
     net = with_kernel(model, kernel)

@@ -11,8 +11,8 @@ backward and one AdamW step, on a channels-last float batch. The sizes alternate
 ...) so all see the same machine load (with --amp each size also in bf16 mixed precision, as classifier.amp_bf16
 trains). Printed: median seconds per batch of each size and its ratio to the first.
 
---predict: a trained classifier's predictions for a split of a phantom set (what harness/prompts.py asks it for the
-instructions), with 256 and with 32 images per forward pass (predict_proba's CPU batch, harness/models/classifier/
+--predict: a trained classifier's predictions for a split of a phantom set (what harness/stages/prompts.py asks it for
+the instructions), with 256 and with 32 images per forward pass (predict_proba's CPU batch, harness/models/classifier/
 training.py), alternating: the seconds of each and whether the probabilities are equal bit for bit.
 """
 
@@ -94,7 +94,7 @@ def predict(args) -> int:
 
     from harness.data.datasets import load_annotation
     from harness.models.classifier import load_classifier, predict_proba
-    from harness.prompts import classifier_inputs
+    from harness.stages.prompts import classifier_inputs
 
     torch.set_num_threads(args.threads)
     samples = load_annotation(args.annotation, "phantom", splits=(args.split,))[args.split]

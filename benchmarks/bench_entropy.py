@@ -4,7 +4,7 @@
     python benchmarks/bench_entropy.py --ops entropy --dtypes bf16 --repeats 5
 
 Naive = `torch.log_softmax(logits.float() / temperature, -1)`, then `-(p * logp).sum(-1)` (entropy) or a
-gather (log-probs). Chunked = `harness.grpo.token_entropy` / `token_logprobs` (harness/logprobs.py) with
+gather (log-probs). Chunked = `harness.grpo.token_entropy` / `token_logprobs` (harness/policy/logprobs.py) with
 their default chunking (`chunk_size=None`: positions of the N*T grid per chunk, sized so one fp32 chunk is
 about 16 MiB; the trainer's default, `rl.logprob_chunk_positions=null`), and with explicit `chunk_size`
 positions per chunk.

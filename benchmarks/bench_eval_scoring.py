@@ -8,7 +8,7 @@
   must return the same numbers;
 - BLEU, ROUGE-L and CIDEr-D alone (tenth session): pycocoevalcap (`Bleu(4).compute_score`, each report's
   statistics cooked again with `cook_test` for the per-report rows, `Rouge().compute_score`,
-  `Cider().compute_score`) against harness/coco_scores.py (`bleu_statistics` once, `corpus_bleu`, `rouge_l`,
+  `Cider().compute_score`) against harness/scoring/coco_scores.py (`bleu_statistics` once, `corpus_bleu`, `rouge_l`,
   `cider_d`), the latter with CIDEr's reference side built ("first arm": a worker's first evaluation of the split)
   and read back ("further arms"), alternating; all must return the same numbers.
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from harness.evaluation import meteor_scorer, nlg_report_scores, nlg_scores, nlg_scores_and_reports
+    from harness.scoring.evaluation import meteor_scorer, nlg_report_scores, nlg_scores, nlg_scores_and_reports
 
     torch.set_num_threads(1)
     path = Path(args.predictions)
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     twice, once = (statistics.median(times[k]) for k in ("twice", "once"))
     print(f"NLG of {len(rows)} reports: each scorer twice {twice:.2f} s, once {once:.2f} s, ratio {once / twice:.3f}")
     gts, res = {k: [v] for k, v in refs.items()}, {k: [v] for k, v in hyps.items()}
-    from harness import coco_scores
+    from harness.scoring import coco_scores
 
     times = {"library": [], "first arm": [], "further arms": []}
     for _ in range(args.rounds):
@@ -83,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                 print("BLEU/ROUGE-L/CIDEr: the two differ; not timing", file=sys.stderr)
                 return 1
     lib, first, further = (statistics.median(times[k]) for k in ("library", "first arm", "further arms"))
-    print(f"BLEU + ROUGE-L + CIDEr-D of {len(rows)} reports: pycocoevalcap {lib:.2f} s, harness/coco_scores.py "
+    print(f"BLEU + ROUGE-L + CIDEr-D of {len(rows)} reports: pycocoevalcap {lib:.2f} s, harness/scoring/coco_scores.py "
           f"{first:.2f} s on a worker's first arm (ratio {first / lib:.3f}), {further:.2f} s on further arms "
           f"(ratio {further / lib:.3f})")
-    from harness.evaluation import _normalized, pipelined_meteor
+    from harness.scoring.evaluation import _normalized, pipelined_meteor
 
     gts, res = _normalized({k: [v] for k, v in refs.items()}), _normalized({k: [v] for k, v in hyps.items()})
     scorer = meteor_scorer()
@@ -146,7 +146,7 @@ def _pycocoevalcap_bleu_rouge_cider(gts: dict, res: dict) -> tuple:
 
 
 def _coco_scores_bleu_rouge_cider(gts: dict, res: dict) -> tuple:
-    from harness.coco_scores import bleu_statistics, cider_d, corpus_bleu, rouge_l
+    from harness.scoring.coco_scores import bleu_statistics, cider_d, corpus_bleu, rouge_l
 
     stats = bleu_statistics(gts, res)
     rouge, rouge_each = rouge_l(gts, res)

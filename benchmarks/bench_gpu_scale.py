@@ -133,7 +133,7 @@ def phantom_prompts(n: int, image_px: int):
 
     from harness.config import PromptConfig
     from harness.data.phantom import draw_image, sample_case, write_report
-    from harness.prompts import PromptSet
+    from harness.prompting.samples import PromptSet
 
     rng = np.random.default_rng(0)
     images, reports = [], []

@@ -7,8 +7,8 @@ The data are stage 0's own mix, built as harness/stages/pretrain.py builds it: a
 plus its "list the findings" examples (short answers) and its reports under instructions that name noisy findings
 (stage 2's prompt format); the SFT-like mix is the last part alone (LoRA r 64, batch 16, the tiny preset's SFT).
 Both orders take `--steps` optimizer steps spread evenly over an epoch from harness.stages.lm_batches.StepBatches: the
-seeded random order every preset uses, and harness.schedule.length_grouped_order. Each step is the loop's own work
-(lm_loss, backward, AdamW) on the tiny preset's model, one thread; rounds alternate the orders. Printed per mix:
+seeded random order every preset uses, and harness.training.schedule.length_grouped_order. Each step is the loop's own
+work (lm_loss, backward, AdamW) on the tiny preset's model, one thread; rounds alternate the orders. Printed per mix:
 the share of computed positions that are padding, the median time of a step, and the ratio grouped / random.
 Other batches mean other weights: this measures speed only (benchmarks/RESULTS.md has the quality check).
 """
@@ -46,12 +46,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness.config import PromptConfig
     from harness.data.datasets import load_annotation
-    from harness.prompts import load_images
     from harness.stages.common import ensure_phantom
     from harness.stages.lm_batches import StepBatches, sample_lengths
     from harness.stages.lm_loss import lm_loss
     from harness.stages.lm_train import LMData
     from harness.stages.pretrain import with_findings_task, with_hint_task
+    from harness.stages.prompts import load_images
 
     torch.set_num_threads(1)
     prompt = PromptConfig()

@@ -6,8 +6,8 @@ forward that `lm_loss` uses since issue 27 (harness/stages/lm_loss.py, harness/s
 
 The model is the tiny preset (built like benchmarks/bench_rl_step.py, with the tiny preset files' matmul patch
 embedding and sdpa attention), in train mode; the batch is synthetic chest X-rays with phantom reports, encoded as
-the stages encode them (harness.batching.encode_sft). Before timing, both forms run from the same RNG state and
-must give the same loss and every gradient bit for bit (the run stops otherwise). Rounds alternate the two forms,
+the stages encode them (harness.prompting.batching.encode_sft). Before timing, both forms run from the same RNG state
+and must give the same loss and every gradient bit for bit (the run stops otherwise). Rounds alternate the two forms,
 one thread. Printed: the median step time of each and the ratio.
 """
 
@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from bench_rl_step import build_prompts
 
-    from harness.batching import encode_sft
     from harness.data.phantom import sample_case, write_report
+    from harness.prompting.batching import encode_sft
     from harness.stages.lm_loss import lm_loss, plain_call_lm_loss
 
     torch.set_num_threads(1)

@@ -120,7 +120,7 @@ def prepare(stage: str, global_batch: int, micro: int, gc: bool, out: Path):
                                  max_report_tokens=PromptConfig().max_report_tokens, progress=False)), n_params
     from harness.grpo.trainer import GRPOTrainer
     from harness.models.trainable import unwrap
-    from harness.prompts import PromptSet
+    from harness.prompting.samples import PromptSet
 
     prompts = PromptSet([f"s{i}" for i in range(n_samples)], images, [instruction] * n_samples, reports)
     rl = RLConfig(regularizer="rer", reference="static", reward="bleu4", group_size=GROUP,

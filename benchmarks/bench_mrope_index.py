@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from bench_rl_step import build_model_and_processor, build_prompts
 
-    from harness.batching import encode_prompts
+    from harness.prompting.batching import encode_prompts
     from harness.sampling.mrope_index import mrope_positions
 
     torch.set_num_threads(1)

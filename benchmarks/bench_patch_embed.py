@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from harness.batching import encode_sft
     from harness.config import ModelConfig
     from harness.models.patch_embed import use_patch_embed
+    from harness.prompting.batching import encode_sft
 
     torch.set_num_threads(1)  # as the experiment runner's workers
     prompts = build_prompts(32, ModelConfig().image_size, args.seed)

@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from bench_rl_step import build_model_and_processor, build_prompts
 
-    from harness.batching import END, encode_prompts, suppressed_token_ids
     from harness.grpo.rollout import sample_rollout
     from harness.models.precision import autocast_for
     from harness.models.trainable import add_lora, set_trainable
+    from harness.prompting.batching import END, encode_prompts, suppressed_token_ids
     from harness.sampling.decoding import decode_tokens
 
     torch.set_num_threads(args.threads)

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = pass_bench_args(__doc__.splitlines()[0], 10, argv)
 
-    from harness.logprobs import token_logprobs
+    from harness.policy.logprobs import token_logprobs
 
     with saved_regbench_trainer(args) as trainer:
         trainer.frozen_features.memo = lambda name, version: None

@@ -54,9 +54,9 @@ def child(n: int, mode: str, folder: Path, steps: int) -> dict:
     from harness.data.datasets import load_views
     from harness.models.tiny import build_processor, build_tiny_model, train_tokenizer
     from harness.models.trainable import set_trainable
-    from harness.prompts import load_images
     from harness.runs.records import RunDir
     from harness.stages.lm_train import LMData, train_lm
+    from harness.stages.prompts import load_images
 
     torch.set_num_threads(1)
     size = 112

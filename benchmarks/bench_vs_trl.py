@@ -13,7 +13,7 @@ both sides (--lora-dropout; issue 46: regbench's passes run in eval mode, rl.pol
 training pass runs in train mode, so before issue 46 TRL's step drew the model's 0.1 dropout and regbench's did
 not; `--lora-dropout 0.1` is that old setting); 4 prompts x G = 4
 candidates of synthetic chest X-rays; exactly 48 new tokens (min = max new tokens); T 0.7, top-p 0.9, top-k off,
-repetition penalty 1.03, vision/control tokens suppressed (harness.batching.NEVER_GENERATE, as regbench does);
+repetition penalty 1.03, vision/control tokens suppressed (harness.prompting.batching.NEVER_GENERATE, as regbench does);
 reward BLEU-4 (rewards.registry, the same function for both); constant KL beta 0.1 (k3) against a frozen reference;
 clip 0.2 / 0.28; token-mean (DAPO) aggregation; group-std advantages; AdamW, lr 3e-6, constant schedule; one
 optimizer step per generation (TRL num_iterations = 1; regbench rl.old_sync_every = 1, so old = current and neither
@@ -147,7 +147,7 @@ def trl_trainer(model_dir: Path, processor, prompts, args, out_dir: Path, callba
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from harness.batching import suppressed_token_ids
+    from harness.prompting.batching import suppressed_token_ids
     from rewards.spec import compute_reward
 
     tok = processor.tokenizer

@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from scipy import stats
 
-    from harness.prompts import prompt_set
     from harness.stages.analyze import _load_policy, _policies, _run_config, _sample, _score
     from harness.stages.common import load_splits
+    from harness.stages.prompts import prompt_set
 
     torch.set_num_threads(args.threads)
     run = Path(args.run)

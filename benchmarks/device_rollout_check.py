@@ -135,11 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     from PIL import Image
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from harness.batching import END, encode_prompts, suppressed_token_ids
     from harness.config import load_config
     from harness.data.phantom import draw_image, sample_case
     from harness.models.tiny import build_processor, tiny_model_config, train_tokenizer
     from harness.models.trainable import add_lora, set_trainable
+    from harness.prompting.batching import END, encode_prompts, suppressed_token_ids
     from harness.sampling.decoding import decode_tokens
 
     device, dtype = ("cpu", torch.float32) if args.smoke else ("cuda", torch.bfloat16)

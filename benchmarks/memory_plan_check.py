@@ -5,8 +5,8 @@ A Qwen2.5-VL with the published 7B widths (benchmarks/qwen_shapes.py: text hidde
 key-value heads; vision hidden 1280, MLP 3420, 16 heads) but 1-2 decoder layers and 1-2 vision blocks, the
 offline tokenizer's vocabulary (the embedding and lm_head are no part of the per-layer figures), bf16 base,
 LoRA r = 32 on every linear as stage 2 adds it (harness.models.trainable), one SFT forward + backward of
-harness.stages.lm_loss on phantom 336 px images and reports (harness.batching.encode_sft). Each setting runs in a
-fresh process with MALLOC_MMAP_THRESHOLD_=65536 (every large tensor its own mapping, returned when freed, so the
+harness.stages.lm_loss on phantom 336 px images and reports (harness.prompting.batching.encode_sft). Each setting runs
+in a fresh process with MALLOC_MMAP_THRESHOLD_=65536 (every large tensor its own mapping, returned when freed, so the
 resident set follows the live tensors); the step's peak is VmHWM (reset after the model is built) minus the RSS
 before the step.
 
@@ -65,11 +65,11 @@ def child(text_layers: int, vision_depth: int, batch: int, dropout: float, gc: b
     from proc_status import status_kb
     from qwen_shapes import build_model, qwen_config
 
-    from harness.batching import IGNORE, encode_sft
     from harness.config import PromptConfig
     from harness.data.phantom import sample_case, write_report
     from harness.models.tiny import build_processor, train_tokenizer
     from harness.models.trainable import add_lora, set_trainable
+    from harness.prompting.batching import IGNORE, encode_sft
     from harness.stages.lm_loss import lm_loss
     from harness.stages.loading import enable_gradient_checkpointing
 

@@ -31,7 +31,7 @@ import torch
 from harness.registry import Registry
 
 if TYPE_CHECKING:
-    from harness.snapshots import SnapshotStore
+    from harness.policy.snapshots import SnapshotStore
 
 __all__ = [
     "REFERENCES",

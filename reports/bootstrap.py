@@ -7,9 +7,9 @@ per-report sufficient statistics, so one matrix product `W @ X` (W: [B, N] resam
 all resamples at once:
 
 - BLEU-n: pycocoevalcap's corpus formula on the summed clipped matches, hypothesis n-grams, hypothesis and
-  closest-reference lengths (`harness.evaluation.nlg_report_scores`); equal to `nlg_scores` on the full set.
+  closest-reference lengths (`harness.scoring.evaluation.nlg_report_scores`); equal to `nlg_scores` on the full set.
 - CE micro P/R/F1: from summed TP/FP/FN; macro: per label from summed counts, then the mean over labels;
-  example-based: the mean of per-report values (as `harness.evaluation.ce_scores`).
+  example-based: the mean of per-report values (as `harness.scoring.evaluation.ce_scores`).
 - ROUGE-L, entity F1, findings accuracy: means of per-report values (their corpus definitions).
 - Gold (the phantom's gold reader against the image truth, harness/data/phantom/gold_reader.py): micro P/R/F1
   from summed TP/FP/FN of reported presence (stated or hedged) against what was drawn; `gold_exact` and

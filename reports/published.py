@@ -6,7 +6,7 @@ text states them. DiTPO/DEER's SFT+RL rows are not in the stored paper text, so 
 
 Metric keys in the JSON: BLEU_1..BLEU_4, ROUGE_L, METEOR; P, R, F1 (CheXpert precision / recall / F1 with
 labels binarised, positive = 1); RG (RadGraph F1); P_sign, P_top1. `OUR_METRIC` maps them onto the keys of
-this project's eval rows (`harness.evaluation`, `harness.stages.evaluate`). The papers do not say which
+this project's eval rows (`harness.scoring.evaluation`, `harness.stages.evaluate`). The papers do not say which
 average their CheXpert P/R/F1 use; we compare with the micro average (pooled over samples x observations),
 and `our_metric_key(..., ce_average=...)` picks another.
 """

@@ -82,7 +82,7 @@ def bleu_counts(candidates: Sequence[str], references: Sequence[str]) -> tuple[n
     """BLEU's integer statistics of each (candidate, reference) pair, whitespace tokens (`str.split()`):
     clipped n-gram matches [MAX_ORDER, n_pairs] (row k: n = k + 1), candidate lengths and reference lengths.
     Every BLEU variant with one reference per candidate is a function of these (NLTK's sentence BLEU here,
-    pycocoevalcap's corpus BLEU in harness/coco_scores.py)."""
+    pycocoevalcap's corpus BLEU in harness/scoring/coco_scores.py)."""
     if len(candidates) != len(references):
         raise ValueError(
             f"bleu4: {len(candidates)} candidates but {len(references)} references; they are scored in pairs"

@@ -34,7 +34,7 @@ columns are reordered to ``OBSERVATIONS`` (No Finding first).
 Binarisation (``binarize``):
 - ``"paper"`` (default): only positive counts (1); negative, uncertain and not mentioned are 0. This is the
   REVA-PO / R2Gen CE protocol ("positive as 1; negative, uncertain, and not mentioned as 0") and what
-  ``harness.evaluation.ce_scores`` does with any labels (``labels == 1``).
+  ``harness.scoring.evaluation.ce_scores`` does with any labels (``labels == 1``).
 - ``"rrg"``: positive *or uncertain* counts (1), as f1chexbert's own default ``get_label(mode="rrg")``.
 ``label_reports_chexbert(..., mode="rrg")`` returns uncertain as 1 already (values 1/0/nan), so that code which
 counts ``== 1`` (e.g. ``ce_scores``) gets the rrg protocol; ``mode="paper"`` returns the raw labels with -1 kept.
@@ -313,7 +313,7 @@ def _labels_cached(texts: list[str], device: str, batch_size: int) -> np.ndarray
 
 def per_sample_f1(hyp: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Per-row F1 of 0/1 arrays [N, 14]: 2 tp / (2 tp + fp + fn), 0 when neither has a positive
-    (the convention of ``ce_example_f1`` in harness.evaluation)."""
+    (the convention of ``ce_example_f1`` in harness.scoring.evaluation)."""
     hyp = np.asarray(hyp) > 0.5
     ref = np.asarray(ref) > 0.5
     tp = (hyp & ref).sum(1)

@@ -2,7 +2,7 @@
 
 `chexpert_f1(candidates, references)[i]` labels both texts with the project's rule labeler
 (`rewards.chexpert.label_reports`), binarises the labels (positive = 1; negative, uncertain and blank = 0,
-the CE protocol of `harness.evaluation.ce_scores`) and returns
+the CE protocol of `harness.scoring.evaluation.ce_scores`) and returns
 
     F1_i = 2 TP / (2 TP + FP + FN)      over the 14 observations (No Finding included).
 

@@ -11,7 +11,7 @@ reward as that CE-F1 computed per report:
 
     CE-F1_i = 2 TP / (2 TP + FP + FN),    and 0 when neither side has a positive (the protocol's 0 / 0 = 0).
 
-It is the per-sample (example-based) F1 of `harness.evaluation.ce_scores`: the batch mean of `ce_f1` equals
+It is the per-sample (example-based) F1 of `harness.scoring.evaluation.ce_scores`: the batch mean of `ce_f1` equals
 `ce_scores(...)["ce_example_f1"]`. It differs from `rewards.chexpert_f1` (REVA-PO's CheXpert F1) only where
 neither text has a positive label: there `chexpert_f1` gives 1.0 and `ce_f1` gives 0.0.
 

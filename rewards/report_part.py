@@ -18,7 +18,7 @@ without tags is thus returned unchanged (stripped), and a broken output is still
 (the format reward is what penalises the broken structure).
 
 Text only: no reward is registered here, so the composites (rewards/composite.py), the format reward and
-harness/output_format.py all read it from below.
+harness/prompting/output_format.py all read it from below.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 - grads: one fp32 gradient per trained parameter (ZeRO-2: a 1/world share), plus DDP's gradient buckets (another
   copy; DeepSpeed reduces in fixed-size buckets instead, not counted);
 - optimizer: AdamW's two fp32 moments per trained parameter, a 1/world share under ZeRO-1/2 (train.deepspeed);
-- snapshots (RL): the old / reference / best / start copies of the trained parameters (harness/snapshots.py,
+- snapshots (RL): the old / reference / best / start copies of the trained parameters (harness/policy/snapshots.py,
   on the device);
 - activations: what the backward pass keeps of one forward/backward pass (the batch per process, or the
   micro-batch), at the preset's lengths; `activation_bytes_per_token` below lists each saved tensor;

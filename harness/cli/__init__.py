@@ -29,10 +29,10 @@ import argparse
 import sys
 import traceback
 
-from harness.allocator import keep_freed_memory
 from harness.cli import report_commands, search_commands, stage_commands, study_commands, tool_commands
 from harness.config import ConfigError
 from harness.experiments import die_with_parent_if_launched
+from harness.parallel.allocator import keep_freed_memory
 from harness.runs.durable import DiskFullError, disk_full_line, is_disk_full
 from harness.runs.preemption import REQUEUE_EXIT_CODE, Preempted
 from harness.runs.worker_errors import original_message
@@ -71,7 +71,7 @@ def error_line(e: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     die_with_parent_if_launched()  # a rank of a launched stage: die with the launcher (harness/experiments/workers.py)
-    keep_freed_memory()  # fewer page faults in every step (harness/allocator.py)
+    keep_freed_memory()  # fewer page faults in every step (harness/parallel/allocator.py)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line

@@ -3,6 +3,7 @@ them from YAML / dotted overrides / nested dicts, and validation. Importers use 
 
 sections.py, training.py, rl.py, run.py: the dataclasses; loading.py: files, overrides, merging, `build_config`;
 validation.py: `validate`; describe.py: the resolved config as commented YAML (`regbench config show`).
+retired.py: fields removed because nothing read them, still in a run's hashes at the value they held.
 """
 
 from harness.config.loading import (

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from harness.config.retired import check_retired, strip_retired
 from harness.config.run import RunConfig
 from harness.config.validation import validate
 from harness.config.yaml12 import parse_yaml
@@ -85,6 +86,7 @@ def from_dict(cls: type, data: dict, source: str = "<config>", prefix: str = "")
     """Build dataclass `cls` from a nested dict; unknown keys are errors naming the key and valid ones."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    data = strip_retired(data, prefix)
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(
@@ -159,7 +161,7 @@ def load_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
 def build_config(data: dict, sets: dict[str, Any] | None = None, source: str = "<config>", cls: type = RunConfig):
     """The validated config `cls` of a nested mapping, with dotted `sets` (key -> value, e.g. {"seed": 1,
     "data.synth_dir": "/x"}) on top; no text round trip. Errors name `source` and the key."""
-    data = expand_dotted(data, source)
+    data = check_retired(expand_dotted(data, source), source)
     for key, value in (sets or {}).items():
         set_key(data, key, value, source)
     cfg = from_dict(cls, data, source=source)
@@ -233,8 +235,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 stage: str | None = None):
     """Defaults <- YAML file (optional; a plain RunConfig mapping, or an experiments/ preset read for `stage`)
     <- dotted overrides; validated."""
-    data = stage_view(load_yaml(path), stage, str(path)) if path else {}
     source = str(path) if path else "<overrides>"
+    data = check_retired(stage_view(load_yaml(path), stage, str(path)), source) if path else {}
     overrides = list(overrides or [])
     if path and overrides:
         from_dict(cls, data, source=source)  # the file's own errors name the file, not the overrides
@@ -242,6 +244,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     sources = {}
     for item in overrides:
         apply_overrides(data, [item])
+        data = check_retired(data, f"override '{item}'")
         sources[item.split("=", 1)[0].strip()] = f"override '{item}'"
         from_dict(cls, data, source=f"override '{item}'")  # valid before this item: an error is this item's
     if stage and cls is RunConfig and "out_dir" not in data:

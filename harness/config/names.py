@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 __all__ = ["CLASSIFIER_PRETRAINED_FORMATS", "CLASSIFIER_SCHEDULERS", "CLASSIFIER_SELECTIONS", "COSINE_SCHEDULERS",
            "DEEPSPEED_WARMUP_TYPES", "SCHEDULERS", "TRACKERS", "WARMUP_TYPES", "signal_numbers", "tracker_names"]
 
-# train.scheduler values (harness/schedule.py computes them); the cosine ones decay to a floor at a horizon, the
-# others stay at the peak.
+# train.scheduler values (harness/training/schedule.py computes them); the cosine ones decay to a floor at a horizon,
+# the others stay at the peak.
 SCHEDULERS = ("cosine", "constant", "warmup_constant", "warmup_cosine")
 COSINE_SCHEDULERS = ("cosine", "warmup_cosine")
 # train.warmup_type values: this project's ramp, transformers', and DeepSpeed's two (the official code's).

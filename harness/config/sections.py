@@ -166,14 +166,14 @@ class PromptConfig:
                                               "report, as the official code (reva_po/models/reva.py: prompt + "
                                               "report + eos, no truncation; its max_txt_len only bounds "
                                               "generation; the paper presets).")
-    output_format: str = knob("plain", "What a model is taught to write (harness/output_format.py): 'plain' (the "
-                              "report; REVA-PO) or 'think_report' (MRG-R1, paper 002: a reasoning span and the report "
-                              "inside <think>...</think><report>...</report>, the layout its format reward checks). "
-                              "With think_report, SFT targets carry that layout (the reasoning span: the observations "
-                              "the reference states present or possible; project's choice, MRG-R1 gives no cold "
-                              "start), the instruction asks for it (project's wording), and validation and test score "
-                              "the <report> part (rewards.report_part.extract_report). Set it for sft, rl and eval "
-                              "alike.")
+    output_format: str = knob("plain", "What a model is taught to write (harness/prompting/output_format.py): 'plain' "
+                              "(the report; REVA-PO) or 'think_report' (MRG-R1, paper 002: a reasoning span and the "
+                              "report inside <think>...</think><report>...</report>, the layout its format reward "
+                              "checks). With think_report, SFT targets carry that layout (the reasoning span: the "
+                              "observations the reference states present or possible; project's choice, MRG-R1 gives "
+                              "no cold start), the instruction asks for it (project's wording), and validation and "
+                              "test score the <report> part (rewards.report_part.extract_report). Set it for sft, rl "
+                              "and eval alike.")
 
 
 @dataclass

@@ -22,8 +22,8 @@ class StepConfig:
     vision_lr_mult: float = knob(1.0, "Learning-rate multiplier for the vision tower and merger (1 = the paper's "
                                       "single lr).")
     group_by_length: bool = knob(False, "Batches of samples of similar length (transformers' Trainer "
-                                        "`group_by_length`: harness.schedule.length_grouped_order), so fewer pad "
-                                        "positions are computed: a tiny-preset stage-0 step in 0.83x the time, an "
+                                        "`group_by_length`: harness.training.schedule.length_grouped_order), so fewer "
+                                        "pad positions are computed: a tiny-preset stage-0 step in 0.83x the time, an "
                                         "SFT step in 0.93x (benchmarks/bench_group_by_length.py). Other batches, so "
                                         "other weights, and the loss stays a token mean per batch, so a batch of "
                                         "short answers weighs each of its tokens more than a mixed batch would. "
@@ -41,7 +41,7 @@ class TrainConfig(StepConfig):
                                     'official stages 2 and 3: DeepSpeed WarmupLR, train_configs/stage{2,3}/'
                                     'zero_*.json); "warmup_cosine" = cosine from train.lr to train.cos_min_ratio x '
                                     'train.lr at train.cosine_total_steps (DeepSpeed WarmupCosineLR: the official '
-                                    'stage 1, train_configs/stage1/zero_*_stage1.json). harness/schedule.py.')
+                                    'stage 1, train_configs/stage1/zero_*_stage1.json). harness/training/schedule.py.')
     warmup_type: str = knob("project", "How the rate rises over W = train.warmup_steps, at optimizer update k = 0, "
                                        "1, ...: 'project' = (k+1)/W for k < W, the peak at update W-1 (this "
                                        "project; one update ahead of transformers'); 'transformers' = k/W for k < W "
@@ -53,7 +53,7 @@ class TrainConfig(StepConfig):
                                        "ln(k)/ln(W)), the peak from update W+1 on (one update behind "
                                        "transformers'), W at least 2 (DeepSpeed's floor; needs warmup_steps >= 1). "
                                        "Each ramp runs from train.warmup_min_ratio to 1. Proven equal to each "
-                                       "library: tests/harness/test_lr_schedule.py.")
+                                       "library: tests/harness/training/test_lr_schedule.py.")
     warmup_min_ratio: float = knob(0.0, "Where the warm-up starts, a fraction of train.lr in [0, 1] (DeepSpeed "
                                         "WarmupCosineLR warmup_min_ratio, WarmupLR warmup_min_lr / lr; the official "
                                         "configs: 0, train_configs/stage{1,2,3}/zero_*.json).")
@@ -80,7 +80,6 @@ class TrainConfig(StepConfig):
                                "(this project, issue 14). The batches and their order do not depend on it, so it is "
                                "not part of a run's key.")
     max_steps: int | None = knob(None, "Stop after this many optimizer steps (null = run all epochs).")
-    log_every: int = knob(10, "Log training metrics every k optimizer steps, >= 1.")
     checkpoint_every: int = knob(50, "Checkpoint every k optimizer steps (0 = only at the end); a rerun of the "
                                      "same command resumes from it.")
     dist_timeout_s: float = knob(1800.0, "Timeout of the training collectives under a torchrun / accelerate "
@@ -156,4 +155,4 @@ class PretrainConfig(StepConfig):
     def train_config(self) -> TrainConfig:
         """The TrainConfig of stage 0's loop: these fields, a cosine schedule, checkpoints every 50 steps."""
         return TrainConfig(**{f.name: getattr(self, f.name) for f in fields(StepConfig)}, scheduler="cosine",
-                           checkpoint_every=50, log_every=10)
+                           checkpoint_every=50)

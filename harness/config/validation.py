@@ -123,7 +123,7 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(cfg.data.views is None or cfg.data.views >= 1, "data.views", cfg.data.views, "must be >= 1 or null")
         need(cfg.data.synth_n >= 10, "data.synth_n", cfg.data.synth_n, "must be >= 10")
         need(cfg.prompt.output_format in ("plain", "think_report"), "prompt.output_format", cfg.prompt.output_format,
-             "must be plain or think_report (harness/output_format.py)")
+             "must be plain or think_report (harness/prompting/output_format.py)")
         need(not cfg.model.train_format_tokens or cfg.prompt.output_format == "think_report",
              "model.train_format_tokens", cfg.model.train_format_tokens,
              "needs prompt.output_format=think_report (it trains the rows of the <think>/<report> tags' tokens)")
@@ -266,8 +266,8 @@ def _check_trackers(cfg: RunConfig, need) -> None:
 
 
 def _check_schedule(cfg: RunConfig, need) -> None:
-    """train.scheduler and its warm-up / cosine fields (harness/schedule.py): known names, ratios in [0, 1], and no
-    field set that the chosen schedule would ignore."""
+    """train.scheduler and its warm-up / cosine fields (harness/training/schedule.py): known names, ratios in [0, 1],
+    and no field set that the chosen schedule would ignore."""
     t = cfg.train
     need(t.scheduler in SCHEDULERS, "train.scheduler", t.scheduler, f"must be {', '.join(SCHEDULERS)}")
     need(t.warmup_type in WARMUP_TYPES, "train.warmup_type", t.warmup_type, f"must be {', '.join(WARMUP_TYPES)}")
@@ -316,7 +316,7 @@ def _check_ranges(cfg: RunConfig, need) -> None:
     at_least("data.synth_image_size", MIN_IMAGE_SIZE)  # the phantom generator's own bound
     at_least("model.image_size", 28)
     for key in ("model.lora_alpha", "model.tiny_text_hidden", "model.tiny_text_layers", "model.tiny_vision_hidden",
-                "model.tiny_vision_depth", "model.tiny_vocab_size", "train.log_every",
+                "model.tiny_vision_depth", "model.tiny_vocab_size",
                 "classifier.img_size", "classifier.epochs", "classifier.batch_size", "pretrain.n",
                 "pretrain.batch_size", "rl.kl_horizon", "rl.ema_period", "rl.max_new_tokens",
                 "generation.batch_size"):

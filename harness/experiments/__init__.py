@@ -21,6 +21,7 @@ Modules, one job each (each imports only those before it, in reading order):
   plan.py     the graph of nodes and runs         nodes.py    the functions that run each kind of node
   workers.py  locks, worker processes, launchers  index.py    index.json from the plan
   run.py      run_experiment                      resources.py  a preset's `resources:` (per job, for Slurm)
+  graph_run.py  the graph while it runs, with a backend that runs its nodes: local.py (worker processes), slurm.py
   slurm.py    --executor slurm: every node a Slurm job (submitit), afterok dependencies, resubmission, status
   contrasts.py  a study's `contrasts:` / `decide:` (read by study.py)   plan_text.py  the plan as text
   slurm_queue.py  job states and the cluster's commands   slurm_job.py  what a job runs (both used by slurm.py)

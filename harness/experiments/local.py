@@ -1,7 +1,6 @@
-"""The local executor: an experiment's plan run on this machine's worker processes (run_experiment in
-harness/experiments/run.py builds the plan and hands it here; the Slurm executor, harness/experiments/slurm.py,
-subclasses LocalExperimentRun and overrides the executor's steps: open, loop, close, and when a node is ready and
-how it runs)."""
+"""The local executor: the backend that runs an experiment's nodes on this machine's worker processes
+(harness/experiments/graph_run.py's ExperimentRun keeps the graph; run_experiment in harness/experiments/run.py
+builds the plan and hands it over). A node is a Future of the pool; the loop waits for the first to finish."""
 
 from __future__ import annotations
 
@@ -12,197 +11,70 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
-from pathlib import Path
 
-from harness.experiments.index import build_index, created_at, recorded_requests, run_status
-from harness.experiments.plan import NODE_ORDER, Node, Plan, link_stages, node_done
-from harness.experiments.plan_text import node_label
+from harness.experiments.graph_run import ExperimentRun
+from harness.experiments.plan import Node, Plan
 from harness.experiments.study import STAGES
-from harness.experiments.tracker_labels import write_tracker_labels
-from harness.experiments.workers import (
-    LOCK_POLL_S,
-    acquire_lock,
-    execute_node,
-    make_executor,
-    release_lock,
-    worker_pids,
-)
-from harness.runs import preemption
-from harness.runs.records import atomic_write_json, read_json
-from harness.runs.schema import (
-    EVAL_FINAL_STAGE,
-    EVAL_KEY,
-    EVAL_MODEL_DIR,
-    INDEX_FILE,
-    METRICS_FILE,
-    PRUNED,
-    IndexKey,
-    RunKey,
-)
+from harness.experiments.workers import LOCK_POLL_S, execute_node, make_executor, release_lock, worker_pids
 
 _POOL_DIED = "worker process died (killed, e.g. out of memory?)"
 
 
-@dataclass
-class ExperimentResult:
-    index_path: Path
-    index: dict
-    failed: list[tuple[str, int]]
-    ran: list[tuple[str, int]]
-    preempted: bool = False  # stopped by a signal to the runner; rerun the same command to resume
+class LocalWorkers:
+    """`workers` processes (one in-process executor for 1), each running one node at a time."""
 
-    @property
-    def ok(self) -> bool:
-        return not self.failed
+    name = "local"
 
-    def stop_if_preempted(self, what: str) -> None:
-        """For a caller that goes on after the experiment (a look of --until-decided, the demo's table): a stop
-        signal left runs unfinished, so stop here too (Preempted: exit 75; the rerun resumes them)."""
-        if self.preempted:
-            raise preemption.Preempted(what, signal_name=preemption.requested(),
-                                       kept=f"its running stage runs checkpointed (index {self.index_path})")
+    def __init__(self, workers: int):
+        self.workers, self.limit = workers, max(1, workers)
 
+    def bind(self, run: ExperimentRun) -> None:
+        self.run = run
 
-def needed_order(plan: Plan, selected: list[tuple[str, int]]) -> list[str]:
-    """The nodes the selected, incomplete runs need, in the order to start them (kind, then seed)."""
-    needed: set[str] = set()
-    stack = [plan.runs[k].eval_node for k in selected if plan.nodes[plan.runs[k].eval_node].status != "complete"]
-    stack += [plan.runs[k].analysis_node for k in selected if plan.runs[k].analysis_node]
-    stack += [nid for nid in plan.stage_evals.values() if plan.nodes[nid].users[0] in selected]
-    while stack:
-        nid = stack.pop()
-        if nid in needed or plan.nodes[nid].status == "complete":
-            continue
-        needed.add(nid)
-        stack.extend(plan.nodes[nid].deps)
-    return sorted(needed, key=lambda i: (NODE_ORDER.index(plan.nodes[i].kind),
-                                         min(s for _, s in plan.nodes[i].users), i))
+    def where(self) -> str:
+        return f"{self.workers} worker(s)"
 
+    def open(self) -> None:
+        self.executor = make_executor(self.workers)
 
-class LocalExperimentRun:
-    """One call of run_experiment: the graph's state while it runs, on local workers (SlurmExperimentRun, in
-    harness/experiments/slurm.py, overrides the executor's steps: open, loop, close, _ready, _run_node)."""
+    def close(self) -> None:
+        r = self.run
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        for nid in r.running:
+            r.plan.nodes[nid].status = "pending"
+            if r.plan.nodes[nid].kind in STAGES:
+                release_lock(r.plan.nodes[nid].run_dir)
 
-    executor_name = "local"
-
-    def __init__(self, plan: Plan, selected: list[tuple[str, int]], fns: dict[str, str],
-                 log: Callable[[str], None], argv: list[str] | None, launcher: str | None, workers: int,
-                 wait_for_locks: bool, max_requeues: int = 3):
-        self.plan, self.study, self.selected, self.fns = plan, plan.study, selected, fns
-        self.selected_set = set(selected)
-        self.log, self.argv, self.launcher, self.workers = log, argv, launcher, workers
-        self.wait_for_locks = wait_for_locks
-        self.index_path = plan.out / INDEX_FILE
-        self.created = created_at(self.index_path)
-        # every run asked of a runner call so far (this one's and the earlier calls'): the others are `not requested`
-        self.requested = set(selected) | (recorded_requests(self.index_path) or set())
-        link_stages(plan)
-        for n in plan.nodes.values():
-            if node_done(n):
-                n.status = "complete"
-        self.order = needed_order(plan, selected)
-        write_tracker_labels(plan, self.order)  # W&B group/name/tags and TensorBoard folder of the runs to run
-        self.run_info: dict[tuple[str, int], dict] = {}
-        self.t0 = time.time()
-        self.pending_runs = {k for k in selected if plan.nodes[plan.runs[k].eval_node].status != "complete"}
-        self.done_count = len(selected) - len(self.pending_runs)
-        self.stage_time: dict[tuple[str, int], float] = {}
-        self.remaining = list(self.order)
-        self.running: dict[Future, str] = {}
-        self.waiting: set[str] = set()  # stage runs another runner holds (wait_for_locks)
-        self.limit = max(1, workers)
-        self.max_requeues = max_requeues
-        self.requeues: dict[str, int] = {}  # node id -> resubmissions after a preemption
-        self.stopping = False  # a stop signal reached the runner: start nothing new
-
-    def say(self, text: str) -> None:
-        self.log(f"[experiment {self.study.name}] {text}")
-
-    def label(self, node: Node) -> str:
-        """The selected runs that need `node`, for progress lines (not the plan's other runs that share it)."""
-        return node_label(node, self.selected_set)
-
-    def write_index(self) -> dict:
-        index = build_index(self.plan, self.run_info, self.created, self.argv, self.executor_name, self.requested)
-        atomic_write_json(self.index_path, index)
-        return index
-
-    def run(self) -> ExperimentResult:
-        plan, selected = self.plan, self.selected
-        for k in selected:
-            if k not in self.pending_runs:
-                self.say(f"{k[0]} seed {k[1]}: already complete, skipped")
-        self.say(f"preset {self.study.preset}: {len(self.pending_runs)} of {len(selected)} runs to do, "
-                 f"{len(self.order)} stage runs, {self.where()}; index {self.index_path}")
-        self.write_index()
-        self._open_executor()
-        try:
-            with preemption.handling():
-                self._loop()
-        finally:
-            self._close_executor()
-            index = self.write_index()
-        failed = [(r[RunKey.ARM], r[RunKey.SEED]) for r in index[IndexKey.RUNS] if r[RunKey.STATUS] == "failed"
-                  and (r[RunKey.ARM], r[RunKey.SEED]) in selected]
-        ran = [k for k in selected if k in self.run_info]
-        n_ok = sum(1 for k in selected if run_status(plan, plan.runs[k])[0] == "complete")
-        # A stop signal that came during the last stage run's last step left nothing to resume: not preempted.
-        preempted = self.stopping and bool(self.pending_runs)
-        if preempted:
-            self.say(f"stopped by {preemption.requested()} after {time.time() - self.t0:.0f}s: {n_ok} complete, "
-                     f"{len(failed)} failed, the running stages checkpointed; rerun the same command to resume "
-                     f"(exit status {preemption.REQUEUE_EXIT_CODE}); index {self.index_path}")
-        else:
-            self.say(f"done in {time.time() - self.t0:.0f}s: {n_ok} complete, {len(failed)} failed; "
-                     f"index {self.index_path}")
-        return ExperimentResult(self.index_path, index, failed, ran, preempted=preempted)
-
-    def _check_stop(self) -> None:
-        """A stop signal to the runner: pass it on to the workers once, start nothing new."""
-        if self.stopping or not preemption.requested():
-            return
-        self.stopping = True
-        self.say(f"{preemption.requested()} received: no new stage starts; waiting for the {len(self.running)} "
-                 "running one(s) to checkpoint")
-
+    def pass_on_stop(self) -> None:
+        """The runner's stop signal, passed on to the worker processes once."""
         for pid in worker_pids(self.executor):
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
-    def where(self) -> str:
-        return f"{self.workers} worker(s)"
+    def drop_dependents(self, nid: str) -> None:
+        """Nothing waits in a queue here: a node starts only when its inputs are complete."""
 
-    def _open_executor(self) -> None:
-        self.executor = make_executor(self.workers)
-
-    def _close_executor(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)
-        for nid in self.running.values():
-            self.plan.nodes[nid].status = "pending"
-            if self.plan.nodes[nid].kind in STAGES:
-                release_lock(self.plan.nodes[nid].run_dir)
-
-    def _loop(self) -> None:
-        while self.remaining or self.running:
-            self._check_stop()
-            if self.stopping and not self.running:
+    def loop(self) -> None:
+        r = self.run
+        while r.remaining or r.running:
+            r._check_stop()
+            if r.stopping and not r.running:
                 break
-            progressed = self._start_ready() if not self.stopping else False
+            progressed = r._start_ready() if not r.stopping else False
             if progressed:
-                self._settle_runs()
-                self.write_index()
-            if not self.running:
-                if self.remaining and not progressed:
-                    if self.waiting:
+                r._settle_runs()
+                r.write_index()
+            if not r.running:
+                if r.remaining and not progressed:
+                    if r.waiting:
                         time.sleep(LOCK_POLL_S)
                         continue
-                    raise RuntimeError(f"experiment graph is stuck at {self.remaining[:3]}")  # pragma: no cover
+                    raise RuntimeError(f"experiment graph is stuck at {r.remaining[:3]}")  # pragma: no cover
                 continue
             # (a timeout, so that a stop signal is seen while the stages run)
-            finished, _ = wait(list(self.running), timeout=LOCK_POLL_S, return_when=FIRST_COMPLETED)
+            finished, _ = wait(list(r.running.values()), timeout=LOCK_POLL_S, return_when=FIRST_COMPLETED)
             if not finished:
                 continue
             broken = False
@@ -210,177 +82,58 @@ class LocalExperimentRun:
                 broken = self._collect(fut) or broken
             if broken:
                 self._replace_broken_pool()
-            self._settle_runs()
-            self.write_index()
+            r._settle_runs()
+            r.write_index()
 
-    def _start_ready(self) -> bool:
-        """Skip the nodes whose inputs failed, start those that are ready (`_ready`); whether anything changed."""
-        progressed = False
-        for nid in list(self.remaining):
-            node = self.plan.nodes[nid]
-            if self._skip_if_inputs_failed(nid, node):
-                progressed = True
-            elif self._ready(node) and self._start(nid, node):
-                progressed = True
-        return progressed
-
-    def _ready(self, node: Node) -> bool:
+    def ready(self, node: Node) -> bool:
         """Whether a node may start now: its inputs are complete and a worker is free."""
-        return all(self.plan.nodes[d].status == "complete" for d in node.deps) and len(self.running) < self.limit
+        r = self.run
+        return all(r.plan.nodes[d].status == "complete" for d in node.deps) and len(r.running) < self.limit
 
-    def _skip_if_inputs_failed(self, nid: str, node: Node) -> bool:
-        """Mark a waiting node skipped when one of its inputs failed, was skipped or pruned; whether it was."""
-        bad = next((self.plan.nodes[d] for d in node.deps
-                    if self.plan.nodes[d].status in ("failed", "skipped", PRUNED)), None)
-        if bad is None:
-            return False
-        node.status, node.error = "skipped", f"needs {bad.kind} run {bad.key}, which did not finish"
-        self.remaining.remove(nid)
-        return True
-
-    def _claim(self, nid: str, node: Node) -> bool | None:
-        """Before a node starts: its folder, and the stage run's lock. True: start it (this runner holds the
-        lock); False: not now (another runner holds it and wait_for_locks); None: settled without running (locked
-        by another runner, so failed; or finished by one meanwhile, so complete)."""
-        if node.kind in STAGES or node.kind == "eval":
-            node.run_dir.mkdir(parents=True, exist_ok=True)
-        if node.kind not in STAGES:
-            self.remaining.remove(nid)
-            return True
-        held = acquire_lock(node.run_dir)
-        if held and self.wait_for_locks:
-            if nid not in self.waiting:
-                self.waiting.add(nid)
-                self.say(f"waiting for {node.kind} ({self.label(node)}): {held}")
-            return False
-        self.waiting.discard(nid)
-        self.remaining.remove(nid)
-        if held:
-            node.status, node.error = "failed", held
-            self.say(f"FAILED {node.kind} ({self.label(node)}): {held}")
-            return None
-        if node_done(node):  # another runner finished it while this one planned or waited
-            release_lock(node.run_dir)
-            node.status = "complete"
-            self.say(f"{node.kind} ({self.label(node)}) was finished by another runner: reused")
-            return None
-        return True
-
-    def _start(self, nid: str, node: Node) -> bool:
-        """Start one ready node, unless another runner holds its stage run; whether anything changed."""
-        if preemption.requested():  # a stop signal since the loop last looked (e.g. in an in-process stage)
-            return False
-        claimed = self._claim(nid, node)
-        if claimed is not True:
-            return claimed is None
-        self._run_node(nid, node)
-        return True
-
-    def _run_node(self, nid: str, node: Node) -> None:
+    def start(self, nid: str, node: Node) -> None:
         """Hand a claimed node to a worker."""
+        r = self.run
         node.status = "running"
-        fut = self.executor.submit(execute_node, node.kind, self.fns[node.kind], node.config, node.model_dir,
-                                   self.launcher)
-        self.running[fut] = nid
-        self.say(f"started {node.kind} ({self.label(node)})")
+        fut = self.executor.submit(execute_node, node.kind, r.fns[node.kind], node.config, node.model_dir,
+                                   r.launcher)
+        r.running[nid] = fut
+        r.say(f"started {node.kind} ({r.label(node)})")
 
     def _collect(self, fut: Future) -> bool:
         """Record one finished node (the eval's metrics.json, times, status); whether the worker pool broke."""
-        nid = self.running.pop(fut)
+        r = self.run
+        nid = next(n for n, f in r.running.items() if f is fut)
+        del r.running[nid]
         broken = False
         try:
             res = fut.result()
         except BrokenProcessPool:
             res = {"ok": False, "error": _POOL_DIED, "traceback": traceback.format_exc(), "elapsed_s": None}
             broken = True
-            self._check_stop()
-            if self.stopping:  # killed by the stop signal before its handlers were in place: pending, not failed
+            r._check_stop()
+            if r.stopping:  # killed by the stop signal before its handlers were in place: pending, not failed
                 res = {"ok": False, "preempted": _POOL_DIED, "error": None, "elapsed_s": None}
-        self._record(nid, res)
+        r._record(nid, res)
         return broken
-
-    def _record(self, nid: str, res: dict) -> None:
-        """Record one node's result (execute_node's dict): the eval's metrics.json, times, status, its lock."""
-        node = self.plan.nodes[nid]
-        node.elapsed_s = None if res.get("elapsed_s") is None else round(res["elapsed_s"], 2)
-        for user in node.users:
-            self.stage_time[user] = self.stage_time.get(user, 0.0) + (res.get("elapsed_s") or 0.0)
-        if res["ok"] and node.kind == "eval":
-            scores = dict(res["result"])
-            scores.update({EVAL_KEY: node.key, EVAL_FINAL_STAGE: self.plan.runs[node.users[0]].final_stage,
-                           EVAL_MODEL_DIR: node.model_dir})
-            atomic_write_json(node.run_dir / METRICS_FILE, scores)
-        if node.kind in STAGES:
-            release_lock(node.run_dir)
-        if not res.get("preempted"):
-            self.say(f"{'finished' if res['ok'] else 'FAILED'} {node.kind} ({self.label(node)}) in "
-                     f"{res.get('elapsed_s') or 0:.0f}s")
-        if res.get("preempted"):
-            self._preempted(nid, node, res["preempted"])
-        elif res["ok"]:
-            node.status = "complete"
-        elif res.get(PRUNED):
-            node.status, node.error = PRUNED, res[PRUNED]
-        else:
-            node.status, node.error, node.traceback = "failed", res["error"], res.get("traceback")
-
-    def _preempted(self, nid: str, node: Node, message: str) -> None:
-        """A stage stopped with its checkpoint: resubmit it (bounded), or leave it pending when the runner stops."""
-        self._check_stop()
-        if self.stopping:
-            node.status = "pending"
-            self.say(f"preempted {node.kind} ({self.label(node)}): checkpoint written; it resumes when the "
-                     "experiment is run again")
-            return
-        n = self.requeues.get(nid, 0) + 1
-        self.requeues[nid] = n
-        if n > self.max_requeues:
-            node.status = "failed"
-            node.error = (f"preempted {n} times (more than --max-requeues {self.max_requeues}); its checkpoint is "
-                          f"kept: rerun the experiment to resume it ({message})")
-            self.say(f"FAILED {node.kind} ({self.label(node)}): {node.error}")
-            return
-        node.status = "pending"
-        self.remaining.insert(0, nid)
-        self.say(f"preempted {node.kind} ({self.label(node)}): resubmitted ({n} of at most {self.max_requeues}); "
-                 "it resumes from its checkpoint")
 
     def _replace_broken_pool(self) -> None:
         """A worker died: what the pool still ran fails with it, and a fresh pool takes over."""
-        for fut, nid in list(self.running.items()):
-            if self.stopping:  # a worker the stop signal reached before it could handle it: run it again later
-                self.plan.nodes[nid].status = "pending"
-                self.running.pop(fut)
+        r = self.run
+        for nid in list(r.running):
+            if r.stopping:  # a worker the stop signal reached before it could handle it: run it again later
+                r.plan.nodes[nid].status = "pending"
+                del r.running[nid]
                 continue
-            self.plan.nodes[nid].status = "failed"
-            self.plan.nodes[nid].error = _POOL_DIED
-            self.running.pop(fut)
+            r.plan.nodes[nid].status = "failed"
+            r.plan.nodes[nid].error = _POOL_DIED
+            del r.running[nid]
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.executor = make_executor(self.workers)
 
-    def _settle_runs(self) -> None:
-        """Log each pending run that is now complete or failed (failed ones get error.txt with the tracebacks)."""
-        plan = self.plan
-        for k in sorted(self.pending_runs):
-            rp = plan.runs[k]
-            status, error, _ = run_status(plan, rp)
-            if status not in ("complete", "failed", PRUNED):
-                continue
-            self.pending_runs.discard(k)
-            self.done_count += 1
-            wall = time.time() - self.t0
-            self.run_info[k] = {"elapsed_s": round(wall, 2)}
-            own = self.stage_time.get(k, 0.0)
-            if status == "complete":
-                scores = read_json(plan.nodes[rp.eval_node].run_dir / METRICS_FILE)
-                tail = "; test " + ", ".join(f"{m} {scores[m]:.4f}" for m in ("BLEU_4", "ROUGE_L", "ce_micro_f1")
-                                             if isinstance(scores.get(m), int | float))
-            elif status == PRUNED:  # stopped on purpose: no error.txt
-                tail = f"; {error}"
-            else:
-                tail = f"; {error}"
-                tb = "\n\n".join(plan.nodes[i].traceback for i in (*rp.stages.values(), rp.eval_node)
-                                 if plan.nodes[i].traceback)
-                (rp.dir / "error.txt").write_text((error or "") + "\n\n" + tb)
-            self.say(f"{self.done_count}/{len(self.selected)} {k[0]} seed {k[1]}: {status} "
-                     f"(stages {own:.0f}s, elapsed {wall:.0f}s){tail}")
+
+def LocalExperimentRun(plan: Plan, selected: list[tuple[str, int]], fns: dict[str, str],
+                       log: Callable[[str], None], argv: list[str] | None, launcher: str | None, workers: int,
+                       wait_for_locks: bool, max_requeues: int = 3) -> ExperimentRun:
+    """The experiment run on local workers (the name the CLI, the search and the tests use)."""
+    return ExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks, LocalWorkers(workers),
+                         max_requeues)

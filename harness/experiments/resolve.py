@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from harness.config import ConfigError, RunConfig, apply_overrides, build_config, to_dict
+from harness.config.retired import with_retired
 from harness.experiments.study import Arm, Study, deep_merge
 
 
@@ -92,7 +93,7 @@ _KEYED_WHEN_SET = {"model.train_format_tokens": False, "model.attn_implementatio
 def config_key(kind: str, cfg: RunConfig, inputs: dict[str, Any], runner_paths: tuple[str, ...] = ()) -> str:
     """sha256 of the stage, its resolved config without locations (and without the input paths the runner set,
     which `inputs` replaces by the keys of the runs they come from)."""
-    d = to_dict(cfg)
+    d = with_retired(to_dict(cfg))  # a field removed since still counts, at the value it held
     for dotted in (*_LOCATIONS, *runner_paths):
         node = d
         *parents, last = dotted.split(".")

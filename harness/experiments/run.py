@@ -1,7 +1,8 @@
 """run_experiment: the selected arms x seeds of a study, run as one dependency graph (see the package docstring).
 
-`run_experiment` prepares the plan and hands it to a `LocalExperimentRun` (harness/experiments/local.py) or a
-`SlurmExperimentRun` (harness/experiments/slurm.py), whose named steps are: pick the nodes
+`run_experiment` prepares the plan and hands it to an `ExperimentRun` (harness/experiments/graph_run.py) with a
+backend that runs the nodes: local workers (`LocalExperimentRun`, harness/experiments/local.py) or Slurm jobs
+(`SlurmExperimentRun`, harness/experiments/slurm.py). Its named steps are: pick the nodes
 the selected runs still need, start every node whose inputs are complete, collect the finished ones, settle the
 runs they complete or fail, and write the index after each round.
 
@@ -18,8 +19,9 @@ from pathlib import Path
 
 from harness.checks.needs import KINDS, check_needs
 from harness.config import ConfigError, RunConfig, from_dict
+from harness.experiments.graph_run import ExperimentResult
 from harness.experiments.index import build_index, created_at, recorded_requests
-from harness.experiments.local import ExperimentResult, LocalExperimentRun
+from harness.experiments.local import LocalExperimentRun
 from harness.experiments.nodes import DEFAULT_FUNCTIONS
 from harness.experiments.plan import build_plan, node_done
 from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions

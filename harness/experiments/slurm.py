@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config import ConfigError
-from harness.experiments.local import LocalExperimentRun
+from harness.experiments.graph_run import ExperimentRun
 from harness.experiments.plan import Node
 from harness.experiments.resources import Resources
 from harness.experiments.slurm_job import multi_node_launcher, result_file, run_job
@@ -65,23 +65,20 @@ def _log_tail(path: Path, n: int = 15) -> str:
         return f"(no log at {path})"
 
 
-class SlurmExperimentRun(LocalExperimentRun):
-    """run_experiment's graph with every node a Slurm job (see the module docstring)."""
+class SlurmJobs:
+    """The backend that runs every node as a Slurm job (see the module docstring); the graph is the
+    ExperimentRun's (harness/experiments/graph_run.py), whose `running` holds each node's current job id."""
 
-    executor_name = "slurm"
+    name = "slurm"
 
-    def __init__(self, plan, selected, fns, log, argv, launcher, workers, wait_for_locks, options: SlurmOptions):
-        objects = sorted(k for k, f in fns.items() if not isinstance(f, str))
-        if objects:
-            raise ConfigError(f"--executor slurm runs nodes in jobs, which import their functions: give "
-                              f"'module:function' names, not function objects (nodes {', '.join(objects)}; a "
-                              "search's pruning callback runs in-process only)")
-        super().__init__(plan, selected, fns, log, argv, launcher, workers, wait_for_locks)
+    def __init__(self, options: SlurmOptions):
         self.options = options
         self.queue = SlurmQueue()
-        self.folder = plan.out / SLURM_FOLDER
-        self.running: dict[str, str] = {}  # node id -> its current job id
         self.resubmits: dict[str, int] = {}
+
+    def bind(self, run: ExperimentRun) -> None:
+        self.run = run
+        self.folder = run.plan.out / SLURM_FOLDER
         self._read_earlier_jobs()
 
     def where(self) -> str:
@@ -89,16 +86,16 @@ class SlurmExperimentRun(LocalExperimentRun):
 
     def _read_earlier_jobs(self) -> None:
         try:
-            earlier = read_json(self.index_path).get(IndexKey.SLURM_JOBS) or {}
+            earlier = read_json(self.run.index_path).get(IndexKey.SLURM_JOBS) or {}
         except (ValueError, OSError):
             earlier = {}
         for nid, jobs in earlier.items():
-            if nid in self.plan.nodes and isinstance(jobs, list):
-                self.plan.nodes[nid].jobs = [str(j) for j in jobs]
+            if nid in self.run.plan.nodes and isinstance(jobs, list):
+                self.run.plan.nodes[nid].jobs = [str(j) for j in jobs]
 
-    # -- executor steps (see LocalExperimentRun.run)
+    # -- the backend's steps (harness/experiments/graph_run.py)
 
-    def _open_executor(self) -> None:
+    def open(self) -> None:
         why = slurm_available()
         if why:
             raise ConfigError(f"--executor slurm: {why}")
@@ -109,71 +106,63 @@ class SlurmExperimentRun(LocalExperimentRun):
         self.executor = submitit.SlurmExecutor(folder=self.folder / "%j", python=self.options.python)
         self._adopt()
 
-    def _close_executor(self) -> None:
-        if self.running:  # the runner stops (Ctrl-C, an error): the jobs go on; a rerun adopts them
-            self.say(f"{len(self.running)} job(s) left in the queue ({', '.join(sorted(self.running.values()))}); "
-                     f"`regbench experiment status {self.plan.out}` shows them, and running this command again "
-                     "takes them over")
+    def close(self) -> None:
+        if self.run.running:  # the runner stops (Ctrl-C, an error): the jobs go on; a rerun adopts them
+            jobs = ", ".join(sorted(self.run.running.values()))
+            self.run.say(f"{len(self.run.running)} job(s) left in the queue ({jobs}); "
+                         f"`regbench experiment status {self.run.plan.out}` shows them, and running this command again "
+                         "takes them over")
 
     def _adopt(self) -> None:
         """Nodes whose last job (an earlier runner's) is still queued or has a result: watched, not submitted."""
-        last = {nid: self.plan.nodes[nid].jobs[-1] for nid in self.remaining if self.plan.nodes[nid].jobs}
+        last = {nid: self.run.plan.nodes[nid].jobs[-1] for nid in self.run.remaining if self.run.plan.nodes[nid].jobs}
         states = self.queue.states(list(last.values()))
         for nid, jid in last.items():
             queued = states.get(jid, JobState()).state in ACTIVE_STATES
             if queued or self._result_json(jid).is_file():
-                node = self.plan.nodes[nid]
-                self.remaining.remove(nid)
+                node = self.run.plan.nodes[nid]
+                self.run.remaining.remove(nid)
                 node.status = "running"
-                self.running[nid] = jid
-                self.say(f"took over job {jid} of {node.kind} ({self.label(node)}) from an earlier runner")
+                self.run.running[nid] = jid
+                self.run.say(f"took over job {jid} of {node.kind} ({self.run.label(node)}) from an earlier runner")
 
-    def _loop(self) -> None:
-        while self.remaining or self.running:
+    def loop(self) -> None:
+        while self.run.remaining or self.run.running:
             if self._stop_requested():
                 break
-            changed = self._start_ready()
+            changed = self.run._start_ready()
             changed = self._poll() or changed
             if changed:
-                self._settle_runs()
-                self.write_index()
-            elif self.remaining and not self.running and not self.waiting:
-                raise RuntimeError(f"experiment graph is stuck at {self.remaining[:3]}")  # pragma: no cover
+                self.run._settle_runs()
+                self.run.write_index()
+            elif self.run.remaining and not self.run.running and not self.run.waiting:
+                raise RuntimeError(f"experiment graph is stuck at {self.run.remaining[:3]}")  # pragma: no cover
             else:
                 time.sleep(self.options.poll_s)
+
+    def pass_on_stop(self) -> None:
+        """Nothing: each stage job handles its own signals (see `_stop_requested`)."""
 
     def _stop_requested(self) -> bool:
         """A stop signal to the runner: it submits nothing more and stops watching; the queued jobs are the
         cluster's and go on (each stage job handles its own signals), and the rerun takes them over."""
         if not preemption.requested():
             return False
-        self.stopping = True
-        self.say(f"{preemption.requested()} received: no new job is submitted; the queued ones go on")
+        self.run.stopping = True
+        self.run.say(f"{preemption.requested()} received: no new job is submitted; the queued ones go on")
         return True
 
     # -- submitting
 
-    def _ready(self, node: Node) -> bool:
+    def ready(self, node: Node) -> bool:
         """Submitted as soon as its inputs are complete or queued (they become afterok dependencies)."""
-        return all(self.plan.nodes[d].status == "complete" or d in self.running for d in node.deps)
+        return all(self.run.plan.nodes[d].status == "complete" or d in self.run.running for d in node.deps)
 
-    def _claim(self, nid: str, node: Node) -> bool | None:
-        claimed = super()._claim(nid, node)
-        if claimed is None and node.status != "complete":  # failed: jobs an earlier runner queued leave the queue
-            self._cancel_dependents(nid)
-        return claimed
-
-    def _run_node(self, nid: str, node: Node) -> None:
+    def start(self, nid: str, node: Node) -> None:
         """Submit a claimed node's job."""
         if node.kind in STAGES:
             release_lock(node.run_dir)  # the stage in the job locks its folder itself
         self._submit(nid, node)
-
-    def _skip_if_inputs_failed(self, nid: str, node: Node) -> bool:
-        skipped = super()._skip_if_inputs_failed(nid, node)
-        if skipped:  # jobs an earlier runner queued that need it leave the queue too
-            self._cancel_dependents(nid)
-        return skipped
 
     def _launcher(self, kind: str, res: Resources) -> str | None:
         """Inside a job: torchrun over the nodes when it has several (resources.<kind>.nodes), else the user's
@@ -182,8 +171,8 @@ class SlurmExperimentRun(LocalExperimentRun):
             return None
         if res.nodes > 1:  # the user's --launcher is for one node; across nodes: torchrun with a rendezvous
             return multi_node_launcher(self.options.python, res.nodes, res.gpus)
-        if self.launcher:
-            return self.launcher
+        if self.run.launcher:
+            return self.run.launcher
         if res.gpus > 1:
             return f"{shlex.quote(self.options.python)} -m torch.distributed.run --standalone " \
                    f"--nproc_per_node {res.gpus}"
@@ -205,28 +194,29 @@ class SlurmExperimentRun(LocalExperimentRun):
         }
 
     def _submit(self, nid: str, node: Node) -> None:
-        after = [self.running[d] for d in node.deps if d in self.running]
-        res = (node.resources or self.study.resources).get(node.kind) or Resources()  # an upstream run: its own
+        after = [self.run.running[d] for d in node.deps if d in self.run.running]
+        res = (node.resources or self.run.study.resources).get(node.kind) or Resources()  # an upstream run: its own
         self.executor.update_parameters(**self._parameters(node, res, after))
-        job = self.executor.submit(run_job, node.kind, self.fns[node.kind], node.config, node.model_dir,
+        job = self.executor.submit(run_job, node.kind, self.run.fns[node.kind], node.config, node.model_dir,
                                    self._launcher(node.kind, res))
         node.jobs.append(str(job.job_id))
         node.status = "running"
-        self.running[nid] = str(job.job_id)
-        self.say(f"submitted {node.kind} ({self.label(node)}) as job {job.job_id}: {res.describe()}"
-                 + (f", afterok {', '.join(after)}" if after else ""))
+        self.run.running[nid] = str(job.job_id)
+        self.run.say(f"submitted {node.kind} ({self.run.label(node)}) as job {job.job_id}: {res.describe()}"
+                     + (f", afterok {', '.join(after)}" if after else ""))
         # Jobs already queued that wait on this node (on a job of its that ended interrupted, or one an earlier
         # runner submitted) wait on the new job instead.
-        for dep_id in list(self.running):
-            if nid in self.plan.nodes[dep_id].deps:
+        for dep_id in list(self.run.running):
+            if nid in self.run.plan.nodes[dep_id].deps:
                 self._retarget(dep_id)
 
     def _retarget(self, nid: str) -> None:
         """Point a queued job's afterok dependencies at the current jobs of its node's inputs."""
-        node, job_id = self.plan.nodes[nid], self.running[nid]
-        waits = [self.running[d] for d in node.deps if d in self.running]
+        node, job_id = self.run.plan.nodes[nid], self.run.running[nid]
+        waits = [self.run.running[d] for d in node.deps if d in self.run.running]
         self.queue.set_dependency(job_id, waits)
-        self.say(f"job {job_id} of {node.kind} ({self.label(node)}) now waits on {', '.join(waits) or 'nothing'}")
+        self.run.say(f"job {job_id} of {node.kind} ({self.run.label(node)}) now waits on "
+                     f"{', '.join(waits) or 'nothing'}")
 
     # -- watching
 
@@ -244,25 +234,25 @@ class SlurmExperimentRun(LocalExperimentRun):
 
     def _poll(self) -> bool:
         """Look at the queue once: record the jobs that ended, resubmit the interrupted ones."""
-        if not self.running:
+        if not self.run.running:
             return False
-        states = self.queue.states(list(self.running.values()))
+        states = self.queue.states(list(self.run.running.values()))
         changed = False
-        for nid, jid in list(self.running.items()):
+        for nid, jid in list(self.run.running.items()):
             job = states.get(jid, JobState())
             if job.state in ACTIVE_STATES:
                 if job.reason == "DependencyNeverSatisfied" and all(
-                        self.plan.nodes[d].status == "complete" for d in self.plan.nodes[nid].deps):
+                        self.run.plan.nodes[d].status == "complete" for d in self.run.plan.nodes[nid].deps):
                     self._retarget(nid)  # its inputs are complete now (an earlier runner's jobs): let it start
                 continue
             result = self._result_json(jid)
             if not result.is_file() and job.state is not None:
                 job = JobState(job.state, job.reason, self.queue.exit_code(jid))
             verdict = outcome(job, result.is_file())
-            del self.running[nid]
+            del self.run.running[nid]
             changed = True
             if verdict == "result":
-                self._record(nid, self._read_result(jid, result))
+                self.run._record(nid, self._read_result(jid, result))
             elif verdict == "resubmit" and self.resubmits.get(nid, 0) < self.options.max_resubmits:
                 self._resubmit(nid, jid, job)
                 continue
@@ -271,10 +261,10 @@ class SlurmExperimentRun(LocalExperimentRun):
                 why = (f"job {jid} ended {job.describe()} without a result" +
                        (f", interrupted {tries + 1} times" if verdict == "resubmit" else ""))
                 log = self._job_log(jid)
-                self._record(nid, {"ok": False, "error": why, "elapsed_s": None,
+                self.run._record(nid, {"ok": False, "error": why, "elapsed_s": None,
                                    "traceback": f"{why}; the end of {log}:\n{_log_tail(log)}"})
-            if self.plan.nodes[nid].status != "complete":
-                self._cancel_dependents(nid)
+            if self.run.plan.nodes[nid].status != "complete":
+                self.drop_dependents(nid)
         return changed
 
     def _read_result(self, job_id: str, path: Path) -> dict:
@@ -288,28 +278,40 @@ class SlurmExperimentRun(LocalExperimentRun):
         return res
 
     def _resubmit(self, nid: str, job_id: str, job: JobState) -> None:
-        node = self.plan.nodes[nid]
+        node = self.run.plan.nodes[nid]
         self.resubmits[nid] = self.resubmits.get(nid, 0) + 1
-        self.say(f"job {job_id} of {node.kind} ({self.label(node)}) ended {job.describe()}: interrupted, "
-                 f"submitting it again ({self.resubmits[nid]}/{self.options.max_resubmits}); it resumes from its "
-                 "last checkpoint")
+        self.run.say(f"job {job_id} of {node.kind} ({self.run.label(node)}) ended {job.describe()}: interrupted, "
+                     f"submitting it again ({self.resubmits[nid]}/{self.options.max_resubmits}); it resumes from its "
+                     "last checkpoint")
         if node.kind in STAGES:
             _drop_other_hosts(node.run_dir)
         self._submit(nid, node)
 
-    def _cancel_dependents(self, nid: str) -> None:
+    def drop_dependents(self, nid: str) -> None:
         """The queued jobs that need a node that did not finish leave the queue, skipped (as the local runner
         skips them)."""
-        bad = self.plan.nodes[nid]
-        for dep_id, dep_job in list(self.running.items()):
-            dep_node = self.plan.nodes[dep_id]
+        bad = self.run.plan.nodes[nid]
+        for dep_id, dep_job in list(self.run.running.items()):
+            dep_node = self.run.plan.nodes[dep_id]
             if nid in dep_node.deps:
                 self.queue.cancel([dep_job])
-                del self.running[dep_id]
+                del self.run.running[dep_id]
                 dep_node.status = "skipped"
                 dep_node.error = f"needs {bad.kind} run {bad.key}, which did not finish"
-                self.say(f"cancelled job {dep_job} of {dep_node.kind} ({self.label(dep_node)}): {dep_node.error}")
-                self._cancel_dependents(dep_id)
+                self.run.say(f"cancelled job {dep_job} of {dep_node.kind} ({self.run.label(dep_node)}): "
+                             f"{dep_node.error}")
+                self.drop_dependents(dep_id)
+
+
+def SlurmExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks,
+                       options: SlurmOptions) -> ExperimentRun:
+    """The experiment run as Slurm jobs (the name the CLI and the tests use)."""
+    objects = sorted(k for k, f in fns.items() if not isinstance(f, str))
+    if objects:
+        raise ConfigError(f"--executor slurm runs nodes in jobs, which import their functions: give "
+                          f"'module:function' names, not function objects (nodes {', '.join(objects)}; a "
+                          "search's pruning callback runs in-process only)")
+    return ExperimentRun(plan, selected, fns, log, argv, launcher, workers, wait_for_locks, SlurmJobs(options))
 
 
 def _drop_other_hosts(run_dir: Path) -> None:

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.allocator import keep_freed_memory
 from harness.config import RunConfig, from_dict
 from harness.experiments.workers import WORKER_THREADS, execute_node, launch_stage
+from harness.parallel.allocator import keep_freed_memory
 from harness.runs import preemption
 from harness.runs.preemption import REQUEUE_EXIT_CODE
 from harness.runs.records import atomic_write_json
@@ -43,7 +43,7 @@ def run_job(kind: str, function: str, config: dict, model_dir: str | None, launc
     signal.signal(signal.SIGUSR2, signal.SIG_DFL)
     preemption.install()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    keep_freed_memory()  # harness/allocator.py
+    keep_freed_memory()  # harness/parallel/allocator.py
     torch.set_num_threads(WORKER_THREADS)
     try:
         torch.set_num_interop_threads(1)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import yaml
 
-from harness.allocator import keep_freed_memory
 from harness.config import RunConfig, from_dict, to_dict
 from harness.errors import RunPruned
+from harness.parallel.allocator import keep_freed_memory
 from harness.runs import preemption
 from harness.runs.lock import RunLocked, acquire, release, scope
 from harness.runs.records import atomic_write_text
@@ -109,7 +109,7 @@ _IN_WORKER = [False]  # set in a worker process of the pool (its stop flag is it
 
 def _init_worker(slots=None) -> None:
     die_with_parent()
-    keep_freed_memory()  # a spawned worker starts with glibc's defaults (harness/allocator.py)
+    keep_freed_memory()  # a spawned worker starts with glibc's defaults (harness/parallel/allocator.py)
     _IN_WORKER[0] = True
     preemption.install()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from harness.runs.checkpoint_io import begin, commit, resume_folder, staging_dir, write_state
 from harness.runs.records import RunDir
+from harness.training.checkpoints import load_latest, save_generation
 from regularizers.registry import check_state_contract
 
 
@@ -31,23 +31,18 @@ def save_checkpoint(trainer) -> None:
     # before anything is written (regularizers/registry.py, check_state_contract; every process holds the same).
     check_state_contract(trainer.regularizer, "regularizer")
     check_state_contract(trainer.reference, "reference strategy")
-    if trainer.dist.main:
-        begin(path.parent)
-    trainer.dist.barrier()
-    optimizer = trainer.updater.optimizer_state(trainer.optimizer, staging_dir(path.parent))
-    trainer.dist.barrier()  # every ZeRO partition is written before rank 0 seals the generation
-    if trainer.dist.main:
-        _write(trainer, path, optimizer)
-    trainer.dist.barrier()
+    # every process writes its ZeRO partition; rank 0 the state, after the lines it covers are on disk
+    save_generation(path, trainer.step, lambda optimizer: _state(trainer, optimizer),
+                    partition=lambda staging: trainer.updater.optimizer_state(trainer.optimizer, staging),
+                    dist=trainer.dist, before_seal=trainer.run.sync_logs)
 
 
-def resume_from(trainer) -> Path | None:
-    """The checkpoint generation (folder) to resume from: the newest verified one, or None."""
-    path = checkpoint_path(trainer.run)
-    return resume_folder(path.parent, path.name, log=print if trainer.dist.main else None)
+def resume_from(trainer) -> tuple[Path, dict] | None:
+    """(folder, state) of the checkpoint generation to resume from: the newest verified one, or None."""
+    return load_latest(checkpoint_path(trainer.run), log=print if trainer.dist.main else None)
 
 
-def _write(trainer, path: Path, optimizer: dict | None) -> None:
+def _state(trainer, optimizer: dict | None) -> dict:
     store = trainer.store
     state = {"step": trainer.step, "live": {n: p.detach().cpu() for n, p in
                                             zip(store.param_names(), store.parameters(), strict=True)},
@@ -55,9 +50,7 @@ def _write(trainer, path: Path, optimizer: dict | None) -> None:
              "scheduler": trainer.scheduler.state_dict(), "regularizer": trainer.regularizer.state_dict(),
              "reference": trainer.reference.state_dict(), "best": trainer.best.state_dict(),
              "nonfinite": dict(trainer.nonfinite), "engine": trainer.updater.state_dict()}
-    write_state(state, staging_dir(path.parent) / path.name)
-    trainer.run.sync_logs()  # the lines this checkpoint covers are on disk before it is
-    commit(path.parent, trainer.step)
+    return state
 
 
 def restore_checkpoint(trainer, state: dict, folder: Path | None = None) -> None:

@@ -19,7 +19,7 @@ from harness.aggregation import (
     get_aggregation,
 )
 from harness.grpo.masked import masked_mean, per_token, response_mean
-from harness.logprobs import DEFAULT_CHUNK_ROWS, token_entropy, token_logprobs
+from harness.policy.logprobs import DEFAULT_CHUNK_ROWS, token_entropy, token_logprobs
 
 __all__ = [
     "AGGREGATIONS",

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.grpo.selection import BestTracker
-    from harness.snapshots import SnapshotStore
+    from harness.policy.snapshots import SnapshotStore
 
 
 def select_policy(select: str, store: SnapshotStore, best: BestTracker, evals: list[dict], step: int,

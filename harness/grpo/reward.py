@@ -1,5 +1,5 @@
 """The RL reward of one run: `rl.reward` resolved once (rewards/spec.py: resolve_reward), not at every step and
-validation; called on sampled texts, it scores what the spec scores (harness/output_format.py: reward_inputs,
+validation; called on sampled texts, it scores what the spec scores (harness/prompting/output_format.py: reward_inputs,
 the <report> part of a think_report output unless the reward reads raw text) and checks the output as
 compute_reward does (shape [N], finite; rewards/spec.py: call_reward)."""
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.output_format import reward_inputs
+from harness.prompting.output_format import reward_inputs
 from rewards.spec import call_reward, resolve_reward, reward_label
 
 

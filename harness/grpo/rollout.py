@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.batching import END, encode_repeated, suppressed_token_ids
 from harness.models.merged_lora import merged_lora
 from harness.models.precision import autocast_for
+from harness.prompting.batching import END, encode_repeated, suppressed_token_ids
 from harness.sampling.decoding import decode_tokens
 from harness.sampling.feature_memo import FeatureMemo
 from harness.sampling.lean_forward import sequence_logits

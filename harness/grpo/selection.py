@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.snapshots import SnapshotStore
+    from harness.policy.snapshots import SnapshotStore
 
 SELECT_RULES = ("best_val", "final")
 

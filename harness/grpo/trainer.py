@@ -1,5 +1,5 @@
 """The GRPO / REVA-PO loop (Algorithm 1). It only orchestrates: the math is in harness.grpo.core and
-regularizers/, the policies are snapshots in harness.snapshots.
+regularizers/, the policies are snapshots in harness.policy.snapshots.
 
 Per optimizer step:
   1. take B prompts; sample G candidates each from the OLD policy (swapped in);
@@ -69,13 +69,12 @@ from harness.grpo.validation import (
 from harness.models.precision import base_dtype
 from harness.parallel.distributed import Dist, shard
 from harness.parallel.updater import UpdateOutcome, Updater, needs_scaler
-from harness.prompts import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
+from harness.policy.snapshots import SnapshotStore
+from harness.prompting.samples import PromptSet  # noqa: F401 - the trainer's input type, importable from here too
 from harness.runs import preemption
-from harness.runs.checkpoint_io import load_state
 from harness.runs.records import RunDir
-from harness.schedule import epoch_order, make_scheduler
-from harness.snapshots import SnapshotStore
 from harness.token_weighting.registry import build_token_weighting
+from harness.training.schedule import epoch_order, make_scheduler
 from regularizers.registry import reference_from_config, regularizer_from_config
 from rewards.report_part import format_ok
 
@@ -93,8 +92,8 @@ class GRPOTrainer:
         self.model, self.processor, self.rl, self.tcfg, self.run = model, processor, rl, train_cfg, run
         self.train_set, self.val_set, self.seed, self.progress = train, val, seed, progress
         self.dist = dist or Dist()
-        # output_format: prompt.output_format of the model being trained (harness/output_format.py): which part of
-        # a sampled text the rewards score ("plain": all of it; "think_report": the <report> part).
+        # output_format: prompt.output_format of the model being trained (harness/prompting/output_format.py): which
+        # part of a sampled text the rewards score ("plain": all of it; "think_report": the <report> part).
         self.output_format = output_format
         self.reward = RunReward(rl.reward, output_format)  # rl.reward resolved once per run
         if rl.prompts_per_step % self.dist.world:
@@ -141,11 +140,11 @@ class GRPOTrainer:
         checkpointing.save_checkpoint(self)
 
     def try_resume(self) -> bool:
-        folder = checkpointing.resume_from(self)  # the newest verified generation (a torn one is skipped)
-        if folder is None:
+        found = checkpointing.resume_from(self)  # the newest verified generation (a torn one is skipped)
+        if found is None:
             return False
-        # the safe loader (weights only)
-        checkpointing.restore_checkpoint(self, load_state(folder / self.ckpt_path.name), folder)
+        folder, state = found  # read with the safe loader (weights only)
+        checkpointing.restore_checkpoint(self, state, folder)
         self.run.truncate_logs_after(self.step)
         return True
 

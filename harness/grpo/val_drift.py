@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
-from harness.batching import END, encode_prompts
 from harness.grpo.rollout import Rollout, response_logits
+from harness.prompting.batching import END, encode_prompts
 
 
 def encode_responses(processor, images: Sequence[Sequence], instructions: Sequence[str],

@@ -19,7 +19,7 @@ from torch import nn
 
 from harness.models.precision import upcast
 from harness.models.unwrap import unwrap
-from harness.output_format import format_token_ids
+from harness.prompting.output_format import format_token_ids
 
 MERGER = "model.visual.merger."
 # The parameter peft's `trainable_token_indices` adds: the [k, H] values of k embedding rows (peft's name).

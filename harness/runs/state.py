@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError, RunConfig, to_dict
+from harness.config.retired import with_retired
 from harness.runs.lock import LOCK_NAME
 
 # Where, not what: a run moved to another disk or device is the same run (cf. harness/experiments/resolve._LOCATIONS).
@@ -58,7 +59,7 @@ def _comparable(config: dict) -> dict[str, Any]:
 
 def config_hash(cfg: RunConfig | dict) -> str:
     """sha256 (12 hex digits) of the config without its location keys."""
-    d = to_dict(cfg) if isinstance(cfg, RunConfig) else cfg
+    d = with_retired(to_dict(cfg) if isinstance(cfg, RunConfig) else cfg)  # a removed field at its old value
     payload = json.dumps(_comparable(d), sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from harness.batching import encode_repeated, suppressed_token_ids
 from harness.models.precision import autocast_for
+from harness.prompting.batching import encode_repeated, suppressed_token_ids
 from harness.sampling.vllm_rollout import sleep_engines
 
 # generation.backend: "hf" = transformers' `generate`; "lean" = harness/sampling/lean_decode.py (the same tokens);

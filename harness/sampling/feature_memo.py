@@ -4,7 +4,7 @@ Under a static reference the reference snapshot never changes, yet every step's 
 prompts' images again; a study's RL subset is a few hundred prompts, so after the first epoch every image has
 been encoded under that snapshot already. `FeatureMemo` keeps the features of each image (keyed by what the
 trainer knows identifies it: the prompt's index in the RL train set and the view) for one snapshot version
-(harness/snapshots.py: `SnapshotStore.version`), and forgets them all when that version changes (an EMA update,
+(harness/policy/snapshots.py: `SnapshotStore.version`), and forgets them all when that version changes (an EMA update,
 a VAPR reset, a resumed checkpoint).
 
 Same numbers: a memo is used only where the passes already encode each distinct image once

@@ -63,7 +63,7 @@ def tokens_per_image(processor) -> int:
 def longest_prompt(processor, instructions: Sequence[str], views: Sequence[int]) -> int:
     """Tokens of the longest chat-template prompt, each image placeholder expanded to `tokens_per_image`."""
     # lazy: start-up cost (torch)
-    from harness.batching import prompt_text
+    from harness.prompting.batching import prompt_text
 
     per_image = tokens_per_image(processor)
     longest = 0

@@ -28,8 +28,8 @@ Design (vLLM's colocated offline engine, as TRL's `vllm_mode="colocate"`):
   model: the reload processes a packed layer (q/k/v, gate/up) when all its parts arrived, so a partial sync could
   leave a part unset; level 2 discards the weights anyway. A sync is skipped when the trainable parameters equal
   those last sent (and the engine kept its weights).
-- Prompts: the chat-template texts of harness.batching with every view of the study; vLLM's processor (loaded from
-  the base folder, with the policy processor's pixel limits) expands the image placeholders. The engine returns
+- Prompts: the chat-template texts of harness.prompting.batching with every view of the study; vLLM's processor (loaded
+  from the base folder, with the policy processor's pixel limits) expands the image placeholders. The engine returns
   token ids, assembled into the tensors the other backends return (left-padded prompt from the processor,
   right-padded response). Sampling: temperature, top-p, top-k, repetition penalty, min/max new tokens, the end
   token as the only stop token, suppressed tokens by a -inf logit bias, one seed per prompt drawn from torch's
@@ -48,9 +48,9 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from harness.batching import prompt_text
 from harness.models.precision import base_dtype
 from harness.models.trainable import TOKEN_DELTA, unwrap
+from harness.prompting.batching import prompt_text
 from harness.sampling.vllm_plan import EngineSpec, engine_spec
 
 _ENGINES: dict[int, VLLMEngine] = {}

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config import RunConfig, from_dict
-from harness.output_format import reward_inputs
+from harness.prompting.output_format import reward_inputs
 from harness.runs.digest import model_digest
 from harness.runs.records import atomic_write_json, kept_result, read_json
 from harness.runs.schema import analysis_file
@@ -152,7 +152,7 @@ def _free_memory(device: str) -> None:
 def _score(names: list[str], candidates: list[str], references: list[str], group_size: int,
            output_format: str = "plain") -> dict[str, np.ndarray]:
     """Each reward of `names` on the candidates; a think_report model's candidates are scored as the RL reward
-    scores them (harness/output_format.py: reward_inputs, the <report> part for a clinical reward)."""
+    scores them (harness/prompting/output_format.py: reward_inputs, the <report> part for a clinical reward)."""
     refs = [r for r in references for _ in range(group_size)]
     return {n: compute_reward(n, reward_inputs(n, candidates, output_format), refs).reshape(len(references), group_size)
             for n in names}
@@ -165,8 +165,8 @@ def run_analyses(run_dir: str | Path, kinds: list[str] | tuple[str, ...] = KINDS
     each kind; returns their paths. n_prompts: the first n validation prompts (None = all; the paper uses the
     whole MIMIC-CXR validation set). `key` is stored in the files (the experiment runner's node key)."""
     # lazy: start-up cost (torch)
-    from harness.prompts import prompt_set
     from harness.stages.common import load_splits, seed_everything
+    from harness.stages.prompts import prompt_set
 
     kinds = list(dict.fromkeys(kinds))
     for kind in kinds:

@@ -23,11 +23,11 @@ from harness.models.classifier import (
     save_classifier,
     train_classifier,
 )
-from harness.prompts import classifier_inputs, reference_labels
 from harness.runs import preemption
 from harness.runs.schema import METRICS_FILE
 from harness.runs.state import restart_requested
 from harness.stages.common import load_splits, require_train, seed_everything, start_run
+from harness.stages.prompts import classifier_inputs, reference_labels
 
 
 def classifier_config(cfg: RunConfig) -> ClassifierConfig:

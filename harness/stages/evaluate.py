@@ -16,16 +16,16 @@ import numpy as np
 from harness.checks.preflight import check_scorers, model_device
 from harness.config import RunConfig
 from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
-from harness.evaluation import findings_scores, label_with, nlg_scores_and_reports
 from harness.models.checkpoint import adopt_checkpoint_settings, load_any_model
-from harness.output_format import report_part, well_formatted_fraction
-from harness.prompts import instructions_for, load_images, reference_labels
+from harness.prompting.output_format import report_part, well_formatted_fraction
 from harness.runs import preemption
 from harness.runs.records import RunDir, atomic_write_text, dumps
 from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.sampling.vllm_rollout import start_engine
+from harness.scoring.evaluation import findings_scores, label_with, nlg_scores_and_reports
 from harness.stages.common import load_splits, seed_everything
 from harness.stages.paths import eval_pixel_dir
+from harness.stages.prompts import instructions_for, load_images, reference_labels
 from rewards.entity import entity_f1
 from rewards.radgraph import check_radgraph_files, radgraph_available, radgraph_scores
 
@@ -69,7 +69,7 @@ def prediction_rows(samples, hyps: list[str], instructions: list[str], hyp_label
                     ref_labels: np.ndarray, nlg: dict[str, dict[str, float]],
                     gold_labels: np.ndarray | None = None) -> list[dict]:
     """One row per test report: the texts and what the report's paired bootstrap (reports/bootstrap.py)
-    rescores resamples from: per-report NLG statistics (`nlg`, harness.evaluation.nlg_report_scores), both label
+    rescores resamples from: per-report NLG statistics (`nlg`, harness.scoring.evaluation.nlg_report_scores), both label
     vectors (null = not mentioned), entity F1; on the phantom also the gold reader's labels (`gold_labels`) and
     the image truth (`present`)."""
     refs = [s.report for s in samples]
@@ -113,7 +113,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     outputs = generate_reports(model, processor, images, instructions,
                                **greedy_settings(cfg.generation), progress=progress, desc=f"decode {split}",
                                before_batch=_stop_between_batches(model_dir, split, len(samples)))
-    # think_report models are scored on their <report> part (harness/output_format.py); plain: unchanged.
+    # think_report models are scored on their <report> part (harness/prompting/output_format.py); plain: unchanged.
     hyps = [report_part(text, cfg.prompt.output_format) for text in outputs]
     refs = {s.id: s.report for s in samples}
     scores, nlg_each = nlg_scores_and_reports(refs, {s.id: h for s, h in zip(samples, hyps, strict=True)})

@@ -23,7 +23,7 @@ from harness.grpo.validation import COMPLETION_COLUMNS, COMPLETIONS, validation_
 from harness.models.checkpoint import apply_tensors
 from harness.models.trainable import trainable_state
 from harness.parallel.distributed import Dist
-from harness.prompts import PromptSet
+from harness.prompting.samples import PromptSet
 from harness.runs.records import RunDir
 
 LAST_MODEL = "model_last"  # in a best_val stage's run folder: the last epoch's model, beside the chosen `model/`

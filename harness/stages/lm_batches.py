@@ -2,11 +2,11 @@
 
 Decoding the images of a step (harness/data/streaming.py decodes on access) and running the processor are
 CPU work that `train.num_workers` worker processes can do ahead of the model. One item is one optimizer
-step: this process's share of the step's samples (harness.schedule.epoch_order, so the order stays a pure
+step: this process's share of the step's samples (harness.training.schedule.epoch_order, so the order stays a pure
 function of (seed, epoch) and a resumed run sees the same batches), encoded as its micro-batches. Items are
 indexed by step, so workers cannot reorder them: any number of workers yields what 0 does. With `lengths`
-(train.group_by_length) each epoch's order is harness.schedule.length_grouped_order instead: batches of samples of
-similar length, still a pure function of (seed, epoch).
+(train.group_by_length) each epoch's order is harness.training.schedule.length_grouped_order instead: batches of samples
+of similar length, still a pure function of (seed, epoch).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from harness.batching import encode_sft
 from harness.parallel.distributed import Dist, shard
-from harness.schedule import epoch_order, length_grouped_order
+from harness.prompting.batching import encode_sft
+from harness.training.schedule import epoch_order, length_grouped_order
 
 
 class StepBatches(Dataset):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from harness.batching import IGNORE, model_inputs
-from harness.logprobs import token_logprobs
 from harness.models.logit_positions import last_positions
 from harness.models.precision import autocast_for
+from harness.policy.logprobs import token_logprobs
+from harness.prompting.batching import IGNORE, model_inputs
 from harness.sampling.lean_forward import sequence_logits
 
 
@@ -34,8 +34,8 @@ def lm_loss(model, batch: dict) -> tuple[torch.Tensor, int]:
 
     Only the positions that predict a labelled token get logits: the tail from the first labelled position on (the
     report is the tail of every row, batching's left padding), and the log-softmax is upcast to fp32 a chunk of
-    positions at a time (harness/logprobs.py). A full `[B, L, V]` fp32 copy would cost 134 MB per 220-token sample
-    at Qwen2.5's 151,936-token vocabulary, most of it on image and prompt positions that no label scores
+    positions at a time (harness/policy/logprobs.py). A full `[B, L, V]` fp32 copy would cost 134 MB per 220-token
+    sample at Qwen2.5's 151,936-token vocabulary, most of it on image and prompt positions that no label scores
     (benchmarks/RESULTS.md, issue 14).
 
     The forward is `sequence_logits` without image deduplication (harness/sampling/lean_forward.py): the logits and

@@ -20,18 +20,18 @@ from typing import Protocol
 import torch
 from tqdm.auto import tqdm
 
-from harness.batching import IGNORE, encode_sft
 from harness.config import TrainConfig
 from harness.models.precision import base_dtype
 from harness.models.trainable import unwrap
 from harness.parallel.distributed import Dist, shard
 from harness.parallel.updater import Updater, needs_scaler
+from harness.prompting.batching import IGNORE, encode_sft
 from harness.runs import preemption
-from harness.runs.checkpoint_io import begin, commit, load_state, resume_folder, staging_dir, write_state
 from harness.runs.records import RunDir
-from harness.schedule import make_scheduler
 from harness.stages.lm_batches import StepBatches, sample_lengths, step_loader
 from harness.stages.lm_loss import lm_loss
+from harness.training.checkpoints import load_latest, save_generation
+from harness.training.schedule import make_scheduler
 
 
 @dataclass
@@ -77,23 +77,21 @@ def save_checkpoint(run: RunDir, model, optimizer, scheduler, step: int, dist: D
                     updater: Updater | None = None, extra: StageState | None = None) -> None:
     """Rank 0 writes (the trainable state is the same on every process); the others wait for it. Under
     DeepSpeed every process also writes its ZeRO optimizer partition beside it (`updater`). A new checkpoint
-    generation (harness/runs/checkpoint_io.py): written into checkpoint.new/, sealed, then rotated in."""
-    dist = dist or Dist()
-    folder = _ckpt_path(run).parent
-    if dist.main:
-        begin(folder)
-    dist.barrier()
-    opt_state = updater.optimizer_state(optimizer, staging_dir(folder)) if updater else optimizer.state_dict()
-    dist.barrier()  # every partition is written before rank 0 seals the generation
-    if dist.main:
-        _write_checkpoint(run, model, opt_state, scheduler, step, updater.state_dict() if updater else {},
-                          extra.state_dict() if extra is not None else None)
-    dist.barrier()
+    generation (harness/training/checkpoints.py): written into checkpoint.new/, sealed, then rotated in."""
+
+    def partition(staging: Path) -> dict | None:
+        return updater.optimizer_state(optimizer, staging) if updater else optimizer.state_dict()
+
+    def build(opt_state: dict | None) -> dict:
+        return _checkpoint_state(model, opt_state, scheduler, step, updater.state_dict() if updater else {},
+                                 extra.state_dict() if extra is not None else None)
+
+    # the lines this checkpoint covers are on disk before it is (before_seal)
+    save_generation(_ckpt_path(run), step, build, partition=partition, dist=dist or Dist(), before_seal=run.sync_logs)
 
 
-def _write_checkpoint(run: RunDir, model, opt_state: dict | None, scheduler, step: int, engine_state: dict,
-                      extra_state: dict | None = None) -> None:
-    path = _ckpt_path(run)
+def _checkpoint_state(model, opt_state: dict | None, scheduler, step: int, engine_state: dict,
+                      extra_state: dict | None = None) -> dict:
     params = {n: p.detach().cpu() for n, p in unwrap(model).named_parameters() if p.requires_grad}
     # The RNG state too, so that dropout (LoRA's, in stage 2) continues as in an uninterrupted run; the updater's
     # state is the fp16 loss scale (GradScaler), so that a resumed fp16 run scales as an uninterrupted one.
@@ -101,20 +99,18 @@ def _write_checkpoint(run: RunDir, model, opt_state: dict | None, scheduler, ste
              "step": step, "torch_rng": torch.get_rng_state(), "engine": engine_state}
     if extra_state is not None:
         state["stage"] = extra_state
-    write_state(state, staging_dir(path.parent) / path.name)
-    run.sync_logs()  # the lines this checkpoint covers are on disk before it is
-    commit(path.parent, step)
+    return state
 
 
 def load_checkpoint(run: RunDir, model, optimizer, scheduler, updater: Updater | None = None,
                     extra: StageState | None = None) -> int:
     """The step of the newest verified checkpoint generation, loaded into the objects (0 when there is none)."""
     main = updater is None or updater.dist.main
-    folder = resume_folder(_ckpt_path(run).parent, _ckpt_path(run).name, log=print if main else None)
-    if folder is None:
+    found = load_latest(_ckpt_path(run), log=print if main else None)
+    if found is None:
         return 0
+    folder, state = found
     path = folder / _ckpt_path(run).name
-    state = load_state(path)
     params = dict(unwrap(model).named_parameters())
     with torch.no_grad():
         for n, v in state["params"].items():

@@ -14,14 +14,13 @@ import random
 import shutil
 from pathlib import Path
 
-from harness.batching import instruction_text
 from harness.config import RunConfig, to_dict
 from harness.config.names import tracker_names
 from harness.constants import OBSERVATIONS
 from harness.data.datasets import load_annotation
 from harness.models.tiny import build_processor, build_tiny_model, save_base, train_tokenizer
 from harness.models.trainable import set_trainable
-from harness.prompts import load_images
+from harness.prompting.batching import instruction_text
 from harness.runs import lock as runlock
 from harness.runs import preemption
 from harness.runs.durable import fsync_tree, replace_dir, reporting_disk_full
@@ -31,6 +30,7 @@ from harness.stages import paths as stage_paths
 from harness.stages.common import ensure_phantom, seed_everything, torch_threads
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.paths import base_dir, pretrain_key  # noqa: F401 - re-exported: this stage's key and folder
+from harness.stages.prompts import load_images
 
 FINDINGS_INSTRUCTION = "List the findings."
 # DataLoader worker processes that encode stage 0's next batch while this process trains. None: in the demo and

@@ -15,7 +15,6 @@ import numpy as np
 from harness.config import GenerationConfig, RunConfig, to_dict
 from harness.data.phantom.gold_reader import disagreement, gold_scores, read_reports
 from harness.data.pixel_cache import stage_pixel_folder
-from harness.evaluation import findings_scores, label_with, nlg_scores
 from harness.grpo.reward import RunReward
 from harness.grpo.start_validation import shared_start_validation
 from harness.grpo.trainer import GRPOTrainer
@@ -23,13 +22,15 @@ from harness.grpo.val_drift import kl_summary, kl_to_snapshot
 from harness.grpo.validation import COMPLETION_IMAGES, COMPLETIONS, ValidationCallback, ValidationEvent
 from harness.models.checkpoint import model_settings, read_spec, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
-from harness.output_format import report_part, well_formatted_fraction
 from harness.parallel.distributed import Dist
-from harness.prompts import PromptSet, prompt_set
+from harness.policy.snapshots import SnapshotStore
+from harness.prompting.output_format import report_part, well_formatted_fraction
+from harness.prompting.samples import PromptSet
 from harness.runs import preemption
 from harness.sampling.decoding import generate_reports, greedy_settings
-from harness.snapshots import SnapshotStore
+from harness.scoring.evaluation import findings_scores, label_with, nlg_scores
 from harness.stages.loading import begin_stage
+from harness.stages.prompts import prompt_set
 from rewards.spec import compute_reward
 
 
@@ -110,7 +111,7 @@ def score_validation(fields: ValidationFields, val: PromptSet, hyps: list[str], 
     `rg` averages over the pairs whose hypothesis and reference are both non-empty, as the official code's
     s_val does (radgraph's F1RadGraph would count an empty pair as 0 in its mean); `rg_pairs` says how many.
     With `prompt.output_format=think_report` every score reads the reports' <report> part
-    (harness/output_format.py: report_part), and `proxy_reward` gets what the RL reward gets (reward_inputs).
+    (harness/prompting/output_format.py: report_part), and `proxy_reward` gets what the RL reward gets (reward_inputs).
     Also (logged only, never a reward nor part of s_val): `well_formatted`, the share of outputs with MRG-R1's
     <think>/<report> layout (every arm; 0 for a plain one); `proxy_reward`, the mean rl.reward of the validation
     reports against their references (what RL optimises); with `gold_present` ([N, 14] image truth, the phantom

@@ -2,7 +2,7 @@
 classifier predicts positive; the merger trains fully, LoRA (r = alpha = 32, dropout 0.1 by default) on every
 linear layer of the vision encoder and the LLM; LM loss of Eq. 1.
 
-`prompt.output_format=think_report` (MRG-R1's layout, harness/output_format.py): the instruction asks for the
+`prompt.output_format=think_report` (MRG-R1's layout, harness/prompting/output_format.py): the instruction asks for the
 layout and the targets are `<think> observations </think> <report> report </report>`; the format is recorded in
 the stage model's spec, and the RL and evaluation stages rebuild the prompts from it. With
 `model.train_format_tokens` the adapter also trains the rows of the tags' tokens (harness/models/trainable.py).
@@ -17,8 +17,12 @@ from harness.config import RunConfig
 from harness.data.pixel_cache import stage_pixel_folder
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
-from harness.output_format import format_instruction, training_target
-from harness.prompts import (
+from harness.prompting.output_format import format_instruction, training_target
+from harness.runs import preemption
+from harness.stages.handoff import best_epoch_hook, save_handoff
+from harness.stages.lm_train import LMData, train_lm
+from harness.stages.loading import begin_stage
+from harness.stages.prompts import (
     disease_instructions,
     fills_empty,
     load_images,
@@ -26,10 +30,6 @@ from harness.prompts import (
     prompt_spec,
     reference_labels,
 )
-from harness.runs import preemption
-from harness.stages.handoff import best_epoch_hook, save_handoff
-from harness.stages.lm_train import LMData, train_lm
-from harness.stages.loading import begin_stage
 
 
 @preemption.preemptible

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.logprobs import token_logprobs
+from harness.policy.logprobs import token_logprobs
 from harness.token_weighting.registry import TokenWeighting, register_token_weighting
 from harness.token_weighting.words import rollout_words
 from rewards.ditpo_weights import default_diagnostic_terms, diagnostic_flags, token_gradient_weights

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from regularizers.registry import ReferenceStrategy, register_reference
 
 if TYPE_CHECKING:
-    from harness.snapshots import SnapshotStore
+    from harness.policy.snapshots import SnapshotStore
 
 
 @register_reference("ema")

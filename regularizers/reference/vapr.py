@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.snapshots import reset_optimizer_state
+from harness.policy.snapshots import reset_optimizer_state
 from regularizers.registry import ReferenceStrategy, register_reference
 
 if TYPE_CHECKING:
-    from harness.snapshots import SnapshotStore
+    from harness.policy.snapshots import SnapshotStore
 
 
 @register_reference("vapr")

@@ -150,7 +150,7 @@ CASES = [
     ("clip_inf", "", ["train", "rl", "train.grad_clip=.inf"], ["'train.grad_clip'", "finite"]),
     ("max_steps_zero", "", ["train", "rl", "train.max_steps=0"], ["'train.max_steps'"]),
     ("ckpt_negative", "", ["train", "rl", "train.checkpoint_every=-5"], ["'train.checkpoint_every'"]),
-    ("log_every_zero", "", ["train", "rl", "train.log_every=0"], ["'train.log_every'"]),
+    ("log_every_zero", "", ["train", "rl", "train.log_every=0"], ["'train.log_every' = 0", "removed"]),
     ("scheduler_name", "", ["train", "rl", "train.scheduler=linear"], ["'train.scheduler'", "linear"]),
     ("vision_mult_negative", "", ["train", "warmup", "train.vision_lr_mult=-1"], ["'train.vision_lr_mult'"]),
     ("eps_low_negative", "", ["train", "rl", "rl.eps_low=-5"], ["'rl.eps_low'", "-5"]),

@@ -84,7 +84,7 @@ def test_stage0_train_config_is_the_explicit_one(epochs, batch, lr, wd, warmup, 
     # What harness/stages/pretrain.py built by hand before.
     assert p.train_config() == TrainConfig(epochs=epochs, batch_size=batch, lr=lr, weight_decay=wd,
                                            scheduler="cosine", warmup_steps=warmup, checkpoint_every=50,
-                                           log_every=10, vision_lr_mult=mult)
+                                           vision_lr_mult=mult)
 
 
 def _fields_in_order(obj, prefix=""):

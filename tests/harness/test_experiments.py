@@ -391,7 +391,7 @@ def test_the_test_split_is_drawn_after_every_stage_that_could_use_the_worker(tmp
     """issue 27: ready nodes start in needed_order's order. The test split's own set is read only by the test
     evaluations, so every stage kind comes before it: from an empty cache stage 0 starts beside the training set's
     draw instead of waiting for a worker the test split held (a study's longest path starts with stage 0)."""
-    from harness.experiments.local import needed_order
+    from harness.experiments.graph_run import needed_order
     from harness.experiments.plan import STAGES
 
     study = load_study(write_study(tmp_path, ARMS, extra="stages: {eval: {data: {synth_n: 20000}}}\n"))
@@ -558,7 +558,7 @@ def test_stage_evals_test_the_baseline_arms_stage_models_as_nodes(tmp_path, call
     """`stage_evals`: the base, warm-up and SFT models of the baseline arm's first seed are tested as nodes of the
     plan (each needs only its model and the test data), recorded in index.json, skipped once complete and left out
     when the baseline's first-seed run is not selected."""
-    from harness.experiments.local import needed_order
+    from harness.experiments.graph_run import needed_order
     from harness.experiments.plan_text import node_label
 
     _patch_stage_modules(monkeypatch)

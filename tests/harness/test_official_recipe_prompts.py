@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import harness.prompts as prompts
-from harness.batching import END, IGNORE, encode_sft, instruction_text
+import harness.stages.prompts as prompts
 from harness.config import ConfigError, RunConfig, load_config
 from harness.models.classifier.thresholds import positive_names
+from harness.prompting.batching import END, IGNORE, encode_sft, instruction_text
 
 PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
 MIMIC = ("You are a radiologist. Analyze the input chest X-ray. Assess the major anatomical regions if visible (e.g., "
@@ -124,7 +124,7 @@ def test_prompt_assembly_is_the_official_message_layout(tiny_processor, xray_ima
     """regbench's prompt text is what the official build_prompt + apply_chat_template(add_generation_prompt=True)
     makes: one user turn, the image(s) first, then the text, under the template's default system prompt (the official
     code passes no system message)."""
-    from harness.batching import prompt_text
+    from harness.prompting.batching import prompt_text
 
     text = _official(IU, ["Edema"])
     views = [xray_images[0], xray_images[1]]

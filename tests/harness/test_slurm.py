@@ -89,7 +89,7 @@ def test_every_preset_asks_for_resources_and_a_study_can_override_them(tmp_path)
 def test_a_7b_rl_job_asks_for_8_gpus_and_runs_its_stage_under_torchrun(tmp_path):
     """The sbatch parameters of one node, as the runner builds them (no cluster needed)."""
     from harness.experiments import build_plan
-    from harness.experiments.local import needed_order
+    from harness.experiments.graph_run import needed_order
     from harness.experiments.slurm import SlurmExperimentRun
 
     study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]"),
@@ -102,16 +102,16 @@ def test_a_7b_rl_job_asks_for_8_gpus_and_runs_its_stage_under_torchrun(tmp_path)
                              False, SlurmOptions(sbatch={"partition": "gpu", "account": "lab"}))
     rl = next(n for n in plan.nodes.values() if n.kind == "rl")
     res = study.resources["rl"]
-    params = run._parameters(rl, res, ["41", "42"])
+    params = run.backend._parameters(rl, res, ["41", "42"])
     assert (params["gpus_per_node"], params["cpus_per_task"], params["mem"], params["time"]) == \
            (8, 64, "524288M", 2880)
     assert params["additional_parameters"] == {"signal": "USR1@120", "partition": "gpu", "account": "lab",
                                                "dependency": "afterok:41:42"}
-    assert run._launcher("rl", res).endswith("-m torch.distributed.run --standalone --nproc_per_node 8")
-    assert run._launcher("classifier", study.resources["classifier"]) is None
-    assert run._launcher("eval", study.resources["eval"]) is None
+    assert run.backend._launcher("rl", res).endswith("-m torch.distributed.run --standalone --nproc_per_node 8")
+    assert run.backend._launcher("classifier", study.resources["classifier"]) is None
+    assert run.backend._launcher("eval", study.resources["eval"]) is None
     clf = next(n for n in plan.nodes.values() if n.kind == "classifier")
-    assert run._parameters(clf, study.resources["classifier"], [])["gpus_per_node"] == 1
+    assert run.backend._parameters(clf, study.resources["classifier"], [])["gpus_per_node"] == 1
 
 
 def test_a_stage_over_two_nodes_runs_one_torchrun_agent_per_node_with_a_c10d_rendezvous(tmp_path, monkeypatch):
@@ -130,12 +130,12 @@ def test_a_stage_over_two_nodes_runs_one_torchrun_agent_per_node_with_a_c10d_ren
     run = SlurmExperimentRun(plan, list(plan.runs), {}, lambda s: None, [], "torchrun --nproc_per_node 8", 1,
                              False, SlurmOptions(python="/venv/bin/python"))
     rl = next(n for n in plan.nodes.values() if n.kind == "rl")
-    params = run._parameters(rl, study.resources["rl"], [])
+    params = run.backend._parameters(rl, study.resources["rl"], [])
     assert (params["nodes"], params["ntasks_per_node"], params["gpus_per_node"]) == (2, 1, 8)
-    launcher = run._launcher("rl", study.resources["rl"])  # across nodes, not the one-node --launcher
+    launcher = run.backend._launcher("rl", study.resources["rl"])  # across nodes, not the one-node --launcher
     assert launcher == ("/venv/bin/python -m torch.distributed.run --nnodes 2 --nproc_per_node 8 "
                         "--rdzv_backend c10d --rdzv_endpoint {rdzv_host}:{rdzv_port} --rdzv_id {rdzv_id}")
-    assert run._launcher("sft", study.resources["sft"]) == "torchrun --nproc_per_node 8"
+    assert run.backend._launcher("sft", study.resources["sft"]) == "torchrun --nproc_per_node 8"
 
     def scontrol(cmd, **kwargs):
         assert cmd == ["scontrol", "show", "hostnames", "gpu[07-08]"]
@@ -457,9 +457,9 @@ def test_a_warmup_over_two_nodes_runs_as_two_slurm_tasks_meeting_through_a_c10d_
     why = _cluster_answers()
     if why:
         pytest.skip(why)
-    from harness.experiments.slurm import SlurmExperimentRun
+    from harness.experiments.slurm import SlurmJobs
 
-    parameters = SlurmExperimentRun._parameters
+    parameters = SlurmJobs._parameters
 
     def two_tasks_on_one_node(self, node, res, after):
         params = parameters(self, node, res, after)
@@ -467,7 +467,7 @@ def test_a_warmup_over_two_nodes_runs_as_two_slurm_tasks_meeting_through_a_c10d_
             params.update(nodes=1, ntasks_per_node=res.nodes)
         return params
 
-    monkeypatch.setattr(SlurmExperimentRun, "_parameters", two_tasks_on_one_node)
+    monkeypatch.setattr(SlurmJobs, "_parameters", two_tasks_on_one_node)
     sizes = ", ".join(t.replace("=", ": ") for t in TINY)
     extra = (f"pipeline: [warmup]\ncommon: {{{sizes}, cache_dir: {tmp_path / 'cache'}}}\n"
              "resources: {default: {cpus: 1, mem_gb: 2, time_min: 20}, warmup: {nodes: 2, mem_gb: 4}}\n"

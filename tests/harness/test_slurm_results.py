@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from submitit.core.utils import JobPaths
 
-from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions
+from harness.experiments.slurm import SlurmJobs, SlurmOptions
 from harness.experiments.slurm_job import result_file
 from harness.experiments.slurm_queue import JobState
 from harness.runs.records import atomic_write_json
@@ -38,18 +38,16 @@ class _Queue:
         return "0:0"
 
 
-def _runner(folder: Path, queue: _Queue, running: dict[str, str]) -> tuple[SlurmExperimentRun, list]:
-    run = object.__new__(SlurmExperimentRun)  # the polling and adoption steps only, without a plan on disk
+def _runner(folder: Path, queue: _Queue, running: dict[str, str]) -> tuple[SlurmJobs, list]:
+    """The Slurm backend's polling and adoption steps only, bound to a stand-in for the graph (no plan on disk)."""
     recorded: list = []
-    run.folder, run.queue, run.running, run.resubmits = folder, queue, dict(running), {}
-    run.options = SlurmOptions()
     nodes = {nid: SimpleNamespace(status="complete", deps=[], jobs=[jid], kind="rl") for nid, jid in running.items()}
-    run.plan = SimpleNamespace(nodes=nodes)
-    run.remaining = []
-    run._record = lambda nid, res: recorded.append((nid, res))
-    run.say = lambda text: None
-    run.label = lambda node: "x"
-    return run, recorded
+    graph = SimpleNamespace(plan=SimpleNamespace(nodes=nodes), remaining=[], running=dict(running),
+                            _record=lambda nid, res: recorded.append((nid, res)), say=lambda text: None,
+                            label=lambda node: "x")
+    jobs = SlurmJobs(SlurmOptions())
+    jobs.run, jobs.folder, jobs.queue = graph, folder, queue
+    return jobs, recorded
 
 
 def _plant(folder: Path, job_id: str, marker: Path) -> Path:
@@ -97,9 +95,9 @@ def test_adoption_takes_over_a_job_by_its_json_result_not_a_pickle(tmp_path):
     pkl = _plant(folder, "6", tmp_path / "m2")
     atomic_write_json(result_file(pkl), {"ok": True, "result": "RUN", "elapsed_s": 0.0})
     run, _ = _runner(folder, _Queue({}), {})
-    run.plan.nodes = {"rl:a": SimpleNamespace(status="pending", jobs=["5"], kind="rl"),
-                      "rl:b": SimpleNamespace(status="pending", jobs=["6"], kind="rl")}
-    run.remaining = ["rl:a", "rl:b"]
+    run.run.plan.nodes = {"rl:a": SimpleNamespace(status="pending", jobs=["5"], kind="rl"),
+                          "rl:b": SimpleNamespace(status="pending", jobs=["6"], kind="rl")}
+    run.run.remaining = ["rl:a", "rl:b"]
     run._adopt()
-    assert run.running == {"rl:b": "6"} and run.remaining == ["rl:a"]
+    assert run.run.running == {"rl:b": "6"} and run.run.remaining == ["rl:a"]
     assert not (tmp_path / "m").exists() and not (tmp_path / "m2").exists()

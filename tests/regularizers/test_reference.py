@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.snapshots import SnapshotStore
+from harness.policy.snapshots import SnapshotStore
 from regularizers import build_reference
 
 

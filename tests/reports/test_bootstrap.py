@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness.constants import NUM_OBSERVATIONS
-from harness.evaluation import ce_scores, nlg_report_scores, nlg_scores
+from harness.scoring.evaluation import ce_scores, nlg_report_scores, nlg_scores
 from reports.bootstrap import (
     BLEU_METRICS,
     CE_METRICS,

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from harness.evaluation import BLEU_COUNT_KEYS
+from harness.scoring.evaluation import BLEU_COUNT_KEYS
 from reports.demo_verdict import contrast_text, selected_kl
 
 REF = [1, None, 1, 0, None, None, None, None, None, None, 1, None, None, None]

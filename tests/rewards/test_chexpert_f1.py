@@ -8,7 +8,7 @@ import pytest
 import rewards.chexpert as chexpert
 import rewards.chexpert_f1 as cf1
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
-from harness.evaluation import ce_scores
+from harness.scoring.evaluation import ce_scores
 from rewards.chexpert_f1 import binary_f1, chexpert_f1
 from rewards.spec import compute_reward
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.constants import NUM_OBSERVATIONS, OBSERVATIONS
-from harness.evaluation import ce_scores
+from harness.scoring.evaluation import ce_scores
 from rewards.chexpert import label_reports
 from rewards.chexpert_f1 import chexpert_f1
 from rewards.mccs import DEFAULT_MARGIN, ce_f1, make_mccs, margin_cosine, mccs, signed_vectors

@@ -154,7 +154,7 @@ class ClassifierConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, without the later ones at their defaults: a classifier trained as before keeps the bytes of
-        its classifier.json (harness/prompts.py keys its predictions by them)."""
+        its classifier.json (harness/stages/prompts.py keys its predictions by them)."""
         return {k: v for k, v in dataclasses.asdict(self).items()
                 if k not in OMITTED_AT_DEFAULT or v != OMITTED_AT_DEFAULT[k]}
 

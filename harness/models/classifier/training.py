@@ -18,8 +18,8 @@ from harness.constants import NUM_OBSERVATIONS
 from harness.models.classifier.config import ClassifierConfig
 from harness.models.classifier.optim import build_optimizer, set_learning_rates
 from harness.models.classifier.selection import mean_auc, scorable_labels
-from harness.runs.checkpoint_io import load_state, resume_folder, save_state
 from harness.runs.preemption import Preempted, requested
+from harness.training.checkpoints import load_latest, save_generation
 
 # The package's name, so log records keep the logger name they had before the module was split.
 logger = logging.getLogger(__package__)
@@ -55,14 +55,15 @@ CHECKPOINT_NAME = "classifier_state.pt"
 
 
 def _save(folder: Path, state: dict) -> None:
-    save_state(state, folder / CHECKPOINT_NAME)
+    # one process: the protocol of every training loop (harness/training/checkpoints.py), without partitions
+    save_generation(folder / CHECKPOINT_NAME, state.get("step"), lambda _: state)
 
 
 def _load(folder: Path | None) -> dict | None:
     if folder is None:
         return None
-    found = resume_folder(folder, CHECKPOINT_NAME)
-    return load_state(found / CHECKPOINT_NAME) if found is not None else None
+    found = load_latest(folder / CHECKPOINT_NAME)
+    return found[1] if found is not None else None
 
 
 def _rng_state() -> dict:

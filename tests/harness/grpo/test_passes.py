@@ -16,7 +16,7 @@ from harness.grpo.passes import pass_problem, passes_for
 from harness.grpo.reward import RunReward
 from harness.grpo.rollout import merged_response_logits, response_logits
 from harness.grpo.shared_prompt import shared_prompt_logits
-from harness.output_format import reward_inputs
+from harness.prompting.output_format import reward_inputs
 from rewards import spec as spec_module
 from rewards.spec import compute_reward
 from tests.harness.grpo.test_trainer import (  # noqa: F401 (prompt_set: a fixture)

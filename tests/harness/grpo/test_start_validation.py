@@ -11,7 +11,7 @@ import torch
 from harness.config import RunConfig, to_dict
 from harness.grpo.start_validation import FOLDER, shared_start_validation, start_validation_key
 from harness.parallel.distributed import Dist
-from harness.snapshots import SnapshotStore
+from harness.policy.snapshots import SnapshotStore
 
 
 def _cfg(model_dir, **sets) -> dict:

@@ -9,7 +9,7 @@ import torch
 from harness.constants import OBSERVATIONS
 from harness.grpo.trainer import PromptSet
 from harness.grpo.val_drift import kl_summary, kl_to_snapshot, token_kl
-from harness.snapshots import SnapshotStore
+from harness.policy.snapshots import SnapshotStore
 
 HYPS = ["mild cardiomegaly .", "small left pleural effusion . no pneumothorax .",
         "the lungs are clear . no pleural effusion .",

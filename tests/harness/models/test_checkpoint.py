@@ -9,7 +9,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.batching import encode_prompts
 from harness.config import load_config
 from harness.models.checkpoint import (
     ADAPTER_CONFIG,
@@ -28,6 +27,7 @@ from harness.models.checkpoint import (
 )
 from harness.models.tiny import save_base
 from harness.models.trainable import MERGER, add_lora, set_trainable, trainable_state, unwrap
+from harness.prompting.batching import encode_prompts
 from harness.sampling.vllm_plan import pixel_limits
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0}
@@ -113,7 +113,7 @@ def test_tag_token_rows_are_saved_in_the_peft_adapter(tiny_model, tiny_processor
     trainable_token_indices), and PeftModel.from_pretrained and load_stage_model both give the stage's model."""
     from peft import PeftModel
 
-    from harness.output_format import format_token_ids
+    from harness.prompting.output_format import format_token_ids
 
     ids = format_token_ids(tiny_processor.tokenizer)
     lora = {**LORA, "token_indices": ids}

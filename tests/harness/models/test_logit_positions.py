@@ -36,7 +36,7 @@ def test_the_gathered_and_last_inputs_are_contiguous_and_give_the_sliced_logits(
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_model_gives_the_same_logits_for_the_index_tensor(tiny_model, tiny_processor, xray_images, dtype):
-    from harness.batching import encode_sft, model_inputs
+    from harness.prompting.batching import encode_sft, model_inputs
 
     model = tiny_model.to(dtype).eval()
     batch = encode_sft(tiny_processor, [[xray_images[0]], [xray_images[1]]], ["a", "b"],
@@ -54,8 +54,8 @@ def test_the_model_gives_the_same_logits_for_the_index_tensor(tiny_model, tiny_p
 def test_every_logit_pass_feeds_the_lm_head_a_contiguous_input(tiny_model, tiny_processor, xray_images):
     """The RL log-prob passes, the rollout's prefill and the SFT loss (failed before issue 14's fix: each gave
     the lm_head a [:, -k:] view)."""
-    from harness.batching import encode_repeated, encode_sft
     from harness.models.trainable import unwrap
+    from harness.prompting.batching import encode_repeated, encode_sft
     from harness.sampling.lean_decode import SlotCache
     from harness.sampling.lean_forward import sequence_logits
     from harness.sampling.lean_prefill import prefill

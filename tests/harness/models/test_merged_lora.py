@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.batching import encode_prompts
 from harness.config import ConfigError, load_config
 from harness.models.merged_lora import merged_lora, merged_weight
 from harness.models.trainable import unwrap
+from harness.prompting.batching import encode_prompts
 from tests.harness.sampling.test_lean_decode import INSTRUCTIONS, _lora_model
 
 

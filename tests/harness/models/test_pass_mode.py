@@ -7,9 +7,9 @@ import copy
 
 import torch
 
-from harness.batching import encode_sft
 from harness.models.pass_mode import checkpointing_enabled, set_grad_pass_mode
 from harness.models.trainable import add_lora, set_trainable
+from harness.prompting.batching import encode_sft
 from harness.stages.lm_loss import lm_loss
 from harness.stages.loading import enable_gradient_checkpointing
 

@@ -6,9 +6,9 @@ import json
 
 import torch
 
-from harness.batching import NEVER_GENERATE, encode_prompts, model_inputs, suppressed_token_ids
 from harness.models.checkpoint import load_base
 from harness.models.tiny import SPECIAL_TOKENS, save_base
+from harness.prompting.batching import NEVER_GENERATE, encode_prompts, model_inputs, suppressed_token_ids
 from harness.sampling.decoding import generate_reports
 from harness.sampling.hf_api import get_rope_index, mrope_section
 

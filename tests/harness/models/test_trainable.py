@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.batching import encode_sft
 from harness.models.checkpoint import load_stage_model, save_stage_model
 from harness.models.tiny import save_base
 from harness.models.trainable import MERGER, add_lora, set_trainable, unwrap
+from harness.prompting.batching import encode_sft
 from harness.stages.lm_loss import lm_loss
 
 
@@ -93,7 +93,7 @@ def _format_config(on: bool):
 
 def _tag_steps(model, processor, images, n=3):
     """SFT steps on think_report targets (issue 24): the tags' tokens are in every target."""
-    from harness.output_format import training_target
+    from harness.prompting.output_format import training_target
 
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-2)
@@ -111,7 +111,7 @@ def test_think_report_sft_trains_the_tag_token_rows_in_and_out(tiny_model, tiny_
     """model.train_format_tokens: peft's trainable_token_indices over the tags' tokens; their input rows and the
     tied output rows move, every other row of the embedding and lm_head stays as it was."""
     from harness.models.trainable import TOKEN_DELTA, lora_settings
-    from harness.output_format import format_token_ids
+    from harness.prompting.output_format import format_token_ids
 
     tok = tiny_processor.tokenizer
     ids = format_token_ids(tok)

@@ -47,7 +47,7 @@ def _zero_worker(rank: int, world: int, port: int, config: str, out: str) -> Non
         from accelerate import Accelerator
 
         from harness.parallel.zero import deepspeed_plugin, master_sync, reset_zero_optimizer_state
-        from harness.snapshots import SnapshotStore
+        from harness.policy.snapshots import SnapshotStore
 
         acc = Accelerator(deepspeed_plugin=deepspeed_plugin(config))
         assert acc.distributed_type.value == "DEEPSPEED" and torch.distributed.get_world_size() == 2

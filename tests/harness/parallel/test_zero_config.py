@@ -44,7 +44,7 @@ def test_an_optimizer_with_its_own_reset_does_it():
     harness/parallel/zero.ZeroReset) and still runs the master sync."""
     import torch
 
-    from harness.snapshots import reset_optimizer_state
+    from harness.policy.snapshots import reset_optimizer_state
 
     calls = []
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture
 def prompt_set(xray_images):
-    from harness.prompts import PromptSet
+    from harness.prompting.samples import PromptSet
 
     refs = ["the heart size is normal .", "mild cardiomegaly . small left pleural effusion ."]
     return PromptSet([f"s{i}" for i in range(4)], [[xray_images[i]] for i in range(4)], ["write"] * 4,
@@ -129,7 +129,7 @@ def _rl_state(tr) -> dict:
 
 def _inject(tr, monkeypatch, where: str, k: int) -> None:
     """Send SIGTERM to this process during the k-th optimizer step / validation / checkpoint write."""
-    from harness.grpo import checkpointing
+    from harness.training import checkpoints  # the training loops' checkpoint protocol writes the file
 
     seen = {"n": 0}
 
@@ -145,8 +145,8 @@ def _inject(tr, monkeypatch, where: str, k: int) -> None:
         real_v = tr.validate_fn
         tr.validate_fn = lambda m: (hit(), real_v(m))[1]
     else:
-        real_w = checkpointing.write_state
-        monkeypatch.setattr(checkpointing, "write_state", lambda *a: (hit(), real_w(*a))[1])
+        real_w = checkpoints.write_state
+        monkeypatch.setattr(checkpoints, "write_state", lambda *a: (hit(), real_w(*a))[1])
 
 
 @pytest.mark.parametrize(("where", "k"), RL_POINTS, ids=[f"{w}{k}" for w, k in RL_POINTS])

@@ -323,7 +323,7 @@ def test_until_decided_stops_at_a_preempted_look_and_the_rerun_decides_as_an_uni
 def test_the_demo_stops_when_its_experiment_was_preempted(tmp_path, monkeypatch):
     import harness.experiments
     from harness.cli.demo import run_demo
-    from harness.experiments.local import ExperimentResult
+    from harness.experiments.graph_run import ExperimentResult
 
     def preempted_experiment(study, out, **kwargs):
         return ExperimentResult(Path(out) / "index.json", {"runs": []}, [], [], preempted=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.batching import encode_prompts
+from harness.prompting.batching import encode_prompts
 from tests.harness.sampling.test_lean_decode import INSTRUCTIONS, _lora_model
 
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from harness.models.trainable import unwrap
+from harness.policy.snapshots import SnapshotStore
 from harness.sampling.feature_memo import FeatureMemo, SnapshotFeatures
 from harness.sampling.lean_forward import sequence_logits
 from harness.sampling.lean_prefill import image_features
-from harness.snapshots import SnapshotStore
 from tests.harness.sampling.test_lean_forward import _setup
 
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency, chisquare
 
-from harness.batching import END, encode_prompts, suppressed_token_ids
 from harness.config import ConfigError, load_config
 from harness.models.merged_lora import merged_weight
 from harness.models.trainable import unwrap
+from harness.prompting.batching import END, encode_prompts, suppressed_token_ids
 from harness.sampling import lean_decode
 from harness.sampling.decoding import decode_tokens
 from harness.sampling.fused_step import FusedDecodeStep, rotate_sign

@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.batching import END, encode_prompts, suppressed_token_ids
 from harness.config import ConfigError, load_config
 from harness.grpo.rollout import sample_rollout
 from harness.models.precision import autocast_for
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import add_lora, set_trainable, unwrap
+from harness.prompting.batching import END, encode_prompts, suppressed_token_ids
 from harness.sampling import lean_decode
 from harness.sampling.decoding import decode_tokens, generate_reports
 from harness.sampling.lean_decode import lean_generate
@@ -105,7 +105,7 @@ def test_lean_without_dropping_rows_equals_generate(lora_model, batch, tiny_toke
 def test_lean_equals_generate_with_trained_tag_token_rows(batch, tiny_tokenizer):
     """think_report runs with model.train_format_tokens (issue 24): peft wraps the embedding and the tied lm_head;
     the lean loop goes through the wrappers as generate does."""
-    from harness.output_format import format_token_ids
+    from harness.prompting.output_format import format_token_ids
 
     model = build_tiny_model(tiny_tokenizer, seed=0, text_hidden=32, text_layers=2, vision_hidden=16,
                              vision_depth=1, image_size=56)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.batching import encode_repeated
 from harness.models.precision import autocast_for
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import add_lora, set_trainable, unwrap
+from harness.prompting.batching import encode_repeated
 from harness.sampling.hf_api import model_kwargs_for_positions
 from harness.sampling.lean_forward import sequence_logits
 

@@ -11,10 +11,10 @@ import torch
 from transformers import DynamicCache
 from transformers.masking_utils import create_causal_mask
 
-from harness.batching import encode_prompts
 from harness.models.precision import autocast_for
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import add_lora, set_trainable, unwrap
+from harness.prompting.batching import encode_prompts
 from harness.sampling.hf_api import first_step_inputs
 from harness.sampling.lean_decode import SlotCache
 from harness.sampling.lean_prefill import image_features, prefill, prefill_mask, unique_images

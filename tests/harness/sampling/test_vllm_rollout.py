@@ -14,10 +14,10 @@ import sys
 import pytest
 import torch
 
-from harness.batching import encode_prompts, encode_repeated
 from harness.config import load_config
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import add_lora, set_trainable, unwrap
+from harness.prompting.batching import encode_prompts, encode_repeated
 from harness.sampling import vllm_rollout
 from harness.sampling.decoding import decode_tokens
 from harness.sampling.vllm_rollout import engine_weights, merged_weights
@@ -82,7 +82,7 @@ def test_merged_weights_equal_peft_merge(tiny_tokenizer):
 def test_merged_weights_carry_trained_token_rows(tiny_tokenizer):
     """With the tags' token rows trained (model.train_format_tokens, issue 24) the engine gets the embedding with
     those rows replaced under its plain name (the tied lm_head follows it), never peft's delta parameter."""
-    from harness.output_format import format_token_ids
+    from harness.prompting.output_format import format_token_ids
 
     base = build_tiny_model(tiny_tokenizer, seed=0, text_hidden=32, text_layers=1, vision_hidden=16,
                             vision_depth=1, image_size=56)
@@ -104,7 +104,7 @@ def test_merged_weights_carry_trained_token_rows(tiny_tokenizer):
 
 
 def _trained_lora_model(tiny_tokenizer, token_rows: bool):
-    from harness.output_format import format_token_ids
+    from harness.prompting.output_format import format_token_ids
 
     base = build_tiny_model(tiny_tokenizer, seed=0, text_hidden=32, text_layers=2, vision_hidden=16,
                             vision_depth=1, image_size=56)

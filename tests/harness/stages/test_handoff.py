@@ -131,8 +131,8 @@ def test_paper_recipe_options_through_warmup_and_sft(tmp_path):
     from harness.cli import main
     from harness.config import load_config
     from harness.models.checkpoint import stage_tensors
-    from harness.prompts import instructions_for
     from harness.runs.records import read_json, read_jsonl
+    from harness.stages.prompts import instructions_for
     from tests.tiny_sizes import TINY
 
     def common(stage):

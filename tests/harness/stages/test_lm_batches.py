@@ -8,17 +8,17 @@ import pytest
 import torch
 from PIL import Image
 
-from harness.batching import encode_sft
 from harness.config import TrainConfig
 from harness.data.datasets import Sample
 from harness.data.streaming import LazyViews
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import set_trainable
 from harness.parallel.distributed import Dist
+from harness.prompting.batching import encode_sft
 from harness.runs.records import RunDir
-from harness.schedule import epoch_order
 from harness.stages.lm_batches import StepBatches, step_loader
 from harness.stages.lm_train import LMData, train_lm
+from harness.training.schedule import epoch_order
 
 REPORTS = ["the heart size is normal .", "mild cardiomegaly . small left pleural effusion .",
            "the lungs are clear .", "no acute osseous abnormality . no focal consolidation .",
@@ -153,8 +153,8 @@ def test_sample_lengths_are_the_encoded_lengths_up_to_one_constant(streamed, tin
 def test_length_grouped_batches_follow_the_grouped_order_and_resume(streamed, tiny_processor):
     """With lengths, step k's samples are the slice of length_grouped_order for its epoch (not epoch_order's);
     workers and a resumed loader give the same items, as without."""
-    from harness.schedule import length_grouped_order
     from harness.stages.lm_batches import sample_lengths
+    from harness.training.schedule import length_grouped_order
 
     lengths = sample_lengths(tiny_processor, streamed, 20)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.batching import IGNORE, encode_sft, model_inputs
 from harness.models.trainable import add_lora, set_trainable
+from harness.prompting.batching import IGNORE, encode_sft, model_inputs
 from harness.stages.lm_loss import lm_loss, plain_call_lm_loss
 
 

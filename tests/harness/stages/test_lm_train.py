@@ -10,8 +10,8 @@ from harness.config import TrainConfig
 from harness.models.tiny import build_tiny_model
 from harness.models.trainable import set_trainable
 from harness.runs.records import RunDir
-from harness.schedule import epoch_order
 from harness.stages.lm_train import LMData, train_lm
+from harness.training.schedule import epoch_order
 from tests.killed_runs import KilledAt
 
 
@@ -176,11 +176,11 @@ def test_a_restart_without_checkpoint_keeps_no_rows_of_the_earlier_try(tiny_toke
 
 def test_group_by_length_trains_on_the_grouped_batches_and_resumes(tiny_tokenizer, tiny_processor, xray_images,
                                                                    tmp_path):
-    """train.group_by_length: each step's labelled tokens are those of harness.schedule.length_grouped_order's
+    """train.group_by_length: each step's labelled tokens are those of harness.training.schedule.length_grouped_order's
     batch (16 samples, batches of 2: two mega-batches of 4 per epoch), not of the random order's; a run killed
     after its step-4 checkpoint and resumed ends where an uninterrupted one does."""
-    from harness.schedule import length_grouped_order
     from harness.stages.lm_batches import sample_lengths
+    from harness.training.schedule import length_grouped_order
 
     words = "the heart size is normal and the lungs are clear without effusion or focal consolidation".split()
     reports = [" ".join(words[:2 + (7 * i) % 13]) + " ." for i in range(16)]

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.snapshots import SnapshotStore, reset_optimizer_state
+from harness.policy.snapshots import SnapshotStore, reset_optimizer_state
 
 
 class Small(nn.Module):

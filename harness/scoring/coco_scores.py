@@ -22,8 +22,8 @@ functions of integers, so they can be computed another way and still agree to th
   evaluations of several arms in one worker process compute it once (about half of CIDEr's time; it holds
   about 63 MB for a 4,000-report split, one split at a time).
 
-BLEU needs one reference per report (what `harness.evaluation._prepare` builds); `tests/harness/test_coco_scores.py`
-checks all three against pycocoevalcap on random and adversarial texts.
+BLEU needs one reference per report (what `harness.scoring.evaluation._prepare` builds);
+`tests/harness/scoring/test_coco_scores.py` checks all three against pycocoevalcap on random and adversarial texts.
 """
 
 from __future__ import annotations

@@ -1,41 +1,29 @@
 """What a model is asked and what it is scored against, the same in every stage: the instruction (plain, or
 with the frozen classifier's predicted diseases: REVA-PO Sec. 3.2), the images of a sample, and the reference
-labels of the 14 observations. Below the stages: each stage, the RL engine and the evaluation read these."""
+labels of the 14 observations. Each stage reads these; the RL engine reads only the PromptSet they build
+(harness/prompting/samples.py)."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from harness.batching import instruction_text
 from harness.checks.preflight import model_device
 from harness.config import ConfigError, RunConfig
 from harness.constants import OBSERVATIONS
 from harness.data.streaming import ClassifierImages, LazyViews
 from harness.models.classifier import load_classifier, positive_names, predict_labels, predict_proba
 from harness.models.classifier.storage import META_FILE, WEIGHTS_FILE
-from harness.output_format import format_instruction
+from harness.prompting.batching import instruction_text
+from harness.prompting.output_format import format_instruction
+from harness.prompting.samples import PromptSet
 from harness.runs.records import kept_result
 
 if TYPE_CHECKING:
     import torch
-
-
-@dataclass
-class PromptSet:
-    """What the RL loop samples from and validates on: per sample its id, views, instruction and reference report."""
-
-    ids: list[str]
-    images: list  # per sample: list of PIL views
-    instructions: list[str]
-    references: list[str]
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 def prompt_set(prompt, model, samples, spec: dict, cache_dir=None) -> PromptSet:
@@ -156,7 +144,7 @@ def instructions_for(prompt, model, samples, spec: dict) -> list[str]:
 
 
 def checkpoint_format(output_format: str, spec: dict) -> str:
-    """The output format (harness/output_format.py) a stage model was taught, which must be the config's
+    """The output format (harness/prompting/output_format.py) a stage model was taught, which must be the config's
     (prompt.output_format, `output_format`): a think_report model scored as plain (or the reverse) would be scored
     on what it was not taught to write. A spec without the key is a plain model (written before the format
     existed)."""

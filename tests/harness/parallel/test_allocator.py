@@ -1,4 +1,5 @@
-"""harness/allocator.py: glibc keeps freed memory, so a step's buffers stop costing page faults; no number changes."""
+"""harness/parallel/allocator.py: glibc keeps freed memory, so a step's buffers stop costing page faults; no number
+changes."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import textwrap
 
 import pytest
 
-from harness import allocator
+from harness.parallel import allocator
 
 # Holds ten 8 MB buffers at once (80 MB live, as a step's activations), frees them, 20 times; prints the page faults
 # of those 20 rounds and a checksum.
 LOOP = textwrap.dedent("""
     import resource, sys
     import torch
-    from harness.allocator import keep_freed_memory
+    from harness.parallel.allocator import keep_freed_memory
     print(keep_freed_memory(), file=sys.stderr)
     def work():
         held = [torch.ones(2_000_000) for _ in range(10)]

@@ -1,4 +1,4 @@
-"""harness.evaluation: NLG scores equal pycocoevalcap's; CE scores against hand-computed values."""
+"""harness.scoring.evaluation: NLG scores equal pycocoevalcap's; CE scores against hand-computed values."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.meteor.meteor import Meteor
 from pycocoevalcap.rouge.rouge import Rouge
 
-from harness import evaluation
 from harness.constants import OBSERVATIONS
-from harness.evaluation import NLG_KEYS, ce_scores, meteor_safe_text, meteor_scorer, nlg_scores
+from harness.scoring import evaluation
+from harness.scoring.evaluation import NLG_KEYS, ce_scores, meteor_safe_text, meteor_scorer, nlg_scores
 
 CORPORA = [
     (
@@ -64,7 +64,8 @@ def pycoco_scores(refs: dict[str, str], hyps: dict[str, str], meteor: Meteor) ->
 
 
 def assert_scores_equal(actual: dict, expected: dict) -> None:
-    """Bit for bit: BLEU and ROUGE-L (harness/coco_scores.py) and pipelined METEOR give pycocoevalcap's numbers."""
+    """Bit for bit: BLEU and ROUGE-L (harness/scoring/coco_scores.py) and pipelined METEOR give pycocoevalcap's
+    numbers."""
     assert set(actual) == set(expected)
     for key in expected:
         assert actual[key] == expected[key], key
@@ -110,7 +111,7 @@ def _separately(refs, hyps):
 def test_corpus_and_report_scores_from_one_run_equal_two_runs(corpus):
     """A test evaluation scores each metric once (nlg_scores_and_reports): the same numbers, bit for bit and in
     the same key order, as nlg_scores and the per-report scores computed separately."""
-    from harness.evaluation import nlg_report_scores, nlg_scores_and_reports
+    from harness.scoring.evaluation import nlg_report_scores, nlg_scores_and_reports
 
     if corpus == "empty_refs":
         refs, hyps = {"a": "", "b": " "}, {"a": "no effusion .", "b": ""}
@@ -197,7 +198,7 @@ def test_pipelined_meteor_equals_pycocoevalcap_bit_for_bit(chunk, reference_mete
     every segment score equal Meteor.compute_score's on the same JVM protocol, for any chunk size (a corpus of
     150 reports of varied length crosses several chunk boundaries; one pair has no overlap, one an empty
     hypothesis, one a double space that METEOR's line builder removes)."""
-    from harness.evaluation import meteor_safe_text, pipelined_meteor
+    from harness.scoring.evaluation import meteor_safe_text, pipelined_meteor
 
     rng = np.random.default_rng(11)
     words = "the heart size is normal lungs are clear mild small left right pleural effusion no pneumothorax .".split()

@@ -77,7 +77,7 @@ def encode_prompts(processor, images: Sequence[Sequence], instructions: Sequence
 def encode_repeated(processor, images: Sequence[Sequence], instructions: Sequence[str], repeats: int) -> dict:
     """encode_prompts of every prompt `repeats` times in a row (rollout groups), from one encoding per prompt:
     the processor encodes each prompt on its own and pads to the longest, which repeating does not change
-    (tests/harness/test_batching.py checks the tensors are equal)."""
+    (tests/harness/prompting/test_batching.py checks the tensors are equal)."""
     batch = encode_prompts(processor, images, instructions)
     if repeats == 1:
         return batch

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.batching import IGNORE, encode_prompts, encode_repeated, encode_sft, instruction_text
+from harness.prompting.batching import IGNORE, encode_prompts, encode_repeated, encode_sft, instruction_text
 
 
 def test_labels_cover_exactly_the_report_and_end_token(tiny_processor, xray_images):

@@ -1,8 +1,8 @@
 """Evaluation metrics: NLG scores (pycocoevalcap) and clinical-efficacy (CE) scores over CheXpert labels.
 
 NLG (`nlg_scores`): BLEU-1..4 (corpus BLEU, "closest" reference length), METEOR 1.5, ROUGE-L and CIDEr,
-as pycocoevalcap computes them: METEOR by its own scorer, BLEU, ROUGE-L and CIDEr-D by harness/coco_scores.py, which
-gives pycocoevalcap's numbers bit for bit without its pure-Python loops. BLEU, ROUGE-L and CIDEr see the
+as pycocoevalcap computes them: METEOR by its own scorer, BLEU, ROUGE-L and CIDEr-D by harness/scoring/coco_scores.py,
+which gives pycocoevalcap's numbers bit for bit without its pure-Python loops. BLEU, ROUGE-L and CIDEr see the
 raw strings, exactly as the standard
 (R2Gen-style) evaluation passes them, so they equal pycocoevalcap's numbers on the same texts (ROUGE-L splits on
 single spaces, so double spaces and tabs change it; BLEU and CIDEr split on any whitespace). Only METEOR's input
@@ -37,8 +37,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from harness.coco_scores import bleu_statistics, cider_d, corpus_bleu, rouge_l
 from harness.constants import BLEU_COUNT_KEYS, NUM_OBSERVATIONS, OBSERVATIONS
+from harness.scoring.coco_scores import bleu_statistics, cider_d, corpus_bleu, rouge_l
 from rewards.chexbert import label_reports_chexbert
 
 NLG_METRICS: tuple[str, ...] = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
@@ -154,7 +154,7 @@ def _normalized(texts: dict) -> dict:
 
 
 def _bleu(gts: dict, res: dict) -> dict[str, float]:
-    # pycocoevalcap's Bleu(4).compute_score with the "closest" reference length (harness/coco_scores.py).
+    # pycocoevalcap's Bleu(4).compute_score with the "closest" reference length (harness/scoring/coco_scores.py).
     return _bleu_scores(corpus_bleu(bleu_statistics(gts, res)))
 
 
@@ -179,8 +179,8 @@ METEOR_CHUNK = 128
 
 def pipelined_meteor(scorer, gts: dict, res: dict, chunk: int = METEOR_CHUNK) -> tuple[float, list[float]]:
     """pycocoevalcap `Meteor.compute_score(gts, res)` with its SCORE lines pipelined: the same lines to the same
-    JVM and the same EVAL line, so the same numbers (tests/harness/test_evaluation.py compares them bit for bit),
-    but `chunk` lines are written before their replies are read instead of one round trip per report. METEOR's
+    JVM and the same EVAL line, so the same numbers (tests/harness/scoring/test_evaluation.py compares them bit for
+    bit), but `chunk` lines are written before their replies are read instead of one round trip per report. METEOR's
     own work is unchanged; the saving is the 4,000 waits of a test evaluation (0.72-0.83x of METEOR's time on
     4,000 reports: benchmarks/bench_eval_scoring.py)."""
     assert gts.keys() == res.keys()

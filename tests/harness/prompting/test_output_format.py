@@ -1,4 +1,4 @@
-"""MRG-R1's <think>/<report> layout taught and scored (harness/output_format.py, issue 24 item 3)."""
+"""MRG-R1's <think>/<report> layout taught and scored (harness/prompting/output_format.py, issue 24 item 3)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from harness.constants import OBSERVATIONS
 from harness.grpo.core import group_advantages
-from harness.output_format import (
+from harness.prompting.output_format import (
     FORMAT_HINT,
     format_instruction,
     reasoning_text,
@@ -103,7 +103,7 @@ def test_format_reward_varies_on_a_controlled_batch_so_mrg_r1_and_mccs_advantage
 
 def test_prompts_follow_the_format_the_checkpoint_was_taught():
     from harness.config import ConfigError, load_config
-    from harness.prompts import instructions_for
+    from harness.stages.prompts import instructions_for
 
     cfg = load_config(None, ["prompt.output_format=think_report"])
     samples = [object(), object()]
@@ -128,7 +128,7 @@ def test_output_format_is_validated():
 def test_format_token_ids_are_the_tags_pieces_and_nothing_else(tiny_tokenizer):
     """The rows model.train_format_tokens trains (issue 24): every token of the four tags as a target writes them,
     no token of the reasoning or the report around them."""
-    from harness.output_format import format_token_ids
+    from harness.prompting.output_format import format_token_ids
     from rewards.report_part import TAGS
 
     ids = format_token_ids(tiny_tokenizer)

@@ -1,5 +1,5 @@
-"""harness/prompts.py: the classifier's predictions for a list of samples are computed once and read back, keyed by
-the classifier's files and the samples' images (random-weight tiny classifier, thresholds spread so that some
+"""harness/stages/prompts.py: the classifier's predictions for a list of samples are computed once and read back, keyed
+by the classifier's files and the samples' images (random-weight tiny classifier, thresholds spread so that some
 observations are predicted and some are not)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import harness.prompts as prompts
+import harness.stages.prompts as prompts
 from harness.data.datasets import Sample
 from harness.models.classifier import ClassifierConfig, build_classifier, save_classifier
-from harness.prompts import PREDICTIONS_FOLDER, predicted_diseases
+from harness.stages.prompts import PREDICTIONS_FOLDER, predicted_diseases
 
 
 def _samples(folder: Path, n: int = 6) -> list[Sample]:

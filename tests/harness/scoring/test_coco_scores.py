@@ -1,4 +1,4 @@
-"""harness.coco_scores: pycocoevalcap's ROUGE-L and BLEU, bit for bit, on random and awkward texts."""
+"""harness.scoring.coco_scores: pycocoevalcap's ROUGE-L and BLEU, bit for bit, on random and awkward texts."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge, my_lcs
 
-from harness import coco_scores
-from harness.coco_scores import bleu_statistics, cider_d, corpus_bleu, lcs_length, rouge_l
+from harness.scoring import coco_scores
+from harness.scoring.coco_scores import bleu_statistics, cider_d, corpus_bleu, lcs_length, rouge_l
 
 WORDS = "the heart lungs are clear mild small left right effusion pneumothorax opacity . , no size normal".split()
 

@@ -1,4 +1,4 @@
-"""harness/schedule.py's learning-rate schedules (issue 42): the project's default curve unchanged; with
+"""harness/training/schedule.py's learning-rate schedules (issue 42): the project's default curve unchanged; with
 train.warmup_type linear / log the official REVA-PO schedules, equal to DeepSpeed's own scheduler classes
 (deepspeed.runtime.lr_schedules) as the DeepSpeed engine drives them; with "transformers" equal to transformers'
 schedules. Where the warm-ups stand against each other (issue 46)."""
@@ -20,9 +20,9 @@ from transformers import (
 )
 
 from harness.config import ConfigError, PretrainConfig, TrainConfig, load_config, to_dict
-from harness.schedule import lr_factor, make_scheduler
+from harness.training.schedule import lr_factor, make_scheduler
 
-PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
+PRESETS = Path(__file__).resolve().parents[3] / "experiments" / "presets"
 PAPER_PRESETS = ("mimic-qwen2.5vl-7b", "mimic-qwen2.5vl-3b", "iuxray-qwen2.5vl-7b", "iuxray-qwen2.5vl-3b")
 
 

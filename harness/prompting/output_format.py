@@ -13,7 +13,7 @@ at test time. This project's choices, each named here:
   `reasoning_text(labels)`: the names of the observations the reference's labels state present (1) or possible
   (-1), lowercase, in the order of harness.constants.OBSERVATIONS, joined by " , "; "no finding" when none is
   (the "observations considered" of the case). Labels are the data set's (the phantom's stored ones;
-  `harness.prompts.reference_labels` otherwise).
+  `harness.stages.prompts.reference_labels` otherwise).
 - Scoring (validation, test, and every reward except the format reward itself): `report_part(text, fmt)`. For
   `think_report` that is `rewards.report_part.extract_report`: the `<report>` part of a well-formed output; for a badly
   formatted one the whole text with the four tags replaced by spaces (MRG-R1 says nothing on this; the text is

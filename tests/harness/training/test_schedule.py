@@ -1,4 +1,4 @@
-"""harness/schedule.py: the seeded epoch orders (random, and length-grouped for train.group_by_length)."""
+"""harness/training/schedule.py: the seeded epoch orders (random, and length-grouped for train.group_by_length)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
-from harness.schedule import epoch_order, length_grouped_order
+from harness.training.schedule import epoch_order, length_grouped_order
 
 
 def _padded_tokens(order, lengths, batch):
