@@ -19,13 +19,13 @@ from pathlib import Path
 
 from harness.checks.needs import KINDS, check_needs
 from harness.config import ConfigError, RunConfig, from_dict
+from harness.experiments import slurm_queue
 from harness.experiments.graph_run import ExperimentResult
 from harness.experiments.index import build_index, created_at, recorded_requests
 from harness.experiments.local import LocalExperimentRun
 from harness.experiments.nodes import DEFAULT_FUNCTIONS
 from harness.experiments.plan import build_plan, node_done
 from harness.experiments.slurm import SlurmExperimentRun, SlurmOptions
-from harness.experiments.slurm_queue import slurm_available
 from harness.experiments.study import STAGES, Study, load_study
 from harness.runs.lock import LOCK_NAME, holder_alive, read_holders
 from harness.runs.records import atomic_write_json, read_json
@@ -70,7 +70,7 @@ def run_experiment(study: Study | str | Path, out: str | Path | None = None, *, 
         raise ConfigError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     check_workers(workers)
     if executor == "slurm":  # before the plan: a refused runner writes no index.json and no run links (issue 49)
-        why = slurm_available()
+        why = slurm_queue.slurm_available()  # looked up when called: one name for every check and its tests
         if why:
             raise ConfigError(f"--executor slurm: {why}")
     if launcher and workers > 1 and executor == "local":

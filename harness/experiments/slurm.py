@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config import ConfigError
+from harness.experiments import slurm_queue
 from harness.experiments.graph_run import ExperimentRun
 from harness.experiments.plan import Node
 from harness.experiments.resources import Resources
 from harness.experiments.slurm_job import multi_node_launcher, result_file, run_job
-from harness.experiments.slurm_queue import ACTIVE_STATES, JobState, SlurmQueue, outcome, slurm_available
+from harness.experiments.slurm_queue import ACTIVE_STATES, JobState, SlurmQueue, outcome
 from harness.experiments.study import STAGES
 from harness.experiments.workers import LAUNCHED_STAGES, release_lock
 from harness.runs import preemption
@@ -96,7 +97,7 @@ class SlurmJobs:
     # -- the backend's steps (harness/experiments/graph_run.py)
 
     def open(self) -> None:
-        why = slurm_available()
+        why = slurm_queue.slurm_available()
         if why:
             raise ConfigError(f"--executor slurm: {why}")
         # lazy: start-up cost (submitit)
@@ -354,7 +355,7 @@ def experiment_status(out: str | Path) -> str:
     states: dict[str, JobState] = {}
     note = ""
     if job_ids:
-        if slurm_available() is None:
+        if slurm_queue.slurm_available() is None:
             queue = SlurmQueue()
             states = queue.states(job_ids)
             for jid in sorted(set(job_ids) - set(states)):  # gone from squeue: the state scontrol still knows
@@ -362,7 +363,7 @@ def experiment_status(out: str | Path) -> str:
                 if ended is not None:
                     states[jid] = ended
         else:
-            note = f"\n(queue not reachable: {slurm_available()})"
+            note = f"\n(queue not reachable: {slurm_queue.slurm_available()})"
     lines = [f"{index.get(IndexKey.STUDY)} ({index.get(IndexKey.EXECUTOR, 'local')} executor): "
              + ", ".join(f"{n} {k}" for k, n in (index.get(IndexKey.SUMMARY) or {}).items() if n)
              + f"; updated {index.get(IndexKey.UPDATED)}",

@@ -219,7 +219,7 @@ def test_a_refused_command_leaves_every_folder_as_it_was(case, tmp_path, capsys,
             monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
             monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     if kind == "no_slurm":  # whatever this machine has: a cluster that does not answer
-        monkeypatch.setattr("harness.experiments.run.slurm_available",  # read where the runner checks it
+        monkeypatch.setattr("harness.experiments.slurm_queue.slurm_available",  # every check reads it there
                             lambda: "no sbatch, squeue on PATH (not on a Slurm cluster's login node?)")
     if kind == "no_native_bf16":  # issue 27: refused before the run folder is opened, on a CPU without bf16
         monkeypatch.setattr("harness.models.classifier.training.native_cpu_bf16", lambda: False)

@@ -44,7 +44,7 @@ def test_a_second_subset_call_adds_its_runs_to_the_recorded_ones(tmp_path):
 
 
 def fake_cluster(monkeypatch, squeue: str, scontrol: dict[str, str]):
-    from harness.experiments import slurm
+    from harness.experiments import slurm, slurm_queue
 
     def run(self, *cmd):
         if cmd[0] == "squeue":
@@ -53,7 +53,7 @@ def fake_cluster(monkeypatch, squeue: str, scontrol: dict[str, str]):
             return subprocess.CompletedProcess(cmd, 0, scontrol.get(cmd[-1], ""), "")
         raise AssertionError(cmd)
 
-    monkeypatch.setattr(slurm, "slurm_available", lambda: None)
+    monkeypatch.setattr(slurm_queue, "slurm_available", lambda: None)
     monkeypatch.setattr(slurm.SlurmQueue, "_run", run)
 
 

@@ -164,7 +164,12 @@ def test_slurm_options_from_the_command_line_are_checked(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_function_objects_cannot_travel_to_jobs(tmp_path):
+def test_function_objects_cannot_travel_to_jobs(tmp_path, monkeypatch):
+    from harness.experiments import slurm_queue
+
+    # A cluster that answers, on any machine: before, the runner read its own copy of the name, so on a machine whose
+    # Slurm did not answer this test met "sinfo failed" instead (the suite was green only beside a controller).
+    monkeypatch.setattr(slurm_queue, "slurm_available", lambda: None)
     study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]"))
     with pytest.raises(ConfigError, match="give 'module:function' names, not function objects"):
         run_experiment(study, tmp_path / "out", functions={"rl": lambda cfg, progress=False: None},
@@ -243,7 +248,7 @@ def test_the_slurm_runner_stops_watching_on_a_stop_signal_and_leaves_its_jobs_qu
     (a rerun takes them over) and ends preempted (exit 75); before, it watched on."""
     import submitit
 
-    from harness.experiments import slurm, slurm_queue
+    from harness.experiments import slurm_queue
     from harness.runs import preemption
     from tests.harness.test_experiments import FAKES
 
@@ -258,7 +263,7 @@ def test_the_slurm_runner_stops_watching_on_a_stop_signal_and_leaves_its_jobs_qu
         assert looks["n"] < 5, "the runner kept watching the queue after its stop signal"
         return {j: JobState("RUNNING") for j in job_ids}
 
-    monkeypatch.setattr(slurm, "slurm_available", lambda: None)
+    monkeypatch.setattr(slurm_queue, "slurm_available", lambda: None)
     monkeypatch.setattr(submitit, "SlurmExecutor", _FakeSubmitit)
     monkeypatch.setattr(_FakeSubmitit, "submitted", [])
     monkeypatch.setattr(slurm_queue.SlurmQueue, "states", states)

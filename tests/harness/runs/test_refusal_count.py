@@ -45,7 +45,7 @@ def _before_writing(case, tmp: Path, m) -> list[str]:
             m.setenv("WANDB_API_KEY", "k" * 40)
             m.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     if kind == "no_slurm":
-        m.setattr("harness.experiments.run.slurm_available", lambda: "no sbatch on PATH")
+        m.setattr("harness.experiments.slurm_queue.slurm_available", lambda: "no sbatch on PATH")
     if kind == "no_native_bf16":
         m.setattr("harness.models.classifier.training.native_cpu_bf16", lambda: False)
     return [a.format(**names) for a in argv]
