@@ -80,7 +80,7 @@ def test_studies_as_written(study_file):
     doc = load_yaml(study_file)
     # The demo's study runs one seed (issue: "the five-arm RL ablation ... with 1 seed"); the others at least 3.
     # The smoke study (issue 46) checks that things run, on the smoke preset and one seed.
-    assert study.preset in (("smoke",) if study.name == "smoke" else ("tiny-bench", "tiny-power"))
+    assert study.preset in (("smoke",) if study.name == "smoke" else ("tiny-bench", "tiny-power", "tiny-power-varied"))
     assert len(study.seeds) >= (1 if study.name.startswith(("demo", "smoke")) else 3)
     if study.name in POWERED:  # issue 12: the regularizer comparisons run in the power setting
         arm = study.arms[0]
@@ -88,6 +88,10 @@ def test_studies_as_written(study_file):
         assert study.preset == "tiny-power" and study.stage_seeds == {"warmup": 0, "classifier": 0, "sft": 0}
         assert (rl.rl.prompts_per_step, rl.data.max_train, ev.data.synth_n) == (32, 160, 20000)
         assert ev.data.synth_n * 0.2 >= 4000 and ev.data.synth_seed == rl.data.synth_seed
+    if study.preset == "tiny-power-varied":  # issue 44: the varied language, read by the gold reader that reads meaning
+        for stage in ("rl", "eval"):
+            cfg = resolve_config(study, study.arms[-1], stage, 0)
+            assert (cfg.data.report_variation, cfg.eval.gold_reader) == ("high", "v2")
     assert study.reproduces == doc.get("reproduces")
     for arm in study.arms:
         for stage in arm.pipeline:
@@ -111,6 +115,7 @@ def test_studies_as_written(study_file):
                                                     ("ckl", "chexpert"), ("rer_vapr", "chexpert"))},
         "kl_placement": {"kl_loss_k3", "kl_loss_k3_is", "kl_loss_k2", "kl_reward_k1", "no_kl", "rer"},
         "smoke": {"ckl", "rer_vapr"},
+        "rl_vs_sft_varied": {"sft", "rer_vapr", "ckl", "no_kl"},
     }[study.name]
     assert names == expected
 

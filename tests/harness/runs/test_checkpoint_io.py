@@ -42,12 +42,17 @@ def test_pickled_object_in_an_lm_checkpoint_is_refused_and_not_run(tmp_path):
 
 
 def test_rl_trainer_loads_through_the_safe_loader():
+    """The RL engine resumes through the one checkpoint protocol (harness/training/checkpoints.py: load_latest), whose
+    reader is the safe loader: every state it reads comes through load_state (weights only)."""
     import inspect
 
-    from harness.grpo.trainer import GRPOTrainer
+    from harness.grpo import checkpointing
+    from harness.training import checkpoints
 
-    src = inspect.getsource(GRPOTrainer.try_resume)
+    assert "load_latest(" in inspect.getsource(checkpointing.resume_from)
+    src = inspect.getsource(checkpoints.load_latest)
     assert "load_state(" in src and "weights_only=False" not in src
+    assert checkpoints.load_state is load_state  # the protocol's reader is checkpoint_io's safe one
 
 
 @pytest.mark.parametrize("cut", [0, 10, 200])
