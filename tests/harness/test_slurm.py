@@ -330,10 +330,10 @@ def _term_by_slurm_after_the_first_checkpoint() -> None:
     """Once the first RL checkpoint is committed, ask Slurm to send SIGTERM to this job's steps (`scancel
     --signal=TERM`, what a preemption sends first) and wait until it has reached this process's handler: the stage
     then stops at its next step boundary, i.e. after step 1 of 3 (a signal in the last step would let it finish)."""
-    from harness.grpo import checkpointing
     from harness.runs import preemption
+    from harness.training import checkpoints  # the one checkpoint protocol: its commit seals a generation
 
-    commit = checkpointing.commit
+    commit = checkpoints.commit
 
     def commit_then_signal(*args, **kwargs):
         out = commit(*args, **kwargs)
@@ -349,7 +349,7 @@ def _term_by_slurm_after_the_first_checkpoint() -> None:
                 time.sleep(0.05)
         return out
 
-    checkpointing.commit = commit_then_signal
+    checkpoints.commit = commit_then_signal
 
 
 def _table(out: Path) -> str:

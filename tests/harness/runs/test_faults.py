@@ -623,9 +623,9 @@ RL_FAULTS = [("step", 2), ("validation", 2), ("checkpoint", 1)]  # the k-th of e
 
 def rl_with_faults(cfg, progress=False):
     """harness.stages.rl.run_rl with SIGTERM sent to this (worker) process at RL_FAULTS[i] on try i."""
-    from harness.grpo import checkpointing
     from harness.parallel.updater import Updater
     from harness.stages import rl
+    from harness.training import checkpoints  # the one checkpoint protocol every training loop writes through
 
     tries = preemption.count(cfg.out_dir)
     where, k = RL_FAULTS[tries] if tries < len(RL_FAULTS) else (None, 0)
@@ -636,7 +636,7 @@ def rl_with_faults(cfg, progress=False):
         if seen["n"] == k:
             _signal_self()
 
-    saved = (Updater.update, rl.make_validator, checkpointing.write_state)
+    saved = (Updater.update, rl.make_validator, checkpoints.write_state)
     if where == "step":
         Updater.update = lambda self, *a, **kw: (hit(), saved[0](self, *a, **kw))[1]
     elif where == "validation":
@@ -645,11 +645,11 @@ def rl_with_faults(cfg, progress=False):
             return lambda model: (hit(), fn(model))[1]
         rl.make_validator = make_validator
     elif where == "checkpoint":
-        checkpointing.write_state = lambda *a: (hit(), saved[2](*a))[1]
+        checkpoints.write_state = lambda *a: (hit(), saved[2](*a))[1]
     try:
         return rl.run_rl(cfg, progress=progress)
     finally:
-        Updater.update, rl.make_validator, checkpointing.write_state = saved
+        Updater.update, rl.make_validator, checkpoints.write_state = saved
 
 
 @pytest.mark.slow  # a whole tiny study (stage 0 to the test evaluation), then its RL stage four times: minutes
