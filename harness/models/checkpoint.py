@@ -334,11 +334,12 @@ def export_merged(model_dir: str | Path, out_dir: str | Path, base_path: str | P
     return out
 
 
-def load_any_model(model_dir: str | Path, cfg):
-    """A stage model (spec.json) or a plain base-model folder, with a RunConfig's model settings."""
+def load_any_model(model_dir: str | Path, model):
+    """A stage model (spec.json) or a plain base-model folder, with the model section's (`model`, ModelConfig)
+    dtype, image size, attention and base path."""
     p = Path(model_dir)
     if (p / "spec.json").is_file():
-        attn = read_spec(p).get("attn_implementation") or cfg.model.attn_implementation
-        return load_stage_model(p, cfg.model.dtype, cfg.model.image_size, attn, base_path=cfg.model.path)
-    model, processor = load_base(p, cfg.model.dtype, cfg.model.image_size, cfg.model.attn_implementation)
-    return model, processor, {"base": str(p), "stage": "base"}
+        attn = read_spec(p).get("attn_implementation") or model.attn_implementation
+        return load_stage_model(p, model.dtype, model.image_size, attn, base_path=model.path)
+    loaded, processor = load_base(p, model.dtype, model.image_size, model.attn_implementation)
+    return loaded, processor, {"base": str(p), "stage": "base"}

@@ -135,17 +135,6 @@ def stop(run_dir: str | Path, stage: str, step: int | None, checkpoint: str | Pa
     return Preempted(f"{stage} run {run_dir}", step, name)
 
 
-def preemptible(fn: Callable) -> Callable:
-    """A stage function `fn(cfg, ...)` run with the handlers of `cfg.train.preempt_signals` installed."""
-
-    @functools.wraps(fn)
-    def wrapper(cfg, *args, **kwargs):
-        with handling(cfg.train.preempt_signals):
-            return fn(cfg, *args, **kwargs)
-
-    return wrapper
-
-
 def handled(fn: Callable) -> Callable:
     """`fn` run with the handlers of the default stop signals installed (a driver of many runs, such as a search:
     it has no config of its own to name them)."""

@@ -89,7 +89,7 @@ def _load_policy(path: Path, cfg, device: str):
     # lazy: start-up cost (torch)
     from harness.models.checkpoint import load_any_model
 
-    model, processor, spec = load_any_model(path, cfg)
+    model, processor, spec = load_any_model(path, cfg.model)
     if device != "cpu":
         model = model.to(device)
     return model, processor, spec

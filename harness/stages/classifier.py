@@ -26,7 +26,7 @@ from harness.models.classifier import (
 from harness.runs import preemption
 from harness.runs.schema import METRICS_FILE
 from harness.runs.state import restart_requested
-from harness.stages.common import load_splits, require_train, seed_everything, start_run
+from harness.stages.common import load_splits, preemptible, require_train, seed_everything, start_run
 from harness.stages.prompts import classifier_inputs, reference_labels
 
 
@@ -42,7 +42,7 @@ def classifier_config(cfg: RunConfig) -> ClassifierConfig:
                             max_grad_norm=c.max_grad_norm, select=c.select, micro_batch_size=c.micro_batch_size)
 
 
-@preemption.preemptible
+@preemptible
 def run_classifier_training(cfg: RunConfig, progress: bool = True) -> Path:
     # lazy: tests replace model_device at its source, read at call time
     from harness.checks.preflight import check_inputs, check_run_folder, model_device

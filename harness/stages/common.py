@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,18 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def preemptible(fn: Callable) -> Callable:
+    """A stage function `fn(cfg, ...)` run with the stop-signal handlers of `cfg.train.preempt_signals` installed
+    (harness/runs/preemption.py: `handling`). Here, not in runs/, because it is the stage that reads the config."""
+
+    @functools.wraps(fn)
+    def wrapper(cfg, *args, **kwargs):
+        with preemption.handling(cfg.train.preempt_signals):
+            return fn(cfg, *args, **kwargs)
+
+    return wrapper
 
 
 @contextlib.contextmanager

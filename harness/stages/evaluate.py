@@ -23,7 +23,7 @@ from harness.runs.records import RunDir, atomic_write_text, dumps
 from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.sampling.vllm_rollout import start_engine
 from harness.scoring.evaluation import findings_scores, label_with, nlg_scores_and_reports
-from harness.stages.common import load_splits, seed_everything
+from harness.stages.common import load_splits, preemptible, seed_everything
 from harness.stages.paths import eval_pixel_dir
 from harness.stages.prompts import instructions_for, load_images, reference_labels
 from rewards.entity import entity_f1
@@ -91,7 +91,7 @@ def _stop_between_batches(model_dir: str | Path, split: str, n: int) -> Callable
     return check
 
 
-@preemption.preemptible
+@preemptible
 def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
                    run: RunDir | Callable[[], RunDir] | None = None,
                    label: str | None = None, progress: bool = True) -> dict:
@@ -99,7 +99,7 @@ def evaluate_model(cfg: RunConfig, model_dir: str | Path, split: str = "test",
     seed_everything(cfg.seed)
     cfg = copy.deepcopy(cfg)
     adopt_checkpoint_settings(cfg.model, model_dir)  # e.g. `eval --model RUN/model` alone: the run's image size
-    model, processor, spec = load_any_model(model_dir, cfg)
+    model, processor, spec = load_any_model(model_dir, cfg.model)
     model.to(model_device(cfg.model))
     splits = load_splits(cfg, progress, only=split if split == "test" else None)
     if split not in splits:

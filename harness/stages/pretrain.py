@@ -22,12 +22,11 @@ from harness.models.tiny import build_processor, build_tiny_model, save_base, tr
 from harness.models.trainable import set_trainable
 from harness.prompting.batching import instruction_text
 from harness.runs import lock as runlock
-from harness.runs import preemption
 from harness.runs.durable import fsync_tree, replace_dir, reporting_disk_full
 from harness.runs.records import RunDir, atomic_write_json, atomic_write_text
 from harness.runs.trackers import labels_beside, read_labels
 from harness.stages import paths as stage_paths
-from harness.stages.common import ensure_phantom, seed_everything, torch_threads
+from harness.stages.common import ensure_phantom, preemptible, seed_everything, torch_threads
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.paths import base_dir, pretrain_key  # noqa: F401 - re-exported: this stage's key and folder
 from harness.stages.prompts import load_images
@@ -101,7 +100,7 @@ def build_base(cfg: RunConfig, progress: bool = True) -> Path:
     return pretrain_tiny_base(cfg, progress=progress)
 
 
-@preemption.preemptible
+@preemptible
 def pretrain_tiny_base(cfg: RunConfig, progress: bool = True, force: bool = False) -> Path:
     """Return the cached tiny base folder, building it first if needed."""
     if cfg.model.preset != "tiny":

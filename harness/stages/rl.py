@@ -26,9 +26,9 @@ from harness.parallel.distributed import Dist
 from harness.policy.snapshots import SnapshotStore
 from harness.prompting.output_format import report_part, well_formatted_fraction
 from harness.prompting.samples import PromptSet
-from harness.runs import preemption
 from harness.sampling.decoding import generate_reports, greedy_settings
 from harness.scoring.evaluation import findings_scores, label_with, nlg_scores
+from harness.stages.common import preemptible
 from harness.stages.loading import begin_stage
 from harness.stages.prompts import prompt_set
 from rewards.spec import compute_reward
@@ -187,7 +187,7 @@ def image_truth(samples) -> np.ndarray | None:
     return np.stack([np.asarray(s.present, dtype=np.float64) for s in samples])
 
 
-@preemption.preemptible
+@preemptible
 def run_rl(cfg: RunConfig, progress: bool = True, on_validation: Sequence[ValidationCallback] = ()) -> Path:
     """Stage 3 in this process, or data-parallel under torchrun / accelerate launch (harness/parallel/distributed.py).
     `on_validation`: the trainer's validation callbacks (a search's pruning); one may raise RunPruned."""

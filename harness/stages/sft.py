@@ -18,7 +18,7 @@ from harness.data.pixel_cache import stage_pixel_folder
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import add_lora, count_parameters, lora_settings, set_trainable
 from harness.prompting.output_format import format_instruction, training_target
-from harness.runs import preemption
+from harness.stages.common import preemptible
 from harness.stages.handoff import best_epoch_hook, save_handoff
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.loading import begin_stage
@@ -32,7 +32,7 @@ from harness.stages.prompts import (
 )
 
 
-@preemption.preemptible
+@preemptible
 def run_sft(cfg: RunConfig, progress: bool = True) -> Path:
     start = begin_stage(cfg, "sft", progress)  # checks classifier.dir first (preflight); data-parallel under torchrun
     if start.complete:

@@ -13,14 +13,14 @@ from harness.config import RunConfig
 from harness.data.pixel_cache import stage_pixel_folder
 from harness.models.checkpoint import model_settings, save_stage_model
 from harness.models.trainable import count_parameters, set_trainable
-from harness.runs import preemption
+from harness.stages.common import preemptible
 from harness.stages.handoff import best_epoch_hook, save_handoff
 from harness.stages.lm_train import LMData, train_lm
 from harness.stages.loading import begin_stage
 from harness.stages.prompts import load_images, plain_instructions
 
 
-@preemption.preemptible
+@preemptible
 def run_warmup(cfg: RunConfig, progress: bool = True) -> Path:
     start = begin_stage(cfg, "warmup", progress)  # data-parallel under torchrun / accelerate launch
     if start.complete:
