@@ -13,7 +13,7 @@
   regbench experiment run FILE --executor slurm [--sbatch partition=gpu] [--max-resubmits 3] [...]
   regbench experiment list FILE [--out DIR] [--preset P] [--set k=v]
   regbench experiment status DIR
-  regbench compare REFERENCE_DIR OTHER_DIR [--seeds 0,1 --other-seeds 2,3] [--delta gold_f1=0.02] [--json F]
+  regbench compare FIRST_DIR OTHER_DIR [--seeds 0,1 --other-seeds 2,3] [--delta gold_f1=0.02] [--json F]
   regbench search run FILE [--n-trials N] [--out DIR] [--workers 1] [--preset P] [--set k=v] [--storage URL]
   regbench search report OUT [--dest DIR]
   regbench search confirm OUT [--top 3] [--seeds 0,1,2] [--workers 2]

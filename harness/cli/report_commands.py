@@ -84,10 +84,10 @@ def cmd_compare(ns) -> int:
         raise ValueError(f"--json {ns.json} is a folder; give a file name")
     _check_alpha(ns.alpha)  # the options before the study folders are read
     deltas = _deltas(ns.delta)
-    reference, other = load_experiment(ns.reference), load_experiment(ns.other)
-    check = check_option(reference, other, seeds=int_list(ns.seeds), other_seeds=int_list(ns.other_seeds),
+    first, other = load_experiment(ns.first), load_experiment(ns.other)
+    check = check_option(first, other, seeds=int_list(ns.seeds), other_seeds=int_list(ns.other_seeds),
                          alpha=ns.alpha, deltas=deltas)
-    for line in summary_lines(check, Path(ns.reference).name or "reference", Path(ns.other).name or "other"):
+    for line in summary_lines(check, Path(ns.first).name or "first", Path(ns.other).name or "other"):
         print(line)
     if ns.json:
         atomic_write_text(Path(ns.json), json.dumps(as_json(check), indent=1) + "\n")
@@ -122,11 +122,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     cmp = sub.add_parser("compare", help="one study run two ways (the exact path and an option): identical runs, "
                                          "each arm's and each declared contrast's shift decided, the verdicts side "
                                          "by side")
-    cmp.add_argument("reference", metavar="REFERENCE_DIR", help="the study run the reference way (index.json)")
-    cmp.add_argument("other", metavar="OTHER_DIR", help="the same study run with the option (may be REFERENCE_DIR "
+    cmp.add_argument("first", metavar="FIRST_DIR", help="the study run first, the usual way (index.json)")
+    cmp.add_argument("other", metavar="OTHER_DIR", help="the same study run with the option (may be FIRST_DIR "
                                                         "itself with --other-seeds)")
     cmp.add_argument("--seeds", default=None,
-                     help="comma-separated seeds of REFERENCE_DIR (default: the seeds with a complete run in both)")
+                     help="comma-separated seeds of FIRST_DIR (default: the seeds with a complete run in both)")
     cmp.add_argument("--other-seeds", default=None,
                      help="seeds of OTHER_DIR paired in order with --seeds (default: the same seeds)")
     cmp.add_argument("--alpha", type=float, default=None, help="level (default: the study's decide.alpha)")

@@ -56,11 +56,11 @@ def validation_fields(cfg: RunConfig) -> ValidationFields:
 
 
 def make_validator(fields: ValidationFields, val: PromptSet, processor, dist: Dist | None = None,
-                   gold_labels: np.ndarray | None = None, start: SnapshotStore | None = None,
+                   stored_labels: np.ndarray | None = None, start: SnapshotStore | None = None,
                    gold_present: np.ndarray | None = None):
     """validate(model) -> scores of greedy reports on `val`, decoded exactly as the test split is (the generation
     config). Data-parallel: each process decodes its share, rank 0 scores the whole set and every process gets
-    the same scores (so "best" and VAPR decide the same way everywhere). `gold_labels` / `gold_present` / `start`: see
+    the same scores (so "best" and VAPR decide the same way everywhere). `stored_labels` / `gold_present` / `start`: see
     score_validation and harness/grpo/val_drift.py (KL to `start`'s snapshot "start" on the greedy reports)."""
     dist = dist or Dist()
     mine = list(range(len(val)))[dist.rank::dist.world]
@@ -83,7 +83,7 @@ def make_validator(fields: ValidationFields, val: PromptSet, processor, dist: Di
             kls += [part[1]] if part[1] is not None else []
         if not dist.main:
             return dist.broadcast_object(None)
-        return dist.broadcast_object({**score_validation(fields, val, hyps, gold_labels, gold_present, reward),
+        return dist.broadcast_object({**score_validation(fields, val, hyps, stored_labels, gold_present, reward),
                                       **kl_summary(kls)})
 
     return validate
@@ -104,7 +104,7 @@ def with_completion_images(validate: Callable, val: PromptSet) -> Callable:
     return validate_with_images
 
 
-def score_validation(fields: ValidationFields, val: PromptSet, hyps: list[str], gold_labels: np.ndarray | None = None,
+def score_validation(fields: ValidationFields, val: PromptSet, hyps: list[str], stored_labels: np.ndarray | None = None,
                      gold_present: np.ndarray | None = None, reward: RunReward | None = None) -> dict:
     """BLEU / METEOR / ROUGE-L of the validation reports, and the RadGraph term `rg` of Eq. 10 if configured.
 
@@ -118,7 +118,7 @@ def score_validation(fields: ValidationFields, val: PromptSet, hyps: list[str], 
     set's: what was drawn) the gold metric, the phantom's gold reader (harness/data/phantom/gold_reader.py, which
     no reward sees): `gold_f1` (micro-F1) and `gold_exact` (share of reports whose 14 presence flags all match),
     and `labeler_gold_disagree` (share of reports where the rule labeler's positives differ from the reader's);
-    with `gold_labels` ([N, 14] stored labels of the references) the rule labeler's agreement with them:
+    with `stored_labels` ([N, 14] stored labels of the references) the rule labeler's agreement with them:
     `labeler_f1`, `labeler_exact` (what `gold_f1` / `gold_exact` were before issue 24). `completions`
     (harness/grpo/validation.py COMPLETIONS): each prompt's id, instruction, report, reward and reference report, for
     the trackers' table (with_completion_images adds the input image). `reward`: rl.reward resolved
@@ -131,9 +131,9 @@ def score_validation(fields: ValidationFields, val: PromptSet, hyps: list[str], 
     rewards = (reward or RunReward(fields.reward, fields.output_format))(raw, val.references)
     scores["proxy_reward"] = float(np.mean(rewards))
     scores["well_formatted"] = well_formatted_fraction(raw)
-    labeler = label_with("rules", hyps) if gold_labels is not None or gold_present is not None else None
-    if gold_labels is not None:
-        agreement = findings_scores(hyps, gold_labels, backend="rules", hyp_labels=labeler)
+    labeler = label_with("rules", hyps) if stored_labels is not None or gold_present is not None else None
+    if stored_labels is not None:
+        agreement = findings_scores(hyps, stored_labels, backend="rules", hyp_labels=labeler)
         scores.update(labeler_f1=agreement["ce_micro_f1"], labeler_exact=agreement["findings_exact"])
     if gold_present is not None:
 

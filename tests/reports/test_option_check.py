@@ -133,7 +133,7 @@ def test_a_study_against_its_own_later_seeds_pairs_them_in_order(tmp_path):
     # base gold_f1: (seed 3 - seed 0, seed 2 - seed 1) = (0.03, -0.01)
     assert math.isclose(got["base (other)", "gold_f1"].diff, (0.74 - 0.71 + 0.72 - 0.73) / 2, rel_tol=1e-9)
     assert got["base (other)", "gold_f1"].n == 2
-    assert (check.reference_seeds, check.other_seeds) == ([0, 1], [3, 2])
+    assert (check.first_seeds, check.other_seeds) == ([0, 1], [3, 2])
     assert check.same_runs.predictions_identical == 0  # no prediction files: nothing called identical
 
 
@@ -142,7 +142,7 @@ def test_a_failed_run_leaves_only_its_arm_out_of_its_seed(tmp_path):
     del values["nokl"][3]
     check = check_option(load_experiment(write_study(tmp_path / "a")),
                          load_experiment(write_study(tmp_path / "b", values)))
-    assert check.reference_seeds == [0, 1, 2, 3]
+    assert check.first_seeds == [0, 1, 2, 3]
     assert {d.contrast.arm: d.n for d in check.effects} == {"base (other)": 4, "ckl (other)": 4, "nokl (other)": 3}
 
 

@@ -151,7 +151,7 @@ def test_validator_logs_proxy_gold_and_kl(monkeypatch, lora_model, tiny_processo
     store.capture("start")
     cfg = RunConfig()
     scores = rl_stage.make_validator(rl_stage.validation_fields(cfg), val, tiny_processor,
-                                     gold_labels=_labels(TRUTH[:4], 0.0), start=store,
+                                     stored_labels=_labels(TRUTH[:4], 0.0), start=store,
                                      gold_present=_labels(TRUTH[:4], 0.0))(lora_model)
     assert scores["kl_start_seq"] == pytest.approx(0.0, abs=1e-6)
     assert scores["labeler_f1"] == pytest.approx(8 / 11) and scores["labeler_exact"] == pytest.approx(2 / 4)
