@@ -31,7 +31,7 @@ tests/harness/sampling/test_vllm_contract.py).
 The lent machines run their own image (torch 2.11, transformers 5.x, no vllm) and reach no registry. regbench
 pins transformers 5.20.2, so carry its wheels (prepared here):
 
-    /work/main/.venv/bin/pip download --no-deps -d wheels transformers==5.20.2 tokenizers==0.23.3 \
+    .venv/bin/pip download --no-deps -d wheels transformers==5.20.2 tokenizers==0.23.3 \
         huggingface_hub==2.4.0
     # device command (wheels/ travels with the working tree; add it to carry if it is git-ignored):
     pip install -q --no-deps --target /tmp/tf wheels/*.whl && export PYTHONPATH=/tmp/tf:$PWD && \
