@@ -104,3 +104,16 @@ def test_the_scan_reads_the_files_it_should():
     assert {"README.md", DESIGN, "experiments/README.md", "harness/grpo/core.py", "tests/test_repo_paths.py"} <= names
     assert not any(n.startswith(("runs/", ".venv/")) for n in names)
     assert _headings(), f"{DESIGN} has no headings"
+
+
+# A path of the machine a file was written on points nowhere in a clone: commands in the docs write placeholders
+# (OUT, runs/...), and kept logs write REPO for the checkout. Joined from parts so this file does not match itself.
+_MACHINE_ROOTS = ("/" + "work" + "/", "/" + "home" + "/")
+
+
+def test_no_file_carries_a_path_of_the_machine_it_was_written_on():
+    logs = sorted((ROOT / "benchmarks" / "logs").rglob("*.log"))
+    found = [f"{path.relative_to(ROOT)}:{i}" for path in [*_files(), *logs]
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if any(root in line for root in _MACHINE_ROOTS)]
+    assert not found, f"write a placeholder (OUT, runs/..., REPO) instead of this machine's path: {found[:20]}"
