@@ -204,7 +204,9 @@ class SlurmJobs:
         node.status = "running"
         self.run.running[nid] = str(job.job_id)
         self.run.say(f"submitted {node.kind} ({self.run.label(node)}) as job {job.job_id}: {res.describe()}"
-                     + (f", afterok {', '.join(after)}" if after else ""))
+                     + (f", afterok {', '.join(after)}" if after else "")
+                     + (f"; over {res.nodes} nodes it runs torchrun with a rendezvous, not --launcher"
+                        if self.run.launcher and res.nodes > 1 and node.kind in LAUNCHED_STAGES else ""))
         # Jobs already queued that wait on this node (on a job of its that ended interrupted, or one an earlier
         # runner submitted) wait on the new job instead.
         for dep_id in list(self.run.running):

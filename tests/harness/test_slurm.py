@@ -146,6 +146,37 @@ def test_a_stage_over_two_nodes_runs_one_torchrun_agent_per_node_with_a_c10d_ren
     assert filled.endswith("--rdzv_endpoint gpu07:29856 --rdzv_id 123456")
 
 
+def test_a_stage_over_two_nodes_says_that_it_does_not_use_the_one_node_launcher(tmp_path):
+    """--launcher is for one node: a stage spanning nodes runs torchrun with a rendezvous instead, and the runner's
+    submission line says so (before, the user's --launcher was dropped for that stage without a word)."""
+    from harness.experiments import build_plan
+    from harness.experiments.slurm import SlurmExperimentRun
+
+    study = load_study(write_study(tmp_path, "  - name: a\n", seeds="[0]"), preset=TINY_PRESET.parent /
+                       "mimic-qwen2.5vl-7b.yaml", sets=["common.data.annotation=/data/a.json",
+                                                       "common.data.image_dir=/data/images",
+                                                       "resources.rl.nodes=2"])
+    plan = build_plan(study, tmp_path / "out")
+    lines: list[str] = []
+    run = SlurmExperimentRun(plan, list(plan.runs), {"rl": "m:f", "sft": "m:f"}, lines.append, [],
+                             "torchrun --nproc_per_node 8", 1, False, SlurmOptions(python="/venv/bin/python"))
+
+    class Queue:  # stands in for submitit's executor: takes the parameters, hands out job ids
+        def update_parameters(self, **kwargs):
+            pass
+
+        def submit(self, *args):
+            return type("Job", (), {"job_id": 100 + len(lines)})()
+
+    run.backend.executor = Queue()
+    rl = next(nid for nid, n in plan.nodes.items() if n.kind == "rl")
+    sft = next(nid for nid, n in plan.nodes.items() if n.kind == "sft")
+    run.backend._submit(sft, plan.nodes[sft])
+    run.backend._submit(rl, plan.nodes[rl])
+    assert "not --launcher" not in lines[0]
+    assert lines[1].endswith("; over 2 nodes it runs torchrun with a rendezvous, not --launcher")
+
+
 @pytest.mark.parametrize("kind", ["default", "eval", "classifier"])
 def test_only_launched_stages_span_nodes(kind):
     with pytest.raises(ConfigError, match=rf"p.yaml: resources.{kind}.nodes must be 1, got 2: only warmup, sft, rl"):
