@@ -123,7 +123,10 @@ def load_base(path: str | Path, dtype: str = "float32", image_size: int | None =
     apply_saved_patch_embed(model)  # a tiny base built with pretrain.patch_embed=matmul computes as it was trained
     kwargs = {}
     if image_size is not None:
-        kwargs = {"min_pixels": image_size * image_size, "max_pixels": image_size * image_size}
+        # One square size: min = max pixels, as `size`'s edges (min_pixels / max_pixels warn in transformers 5.20
+        # and go in 5.23; the processor maps them to these two keys, so the pixels are the same).
+        pixels = image_size * image_size
+        kwargs = {"size": {"shortest_edge": pixels, "longest_edge": pixels}}
     processor = AutoProcessor.from_pretrained(path_s, local_files_only=True, **kwargs)
     processor.tokenizer.padding_side = "left"
     return model, processor

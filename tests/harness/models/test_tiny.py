@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import torch
 
@@ -67,7 +68,9 @@ def test_save_load_offline_round_trip_identical_logits(tmp_path, tiny_processor,
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
     assert (folder / "tokenizer.json").is_file() and _image_processor_saved(folder)
     loaded, proc = load_base(folder, image_size=56)
-    batch = encode_prompts(proc, [[xray_images[0]]], ["describe"])
+    with warnings.catch_warnings():  # the size reaches the processor as `size`, not the deprecated min/max_pixels
+        warnings.filterwarnings("error", message=".*min_pixels", category=FutureWarning)
+        batch = encode_prompts(proc, [[xray_images[0]]], ["describe"])
     ref = encode_prompts(tiny_processor, [[xray_images[0]]], ["describe"])
     assert torch.equal(batch["input_ids"], ref["input_ids"])
     assert torch.equal(batch["pixel_values"], ref["pixel_values"])
