@@ -190,3 +190,20 @@ class RLConfig:
                                        "step), logged and counted; after this many in a row the run stops with an "
                                        "error naming the first cause, leaving a resumable checkpoint (this project; "
                                        "issue 13), >= 1.")
+
+
+def pass_option_problem(rl: RLConfig) -> tuple[str, Any, str] | None:
+    """(key, value, why) of the first RL speed option the protocol forbids in this config, or None: the one list
+    of those rules, read by the config's validation (harness/config/validation.py) and by the engine when it chooses
+    its passes (harness/grpo/passes.py)."""
+    if rl.lora_pass not in ("peft", "merged"):
+        return "rl.lora_pass", rl.lora_pass, "must be peft or merged"
+    if rl.prompt_pass not in ("per_row", "shared"):
+        return "rl.prompt_pass", rl.prompt_pass, "must be per_row or shared"
+    if rl.lora_pass == "merged" and rl.policy_dropout:
+        return ("rl.lora_pass", rl.lora_pass,
+                "needs rl.policy_dropout false (LoRA dropout acts on A's input alone; one merged weight cannot)")
+    if rl.prompt_pass == "shared" and rl.policy_dropout:
+        return ("rl.prompt_pass", rl.prompt_pass,
+                "needs rl.policy_dropout false (one prompt computation would share one dropout draw across its group)")
+    return None

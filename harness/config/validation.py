@@ -21,7 +21,7 @@ from harness.config.names import (
 )
 from harness.config.names import CLASSIFIER_SELECTIONS as SELECTIONS
 from harness.config.presets import PRESETS
-from harness.config.rl import RLConfig
+from harness.config.rl import RLConfig, pass_option_problem
 from harness.config.run import RunConfig
 from harness.constants import MIN_IMAGE_SIZE
 from harness.errors import ConfigError
@@ -202,12 +202,8 @@ def validate(cfg: RunConfig, source: str = "<config>", sources: dict[str, str] |
         need(rl.advantage_scale in ("std", "none"), "rl.advantage_scale", rl.advantage_scale, "must be std or none")
         need(rl.aggregation != "dr_grpo" or rl.advantage_scale == "none", "rl.advantage_scale", rl.advantage_scale,
              "must be none with rl.aggregation=dr_grpo (Liu et al.'s Dr. GRPO also drops the std division)")
-        need(rl.lora_pass in ("peft", "merged"), "rl.lora_pass", rl.lora_pass, "must be peft or merged")
-        need(rl.lora_pass != "merged" or not rl.policy_dropout, "rl.lora_pass", rl.lora_pass,
-             "needs rl.policy_dropout false (LoRA dropout acts on A's input alone; one merged weight cannot)")
-        need(rl.prompt_pass in ("per_row", "shared"), "rl.prompt_pass", rl.prompt_pass, "must be per_row or shared")
-        need(rl.prompt_pass != "shared" or not rl.policy_dropout, "rl.prompt_pass", rl.prompt_pass,
-             "needs rl.policy_dropout false (one prompt computation would share one dropout draw across its group)")
+        if problem := pass_option_problem(rl):
+            need(False, *problem)
         need(rl.select in ("best_val", "final"), "rl.select", rl.select, "must be best_val or final")
         need(rl.old_sync in ("per_epoch", "global"), "rl.old_sync", rl.old_sync, "must be per_epoch or global")
         need(rl.kl_target > 0, "rl.kl_target", rl.kl_target, "must be > 0")

@@ -4,9 +4,9 @@ current policy's pass (rl.policy_dropout). The step (harness/grpo/trainer.py) th
 asks `Passes` for the logits function, a rollout, the pass mode with grad, and whether a frozen policy equal to
 the live parameters may take the current pass's values.
 
-Combinations the protocol forbids cannot be built: `passes_for` refuses them in one line (the config's
-validation, harness/config/validation.py, refuses the same ones when a config loads; a trainer built from an
-RLConfig in code meets them here):
+Combinations the protocol forbids cannot be built: `passes_for` refuses them in one line (the rules on the options
+alone are one list, harness/config/rl.py `pass_option_problem`, which the config's validation also reads when a
+config loads; a trainer built from an RLConfig in code meets them here):
 - rl.lora_pass merged with rl.policy_dropout: LoRA dropout acts on A's input alone, one merged weight cannot;
 - rl.lora_pass merged with base weights that are not float32 (harness/models/merged_lora.py checks each layer);
 - rl.prompt_pass shared with rl.policy_dropout: one prompt computation would share one dropout draw across its group.
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.config import GenerationConfig, RLConfig
+from harness.config.rl import pass_option_problem
 from harness.grpo.rollout import Rollout, merged_response_logits, response_logits, sample_rollout
 from harness.grpo.shared_prompt import shared_prompt_logits
 from harness.models.pass_mode import set_grad_pass_mode
@@ -73,16 +74,9 @@ class Passes:
 def pass_problem(rl: RLConfig, weights: torch.dtype | None = None) -> str | None:
     """Why rl's pass options cannot be combined (None when they can), with the base's `weights` dtype when known:
     one line naming the key and value."""
-    if rl.lora_pass not in ("peft", "merged"):
-        return f"rl.lora_pass = {rl.lora_pass!r} must be peft or merged"
-    if rl.prompt_pass not in ("per_row", "shared"):
-        return f"rl.prompt_pass = {rl.prompt_pass!r} must be per_row or shared"
-    if rl.lora_pass == "merged" and rl.policy_dropout:
-        return ("rl.lora_pass = 'merged' needs rl.policy_dropout false (LoRA dropout acts on A's input alone; one "
-                "merged weight cannot)")
-    if rl.prompt_pass == "shared" and rl.policy_dropout:
-        return ("rl.prompt_pass = 'shared' needs rl.policy_dropout false (one prompt computation would share one "
-                "dropout draw across its group)")
+    if problem := pass_option_problem(rl):
+        key, value, why = problem
+        return f"{key} = {value!r} {why}"
     if rl.lora_pass == "merged" and weights not in (None, torch.float32):
         return (f"rl.lora_pass = 'merged': float32 weights only, the base weights are {weights} (the merged weight "
                 "would round the LoRA delta away); use rl.lora_pass=peft")
