@@ -113,6 +113,8 @@ def main() -> None:
     ap.add_argument("--trip", action="store_true", help="also list the functions of run_rl's whole-config trip")
     args = ap.parse_args()
     root = args.repo.resolve()
+    if not (root / START[0]).is_file():  # checked before reading anything: one line naming the path
+        ap.error(f"--repo {root}: not a regbench checkout (no {START[0]})")
     for key, value in shape(root).items():
         print(f"{key}: {value}")
     if args.trip:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from harness.runs.schema import IndexKey
 from reports import figures as F
+from reports import labeler_credit as LC
 from reports import overoptimization as OO
 from reports.analyses import within_group_std
 from reports.bootstrap import DEFAULT_B
@@ -287,6 +288,14 @@ def build_report(experiment_dir: str | Path, out_dir: str | Path | None = None, 
             (tdir / "labeler_gold_disagreement.md").write_text(OO.table_markdown(dis_table), encoding="utf-8")
             md_parts.append(OO.table_markdown(dis_table))
             html_tables.append(dis_table)
+        credits = LC.credit_counts(exp)
+        # The clinical rewards' credit that the gold reader rejects, with examples (issue 44); its own file, so
+        # results.md keeps its tables.
+        if credits:
+            credit_table = LC.credit_table(exp, credits)
+            credit_md = OO.table_markdown(credit_table) + "\n" + LC.examples_markdown(credits)
+            (tdir / "labeler_credit.md").write_text(credit_md, encoding="utf-8")
+            html_tables.append(credit_table)
         figs.append(Figure("Over-optimisation: gold and proxy against sqrt(KL to the SFT policy)",
                            OO.fig_frontier(exp, fdir)[0], "RL validations (evals.jsonl); reports/overoptimization.py."))
     png = F.fig2_rer_beta(fdir, _fig2_bounds(exp))[0]

@@ -15,6 +15,7 @@ from harness.runs.records import read_json
 from harness.runs.schema import analysis_file
 from harness.stages.analyze import KINDS
 from reports.experiment import load_experiment, read_jsonl
+from reports.labeler_credit import credit_count
 from reports.overoptimization import END_METRICS, contrast_arm, disagreement_table, end_table, final_values
 from reports.stats import holm, paired_comparison, summarize
 from tests.tiny_sizes import TINY
@@ -116,6 +117,13 @@ def test_report_section_equals_the_statistics_of_the_logged_values(study_dir):
         test = summarize([r.scores["labeler_gold_disagree"] for r in runs])
         assert drow[arm][3:] == [f"{x.mean:.4f} [{x.lo:.4f}, {x.hi:.4f}]" for x in (first, last, test)]
     assert "Rule labeler vs gold reader" in (report / "index.html").read_text()
+    # The labeler's credit that the gold reader rejects: one row per run, counted from its test predictions
+    credit = (report / "tables" / "labeler_credit.md").read_text()
+    for arm in ("no_kl_bleu4", "ckl_bleu4", "no_kl_entity"):
+        for run in exp.runs_of(arm):
+            c = credit_count(read_jsonl(run.predictions_path))
+            assert f"| {arm} | {exp.factors(arm)['reward']} | {run.seed} | {c.credited} | {c.unread} |" in credit
+    assert "labeler_credit" not in (report / "results.md").read_text()
 
 
 def test_rl_runs_print_progress_lines(study_dir):

@@ -1,0 +1,93 @@
+"""Findings the rule labeler credits and the gold reader does not read: labeler hacking a reader can check (issue 44).
+
+The clinical rewards (chexpert_f1, MCCS, entity F1; rewards/chexpert.py) pay a generated report for the positive
+findings it shares with its reference, both read by the rule labeler. Per test report the eval stage writes
+(predictions_final_test.jsonl) `hyp_labels` (the labeler on the generated report), `ref_labels` (the labeler on the
+reference), `gold_labels` (the phantom's gold reader on the generated report; harness/data/phantom/) and `present`
+(what the image holds). Per run this counts
+
+- credited: observations the labeler reads positive (1) in both reports, what the clinical reward pays for;
+- unread: of them, those the gold reader does not read as stated positive in the generated report;
+- in image: of the unread, those the image holds (so the finding is right and only its wording is rejected).
+
+A policy that learns to write what the labeler reads and a reader rejects (a sentence repeated back to back, a
+finding stated and negated in one report) shows as a rising unread share. The examples are the first such reports
+by id, with the observation, so that each can be read by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.constants import OBSERVATIONS
+from reports.experiment import Experiment, read_jsonl
+from reports.html import Table
+
+NEEDED_KEYS = ("hyp_labels", "ref_labels", "gold_labels", "present")
+
+
+@dataclass
+class CreditCount:
+    credited: int = 0
+    unread: int = 0
+    unread_in_image: int = 0
+    examples: list[tuple[str, str, str]] = field(default_factory=list)  # (report id, observation, generated text)
+
+
+def _positive(value) -> bool:
+    return value is not None and float(value) == 1.0
+
+
+def credit_count(rows: list[dict], n_examples: int = 3) -> CreditCount | None:
+    """The counts over one run's per-report test rows; None when the rows lack a key (runs before the gold reader)."""
+    if not rows or any(k not in r for r in rows for k in NEEDED_KEYS):
+        return None
+    out = CreditCount()
+    for row in sorted(rows, key=lambda r: str(r.get("id", ""))):
+        for i, name in enumerate(OBSERVATIONS):
+            if not (_positive(row["hyp_labels"][i]) and _positive(row["ref_labels"][i])):
+                continue
+            out.credited += 1
+            if _positive(row["gold_labels"][i]):
+                continue
+            out.unread += 1
+            out.unread_in_image += int(row["present"][i] == 1)
+            if len(out.examples) < n_examples:
+                out.examples.append((str(row.get("id", "?")), name, str(row.get("generated", ""))))
+    return out
+
+
+def credit_counts(exp: Experiment, n_examples: int = 3) -> dict[tuple[str, int], CreditCount]:
+    """(arm, seed) -> counts, for every complete run whose test predictions carry the four label vectors."""
+    out = {}
+    for a in exp.arms:
+        for run in exp.runs_of(a.name):
+            count = credit_count(read_jsonl(run.predictions_path), n_examples) if run.predictions_path else None
+            if count is not None:
+                out[(a.name, run.seed)] = count
+    return out
+
+
+def credit_table(exp: Experiment, counts: dict[tuple[str, int], CreditCount]) -> Table:
+    rows = []
+    for (arm, seed), c in counts.items():
+        share = f"{c.unread / c.credited:.3f}" if c.credited else "–"
+        rows.append([arm, str(exp.factors(arm).get("reward", "?")), str(seed), str(c.credited), str(c.unread), share,
+                     str(c.unread_in_image)])
+    header = ["arm", "reward", "seed", "credited (labeler: positive in both)", "unread by gold", "unread share",
+              "unread, in image"]
+    notes = ["credited: observations the rule labeler (rewards/chexpert.py) reads positive in the generated report and "
+             "in its reference, on the test split: what the clinical rewards pay for. unread: of them, those the gold "
+             "reader (no reward sees it) does not read as stated positive. in image: of the unread, those the image "
+             "holds. reports/labeler_credit.py."]
+    return Table("Labeler-credited findings the gold reader does not read (test split)", header, rows, notes)
+
+
+def examples_markdown(counts: dict[tuple[str, int], CreditCount]) -> str:
+    """Every run's examples as a list a reader can check: report id, observation, the generated text."""
+    lines = ["### Examples (first reports by id; the labeler reads the observation positive, the gold reader does not)",
+             ""]
+    for (arm, seed), c in counts.items():
+        for rid, name, text in c.examples:
+            lines.append(f"- {arm} seed {seed}, `{rid}`, {name}: \"{text}\"")
+    return "\n".join(lines) + "\n"
