@@ -68,18 +68,41 @@ def credit_counts(exp: Experiment, n_examples: int = 3) -> dict[tuple[str, int],
     return out
 
 
+def _reward(exp: Experiment, arm: str) -> str:
+    """The arm's RL reward: its factor, else its runs' RL config; '–' for an arm without RL (an SFT arm)."""
+    reward = exp.factors(arm).get("reward") or (exp.rl_config(arm) or {}).get("reward")
+    return str(reward) if reward else "–"
+
+
+def _grouped(counts: dict[tuple[str, int], CreditCount]) -> list[tuple[str, list[int], CreditCount]]:
+    """Runs of one arm with equal counts and examples share a row: the seeds of a study whose SFT arm is one model
+    tested once per seed (stage_seeds) are one policy, not twelve."""
+    groups: list[tuple[str, list[int], CreditCount]] = []
+    for (arm, seed), c in counts.items():
+        same = next((g for g in groups if g[0] == arm and g[2] == c), None)
+        if same is None:
+            groups.append((arm, [seed], c))
+        else:
+            same[1].append(seed)
+    return groups
+
+
+def _seeds(seeds: list[int]) -> str:
+    return ", ".join(str(s) for s in seeds)
+
+
 def credit_table(exp: Experiment, counts: dict[tuple[str, int], CreditCount]) -> Table:
     rows = []
-    for (arm, seed), c in counts.items():
+    for arm, seeds, c in _grouped(counts):
         share = f"{c.unread / c.credited:.3f}" if c.credited else "–"
-        rows.append([arm, str(exp.factors(arm).get("reward", "?")), str(seed), str(c.credited), str(c.unread), share,
+        rows.append([arm, _reward(exp, arm), _seeds(seeds), str(c.credited), str(c.unread), share,
                      str(c.unread_in_image)])
     header = ["arm", "reward", "seed", "credited (labeler: positive in both)", "unread by gold", "unread share",
               "unread, in image"]
     notes = ["credited: observations the rule labeler (rewards/chexpert.py) reads positive in the generated report and "
              "in its reference, on the test split: what the clinical rewards pay for. unread: of them, those the gold "
              "reader (no reward sees it) does not read as stated positive. in image: of the unread, those the image "
-             "holds. reports/labeler_credit.py."]
+             "holds. Seeds with equal counts share a row. reports/labeler_credit.py."]
     return Table("Labeler-credited findings the gold reader does not read (test split)", header, rows, notes)
 
 
@@ -87,7 +110,7 @@ def examples_markdown(counts: dict[tuple[str, int], CreditCount]) -> str:
     """Every run's examples as a list a reader can check: report id, observation, the generated text."""
     lines = ["### Examples (first reports by id; the labeler reads the observation positive, the gold reader does not)",
              ""]
-    for (arm, seed), c in counts.items():
+    for arm, seeds, c in _grouped(counts):
         for rid, name, text in c.examples:
-            lines.append(f"- {arm} seed {seed}, `{rid}`, {name}: \"{text}\"")
+            lines.append(f"- {arm} seed {_seeds(seeds)}, `{rid}`, {name}: \"{text}\"")
     return "\n".join(lines) + "\n"

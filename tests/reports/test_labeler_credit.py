@@ -35,3 +35,20 @@ def test_rows_without_the_gold_labels_give_no_count():
     row = _row("r1", "a", hyp={}, ref={}, gold={}, present=set())
     del row["gold_labels"]  # a run from before the gold reader
     assert credit_count([row]) is None and credit_count([]) is None
+
+
+def test_seeds_of_one_policy_share_a_row_and_an_arm_without_rl_has_no_reward():
+    from types import SimpleNamespace
+
+    from reports.labeler_credit import CreditCount, credit_table
+
+    same = CreditCount(credited=10, unread=1, unread_in_image=1, examples=[("r1", OBSERVATIONS[1], "a")])
+    other = CreditCount(credited=12, unread=3, unread_in_image=2)
+    counts = {("sft", 0): same, ("sft", 1): CreditCount(10, 1, 1, [("r1", OBSERVATIONS[1], "a")]),
+              ("rl", 0): same, ("rl", 1): other}
+    exp = SimpleNamespace(factors=lambda arm: {"reward": "bleu4"} if arm == "rl" else {}, rl_config=lambda arm: {})
+    rows = credit_table(exp, counts).rows
+    assert [r[:5] for r in rows] == [["sft", "–", "0, 1", "10", "1"], ["rl", "bleu4", "0", "10", "1"],
+                                     ["rl", "bleu4", "1", "12", "3"]]
+    md = examples_markdown(counts)
+    assert md.count("`r1`") == 2 and "- sft seed 0, 1, `r1`" in md

@@ -82,8 +82,9 @@ _NORMALS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # Finding terms: (pattern, observation). Earlier patterns win overlaps.
 _TERMS: tuple[tuple[str, str], ...] = (
-    (r"mediastin\w*(?: contours| silhouette)? (?:(?:is|are|appears?) )?(?:<[HN]> )*widened|widened mediastinum"
-     r"|widening of (?:the )?mediastin\w*(?: contours)?|mediastinal widening|enlarged cardiomediastinal silhouette"
+    (r"mediastin\w*(?: contours| silhouette)? (?:(?:is|are|appears?) )?(?:<[HN]> )*(?:\w+ly )?(?:<[HN]> )*"
+     r"(?:widened|enlarged)|(?:widened|enlarged) mediastinum|widening of (?:the )?mediastin\w*(?: contours)?"
+     r"|enlargement of (?:the )?mediastinum|mediastinal (?:widening|enlargement)|enlarged cardiomediastinal silhouette"
      r"|cardiomediastinal silhouette (?:is )?(?:<[HN]> )*enlarged", "Enlarged Cardiomediastinum"),
     (r"(?:heart|cardiac silhouette|cardiac size|heart size)(?: size)? (?:(?:is|are|appears) )?(?:<[HN]> )*(?:\w+ly )?"
      r"(?:<[HN]> )*enlarged|heart size is <H>|cardiomegaly|cardiac enlargement|enlarged (?:heart|cardiac silhouette)"

@@ -175,3 +175,19 @@ def test_the_evaluation_scores_with_the_configured_reader():
     new, read = gold_eval(samples, hyps, ref, labeler, "v2")
     assert old["gold_recall"] == 0.5 and new["gold_recall"] == 1.0
     assert read[0][IDX["Cardiomegaly"]] == 0
+
+
+@pytest.mark.parametrize("text, ecm", [
+    # written by RL policies on the varied language (issue 44's labeler-credit examples), outside the grammar:
+    # "enlarged" for the mediastinum as the generator says it of the heart; v2 read none of these before
+    ("the mediastinum is moderately enlarged .", 1.0),
+    ("the mediastinum is mildly enlarged . mild cardiomegaly is seen .", 1.0),
+    ("enlarged mediastinum .", 1.0),
+    ("mild mediastinal enlargement .", 1.0),
+    ("there is enlargement of the mediastinum .", 1.0),
+    ("the mediastinum is not enlarged .", 0.0),
+    ("there is no mediastinal enlargement .", 0.0),
+    ("the mediastinum may be enlarged .", -1.0),
+])
+def test_an_enlarged_mediastinum_is_an_enlarged_cardiomediastinum(text, ecm):
+    assert read_report(text)[OBSERVATIONS.index("Enlarged Cardiomediastinum")] == ecm
