@@ -92,8 +92,8 @@ def test_studies_as_written(study_file):
         for stage in ("rl", "eval"):
             cfg = resolve_config(study, study.arms[-1], stage, 0)
             assert (cfg.data.report_variation, cfg.eval.gold_reader) == ("high", "v2")
-        # the SFT calibrated for the varied language (docs/calibration.md section 0b): 24 epochs, not 6
-        assert resolve_config(study, study.arms[-1], "sft", 0).train.epochs == 24
+        # the SFT calibrated for the varied language (docs/calibration.md section 0b): 48 epochs, not 6
+        assert resolve_config(study, study.arms[-1], "sft", 0).train.epochs == 48
     assert study.reproduces == doc.get("reproduces")
     for arm in study.arms:
         for stage in arm.pipeline:
