@@ -117,7 +117,7 @@ def test_studies_as_written(study_file):
                                                     ("ckl", "chexpert"), ("rer_vapr", "chexpert"))},
         "kl_placement": {"kl_loss_k3", "kl_loss_k3_is", "kl_loss_k2", "kl_reward_k1", "no_kl", "rer"},
         "smoke": {"ckl", "rer_vapr"},
-        "rl_vs_sft_varied": {"sft", "rer_vapr", "ckl", "no_kl"},
+        "rl_vs_sft_varied": {"sft", "rer_vapr", "ckl", "no_kl", "ckl_chexpert"},
     }[study.name]
     assert names == expected
 
