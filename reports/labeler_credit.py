@@ -70,7 +70,7 @@ def credit_counts(exp: Experiment, n_examples: int = 3) -> dict[tuple[str, int],
 
 def _reward(exp: Experiment, arm: str) -> str:
     """The arm's RL reward: its factor, else its runs' RL config; '–' for an arm without RL (an SFT arm)."""
-    reward = exp.factors(arm).get("reward") or (exp.rl_config(arm) or {}).get("reward")
+    reward = exp.factors(arm).get("reward") or exp.rl_config(arm).get("reward")
     return str(reward) if reward else "–"
 
 

@@ -52,3 +52,6 @@ def test_seeds_of_one_policy_share_a_row_and_an_arm_without_rl_has_no_reward():
                                      ["rl", "bleu4", "1", "12", "3"]]
     md = examples_markdown(counts)
     assert md.count("`r1`") == 2 and "- sft seed 0, 1, `r1`" in md
+    # An arm whose factors name no reward (the RL-vs-SFT study's BLEU-4 arms) reads it from its runs' RL config.
+    exp = SimpleNamespace(factors=lambda arm: {}, rl_config=lambda arm: {"reward": "bleu4"} if arm == "rl" else {})
+    assert [r[1] for r in credit_table(exp, counts).rows] == ["–", "bleu4", "bleu4"]
