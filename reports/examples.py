@@ -108,7 +108,8 @@ def _stage_predictions(stage_dir: Path) -> list[tuple[Path, str]]:
     return found
 
 
-def _positives(labels) -> set[int]:
+def positive_indices(labels) -> set[int]:
+    """The observations a 14-label vector reads positive (1); null, 0 and -1 are not."""
     return {i for i, v in enumerate(labels or []) if v is not None and float(v) == 1.0}
 
 
@@ -120,7 +121,7 @@ def findings_text(hyp_labels, ref_labels) -> str:
     """The generated report's positive findings, each marked against the ground truth: `+` agrees, `(FP)` is
     a positive the reference does not have; then the ground-truth positives it missed."""
     names = _observations()
-    hyp, ref = _positives(hyp_labels), _positives(ref_labels)
+    hyp, ref = positive_indices(hyp_labels), positive_indices(ref_labels)
     if not _known(ref_labels):
         return ", ".join(names[i] for i in sorted(hyp)) or "no positive finding"
     parts = [f"+{names[i]}" if i in ref else f"{names[i]} (FP)" for i in sorted(hyp)]
@@ -133,7 +134,7 @@ def ground_truth_text(ref_labels) -> str:
     if not _known(ref_labels):
         return "not known"
     names = _observations()
-    return ", ".join(names[i] for i in sorted(_positives(ref_labels))) or "no positive finding"
+    return ", ".join(names[i] for i in sorted(positive_indices(ref_labels))) or "no positive finding"
 
 
 def pick_examples(columns: list[Column], k: int = 3) -> list[str]:
@@ -147,8 +148,8 @@ def pick_examples(columns: list[Column], k: int = 3) -> list[str]:
 
     def rank(i):
         ref = columns[0].rows[i].get("ref_labels")
-        spread = len({frozenset(_positives(c.rows[i].get("hyp_labels"))) for c in columns})
-        return (-int(bool(_positives(ref))), -spread, str(i))
+        spread = len({frozenset(positive_indices(c.rows[i].get("hyp_labels"))) for c in columns})
+        return (-int(bool(positive_indices(ref))), -spread, str(i))
 
     return sorted(ids, key=rank)[:k]
 

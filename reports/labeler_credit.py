@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.constants import OBSERVATIONS
+from reports.examples import positive_indices
 from reports.experiment import Experiment, read_jsonl
 from reports.html import Table
 
@@ -34,26 +35,21 @@ class CreditCount:
     examples: list[tuple[str, str, str]] = field(default_factory=list)  # (report id, observation, generated text)
 
 
-def _positive(value) -> bool:
-    return value is not None and float(value) == 1.0
-
-
 def credit_count(rows: list[dict], n_examples: int = 3) -> CreditCount | None:
     """The counts over one run's per-report test rows; None when the rows lack a key (runs before the gold reader)."""
     if not rows or any(k not in r for r in rows for k in NEEDED_KEYS):
         return None
     out = CreditCount()
     for row in sorted(rows, key=lambda r: str(r.get("id", ""))):
-        for i, name in enumerate(OBSERVATIONS):
-            if not (_positive(row["hyp_labels"][i]) and _positive(row["ref_labels"][i])):
-                continue
+        gold = positive_indices(row["gold_labels"])
+        for i in sorted(positive_indices(row["hyp_labels"]) & positive_indices(row["ref_labels"])):
             out.credited += 1
-            if _positive(row["gold_labels"][i]):
+            if i in gold:
                 continue
             out.unread += 1
             out.unread_in_image += int(row["present"][i] == 1)
             if len(out.examples) < n_examples:
-                out.examples.append((str(row.get("id", "?")), name, str(row.get("generated", ""))))
+                out.examples.append((str(row.get("id", "?")), OBSERVATIONS[i], str(row.get("generated", ""))))
     return out
 
 
