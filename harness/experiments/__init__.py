@@ -13,7 +13,9 @@ reproduces (experiments/README.md has the format). The runner
   process), skipping what is complete (metrics.json) and resuming what was interrupted (the stages resume from
   their checkpoints);
 - evaluates each arm's final model on the test split into `<out>/<arm>/seed<k>/eval/`, links the arm's
-  stage runs into `<out>/<arm>/seed<k>/`, and keeps `<out>/index.json` (atomic writes) up to date.
+  stage runs into `<out>/<arm>/seed<k>/`, and keeps `<out>/index.json` (atomic writes) up to date;
+- keeps each finished evaluation under `<stages>/evals/` too, so a study sharing the stages folder whose arm
+  evaluates the same model the same way takes it from there instead of decoding the test set again.
 A failing stage fails the arms that need it (recorded in the index with the error) and nothing else.
 
 Modules, one job each (each imports only those before it, in reading order):
@@ -21,6 +23,7 @@ Modules, one job each (each imports only those before it, in reading order):
   plan.py     the graph of nodes and runs         nodes.py    the functions that run each kind of node
   workers.py  locks, worker processes, launchers  index.py    index.json from the plan
   run.py      run_experiment                      resources.py  a preset's `resources:` (per job, for Slurm)
+  eval_cache.py  finished test evaluations kept in the stages folder and taken by studies that share it
   graph_run.py  the graph while it runs, with a backend that runs its nodes: local.py (worker processes), slurm.py
   slurm.py    --executor slurm: every node a Slurm job (submitit), afterok dependencies, resubmission, status
   contrasts.py  a study's `contrasts:` / `decide:` (read by study.py)   plan_text.py  the plan as text

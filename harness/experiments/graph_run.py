@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.experiments import eval_cache
 from harness.experiments.index import build_index, created_at, recorded_requests, run_status
 from harness.experiments.plan import NODE_ORDER, Node, Plan, link_stages, node_done
 from harness.experiments.plan_text import node_label
@@ -86,6 +87,10 @@ class ExperimentRun:
         self.requested = set(selected) | (recorded_requests(self.index_path) or set())
         link_stages(plan)
         for n in plan.nodes.values():
+            if n.kind == "eval" and not node_done(n) and set(n.users) & self.selected_set \
+                    and eval_cache.adopt(plan, n, plan.runs[n.users[0]].final_stage):
+                self.log(f"[experiment {self.study.name}] eval ({node_label(n, self.selected_set)}): the same "
+                         f"model's evaluation is kept in {eval_cache.cache_dir(plan, n)}: reused")
             if node_done(n):
                 n.status = "complete"
         self.order = needed_order(plan, selected)
@@ -236,6 +241,7 @@ class ExperimentRun:
             scores.update({EVAL_KEY: node.key, EVAL_FINAL_STAGE: self.plan.runs[node.users[0]].final_stage,
                            EVAL_MODEL_DIR: node.model_dir})
             atomic_write_json(node.run_dir / METRICS_FILE, scores)
+            eval_cache.keep(self.plan, node)
         if node.kind in STAGES:
             release_lock(node.run_dir)
         if not res.get("preempted"):

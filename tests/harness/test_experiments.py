@@ -832,6 +832,41 @@ def test_studies_sharing_a_stages_dir_share_their_stage_runs(tmp_path, calls):
     assert not list(shared.glob("*/.regbench.lock"))  # locks are released
 
 
+def fake_eval_writing_predictions(cfg, model_dir, progress=False):
+    _record("eval", cfg)
+    (Path(cfg.out_dir) / "predictions_final_test.jsonl").write_text(json.dumps({"model": model_dir}) + "\n")
+    return {"BLEU_4": 0.25, "model": model_dir}
+
+
+def test_studies_sharing_a_stages_dir_share_the_test_evaluations_of_the_same_model(tmp_path, calls):
+    shared = tmp_path / "shared_stages"
+    fakes = {**FAKES, "eval": "tests.harness.test_experiments:fake_eval_writing_predictions"}
+    one, two, three = (load_study(write_study(tmp_path, ARMS, seeds="[0]", name=n)) for n in ("one", "two", "three"))
+    assert run_experiment(one, tmp_path / "out1", workers=1, functions=fakes, log=lambda s: None,
+                          stages_dir=shared).ok
+    assert sum(r["stage"] == "eval" for r in calls()) == 3
+    lines: list[str] = []
+    res = run_experiment(two, tmp_path / "out2", workers=1, functions=fakes, log=lines.append, stages_dir=shared)
+    assert res.ok and [r for r in calls() if r["stage"] != "support"] == []  # nothing trained, nothing decoded
+    assert sum("evaluation is kept in" in line and line.endswith("reused") for line in lines) == 3
+    for arm in ("a", "b", "c"):
+        theirs, ours = (tmp_path / o / arm / "seed0" / "eval" for o in ("out1", "out2"))
+        assert read_json(ours / "metrics.json") == read_json(theirs / "metrics.json")
+        assert (ours / "predictions_final_test.jsonl").read_text() == \
+            (theirs / "predictions_final_test.jsonl").read_text()
+    assert all(r["status"] == "complete" for r in res.index["runs"])
+    # A stage run trained again (its metrics.json rewritten) is a new model: its evaluation is decoded again.
+    rl_dir = (tmp_path / "out1" / "b" / "seed0" / "rl").resolve()
+    atomic_write_json(rl_dir / "metrics.json", {"stage": "rl", "trained": "again"})
+    assert run_experiment(three, tmp_path / "out3", workers=1, functions=fakes, log=lambda s: None,
+                          stages_dir=shared).ok
+    decoded = [r for r in calls() if r["stage"] != "support"]
+    assert [(r["stage"], Path(r["out_dir"]).parent.parent.name) for r in decoded] == [("eval", "b")]
+    # Without a shared stages folder nothing is kept: the run's eval folder is the record.
+    assert run_experiment(one, tmp_path / "alone", workers=1, functions=fakes, log=lambda s: None).ok
+    assert not (tmp_path / "alone" / "stages" / "evals").exists()
+
+
 def test_a_stage_run_locked_by_a_live_process_fails_with_a_clear_error(tmp_path, calls):
     import socket
 
