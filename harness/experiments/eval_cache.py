@@ -4,9 +4,11 @@ A study's test evaluation lives in its own folder (`<out>/<arm>/seed<k>/eval`), 
 and the model it reads (harness/experiments/plan.py, `build_plan`). Two studies pointed at one `--stages-dir`
 share their stage runs, and an arm both run (Table 4's RER+VAPR and RL-vs-SFT's, say) has the same evaluation key
 there: greedy decoding of the same model on the same test set (byte-identical predictions in the 36 runs the two
-studies share on the varied testbed, docs/phantom_language.md). So a
-finished evaluation is also kept under `<stages>/evals/eval-seed<k>-<key>/`, and a later study whose evaluation
-has that key and reads the same model takes it from there instead of decoding the test set again.
+studies share on the varied testbed, docs/phantom_language.md). So a finished evaluation is also kept under
+`<stages>/evals/eval-seed<k>-<key>/`, and a later study whose evaluation has that key and reads the same model takes
+it from there instead of decoding the test set again. A kept evaluation is never rewritten (a reader never sees
+it change), and the cache is best effort: a copy that cannot be written or read is skipped and the evaluation
+runs as it would without it.
 
 "The same model" is checked, not assumed: the kept copy records a digest of the stage run's metrics.json, which
 a retrained stage run rewrites (its timings differ), so an evaluation of a model that was since trained again is
@@ -73,14 +75,14 @@ def keep(plan: Plan, node: Node) -> None:
     if target.exists() or stamp is None or not node_done(node):
         return
     tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for p in _files(node.run_dir):
-        _link_or_copy(p, tmp / p.name)
-    atomic_write_json(tmp / METRICS_FILE, {**read_json(node.run_dir / METRICS_FILE), MODEL_STAMP: stamp})
     try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for p in _files(node.run_dir):
+            _link_or_copy(p, tmp / p.name)
+        atomic_write_json(tmp / METRICS_FILE, {**read_json(node.run_dir / METRICS_FILE), MODEL_STAMP: stamp})
         tmp.rename(target)
-    except OSError:  # another runner kept the same evaluation meanwhile
+    except OSError:  # another runner kept the same evaluation meanwhile, or the folder cannot take a copy
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -98,12 +100,15 @@ def adopt(plan: Plan, node: Node, final_stage: str | None) -> bool:
     stamp = model_stamp(node)
     if kept.get(EVAL_KEY) != node.key or stamp is None or kept.get(MODEL_STAMP) != stamp:
         return False
-    node.run_dir.mkdir(parents=True, exist_ok=True)
-    (node.run_dir / METRICS_FILE).unlink(missing_ok=True)
-    for p in _files(node.run_dir):
-        p.unlink()
-    for p in _files(source):
-        _link_or_copy(p, node.run_dir / p.name)
+    try:
+        node.run_dir.mkdir(parents=True, exist_ok=True)
+        (node.run_dir / METRICS_FILE).unlink(missing_ok=True)
+        for p in _files(node.run_dir):
+            p.unlink()
+        for p in _files(source):
+            _link_or_copy(p, node.run_dir / p.name)
+    except OSError:  # no metrics.json yet, so the eval is not done: it runs (and clears these files) as usual
+        return False
     kept.pop(MODEL_STAMP)
     kept.update({EVAL_FINAL_STAGE: final_stage, EVAL_MODEL_DIR: node.model_dir})
     atomic_write_json(node.run_dir / METRICS_FILE, kept)

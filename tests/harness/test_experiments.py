@@ -867,6 +867,31 @@ def test_studies_sharing_a_stages_dir_share_the_test_evaluations_of_the_same_mod
     assert not (tmp_path / "alone" / "stages" / "evals").exists()
 
 
+def test_a_kept_evaluation_that_cannot_be_written_or_read_leaves_the_study_as_without_the_cache(
+        tmp_path, calls, monkeypatch):
+    from harness.experiments import eval_cache
+
+    def no_room(src, dst):
+        raise OSError(28, "No space left on device")
+
+    real = eval_cache._link_or_copy
+    fakes = {**FAKES, "eval": "tests.harness.test_experiments:fake_eval_writing_predictions"}
+    shared = tmp_path / "shared_stages"
+    one, two = (load_study(write_study(tmp_path, ARMS, seeds="[0]", name=n)) for n in ("one", "two"))
+    monkeypatch.setattr(eval_cache, "_link_or_copy", no_room)
+    res = run_experiment(one, tmp_path / "out1", workers=1, functions=fakes, log=lambda s: None, stages_dir=shared)
+    assert res.ok and sum(r["stage"] == "eval" for r in calls()) == 3
+    assert list((shared / "evals").iterdir()) == []  # no copy, and no half-written one
+    monkeypatch.setattr(eval_cache, "_link_or_copy", real)
+    assert run_experiment(one, tmp_path / "out1b", workers=1, functions=fakes, log=lambda s: None,
+                          stages_dir=shared).ok
+    assert len(list((shared / "evals").iterdir())) == 3
+    calls()
+    monkeypatch.setattr(eval_cache, "_link_or_copy", no_room)  # kept, but cannot be taken: decoded as usual
+    res = run_experiment(two, tmp_path / "out2", workers=1, functions=fakes, log=lambda s: None, stages_dir=shared)
+    assert res.ok and sum(r["stage"] == "eval" for r in calls()) == 3
+
+
 def test_a_stage_run_locked_by_a_live_process_fails_with_a_clear_error(tmp_path, calls):
     import socket
 
